@@ -1,0 +1,29 @@
+# Two commands do everything on a fresh machine:
+#   make test   creates .venv, installs c2jax with its test extras, runs the whole suite
+#   make demo   creates .venv, installs, runs the main job on the tiny default config
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
+
+.PHONY: test demo install clean bench
+
+$(STAMP): setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	@rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+demo: $(STAMP)
+	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/demo
+
+bench: $(STAMP)
+	$(PY) tools/bench_model.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

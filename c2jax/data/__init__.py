@@ -1,0 +1,1 @@
+"""Data: tokenizers, corpora and packing for pretraining (report section 3)."""

@@ -1,0 +1,39 @@
+"""Byte-level tokenizer with special tokens: the self-contained default (no vocabulary files to download).
+
+Ids 0..255 are bytes; specials follow: PAD=256, BOS=257, EOS=258, then any extra specials. Any model with
+vocab_size >= 259 can be trained on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteTokenizer:
+  """UTF-8 bytes as tokens. `extra_specials` are named tokens appended after EOS."""
+
+  extra_specials: tuple[str, ...] = ()
+
+  PAD = 256
+  BOS = 257
+  EOS = 258
+
+  @property
+  def vocab_size(self) -> int:
+    return 259 + len(self.extra_specials)
+
+  def special_id(self, name: str) -> int:
+    return 259 + self.extra_specials.index(name)
+
+  def encode(self, text: str, bos: bool = True, eos: bool = True) -> np.ndarray:
+    ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
+    parts = ([np.array([self.BOS], np.int32)] if bos else []) + [ids] + (
+        [np.array([self.EOS], np.int32)] if eos else [])
+    return np.concatenate(parts)
+
+  def decode(self, ids) -> str:
+    data = bytes(int(i) for i in np.asarray(ids).reshape(-1) if 0 <= int(i) < 256)
+    return data.decode("utf-8", errors="replace")

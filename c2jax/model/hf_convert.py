@@ -1,0 +1,298 @@
+"""Streams an HF DeepSeek-V3 / Kimi-K2 safetensors checkpoint into a c2jax checkpoint (`c2jax.model.checkpoint`).
+
+Every HF tensor has one place in the c2jax layout (`c2jax.model.params`), given by `conversion_plan`:
+
+  HF name (per layer i: dense if i < first_k_dense_replace)      c2jax leaf [index]             how
+  model.embed_tokens.weight [V, D]                                embed                          copy
+  model.norm.weight, lm_head.weight [V, D]                        final_norm, lm_head [D, V]     copy, transpose
+  model.layers.i.input_layernorm / post_attention_layernorm       {dense,moe}_layers/attn_norm / mlp_norm [l]
+  model.layers.i.self_attn.q_proj [N*H, D]                        .../attn/q [l] [D, N, H]       linear
+    q_a_proj [Lq, D] (+ .bias), q_a_layernorm, q_b_proj [N*H, Lq]  attn/q_a, q_a_bias, q_a_norm, q_b [Lq, N, H]
+    kv_a_proj_with_mqa [Lkv+R, D] (+ .bias), kv_a_layernorm        attn/kv_a [D, Lkv+R], kv_a_bias, kv_a_norm
+    kv_b_proj [N*(Hn+Hv), Lkv], o_proj [D, N*Hv] (+ .bias)         attn/kv_b [Lkv, N, Hn+Hv], o [N, Hv, D], o_bias
+  model.layers.i.mlp.{gate,up,down}_proj (dense layers)           dense_layers/mlp/{gate,up,down} [l]
+  model.layers.i.mlp.gate.weight [E, D], .e_score_correction_bias moe_layers/moe/router [l] [D, E], router_bias
+  model.layers.i.mlp.experts.e.{gate,up,down}_proj                moe_layers/moe/experts/* [l, e]
+  model.layers.i.mlp.shared_experts.{gate,up,down}_proj           moe_layers/moe/shared/* [l]
+  model.layers.(n_layers + m).*  (MTP module m, DeepSeek-V3 release layout)
+    enorm, hnorm, eh_proj [D, 2D], shared_head.norm                mtp/enorm, hnorm, eh_proj [2D, D], final_norm [m]
+    the decoder block's tensors as above                          mtp/block/... [m] (and [m, e] for experts)
+    embed_tokens, shared_head.head                                copies of the main embedding / head: checked, skipped
+
+"linear": an HF Linear weight [out, in] becomes [in..., out...] (transposed, then split into the layout's dims).
+The number of MTP modules is the number present in the checkpoint (HF `save_pretrained` writes
+`num_nextn_predict_layers: 1` without any MTP weights). FP8 block-quantized weights are dequantized on the fly
+(`c2jax.model.safetensors_io`). Tensors are read one at a time, in file order, and written as pieces by
+`StreamingCheckpointWriter`, so host memory stays around a few HF tensors whatever the model size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from typing import Any, Mapping
+
+from absl import logging
+import jax
+import numpy as np
+import tqdm
+
+from c2jax.model.checkpoint import StreamingCheckpointWriter
+from c2jax.model.config import ModelConfig
+from c2jax.model.params import ParamSpec, param_specs
+from c2jax.model.safetensors_io import Fp8BlockQuant, HfWeights
+
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
+# Rows compared at a time when checking MTP's copies of the embedding / head (bounds the temporary memory).
+_COMPARE_ROWS = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """Where one HF tensor goes.
+
+  Attributes:
+    path: key path of the c2jax leaf.
+    index: leading index into the stacked leaf ((layer,), (layer, expert) or ()).
+    n_in: None to copy as is; else the HF tensor is a Linear weight [prod(out dims), prod(in dims)] and the
+      layout piece is [in dims..., out dims...] with `n_in` input dims.
+  """
+
+  path: tuple[str, ...]
+  index: tuple[int, ...] = ()
+  n_in: int | None = None
+
+
+@dataclasses.dataclass
+class ConversionSummary:
+  """What a conversion did."""
+
+  cfg: ModelConfig
+  out_dir: str
+  num_tensors: int = 0  # HF tensors written (scales not counted)
+  num_elements: int = 0  # parameters written
+  num_dequantized: int = 0  # FP8 tensors dequantized
+  num_mtp_layers: int = 0
+  skipped: list[str] = dataclasses.field(default_factory=list)  # read but not written, with the reason
+  notes: list[str] = dataclasses.field(default_factory=list)
+  warnings: list[str] = dataclasses.field(default_factory=list)
+
+  def __str__(self) -> str:
+    lines = [f"wrote {self.out_dir}: {self.num_tensors} HF tensors, {self.num_elements:,} parameters "
+             f"({self.cfg.param_dtype}), {self.num_dequantized} dequantized from FP8, "
+             f"{self.num_mtp_layers} MTP layer(s); skipped {len(self.skipped)} tensors."]
+    lines += [f"note: {n}" for n in self.notes]
+    lines += [f"WARNING: {w}" for w in self.warnings]
+    return "\n".join(lines)
+
+
+def _linear_pieces(prefix: str, path: tuple[str, ...], index: tuple[int, ...]) -> dict[str, Target]:
+  return {f"{prefix}.{hf}": Target(path + (ours,), index, 1)
+          for hf, ours in (("gate_proj.weight", "gate"), ("up_proj.weight", "up"), ("down_proj.weight", "down"))}
+
+
+def _block_plan(prefix: str, path: tuple[str, ...], index: tuple[int, ...], moe: bool,
+                cfg: ModelConfig) -> dict[str, Target]:
+  """HF names of one decoder block under `prefix` (e.g. 'model.layers.3') -> targets under `path`."""
+  a = path + ("attn",)
+  plan = {
+      f"{prefix}.input_layernorm.weight": Target(path + ("attn_norm",), index),
+      f"{prefix}.post_attention_layernorm.weight": Target(path + ("mlp_norm",), index),
+      f"{prefix}.self_attn.kv_a_proj_with_mqa.weight": Target(a + ("kv_a",), index, 1),
+      f"{prefix}.self_attn.kv_a_layernorm.weight": Target(a + ("kv_a_norm",), index),
+      f"{prefix}.self_attn.kv_b_proj.weight": Target(a + ("kv_b",), index, 1),
+      f"{prefix}.self_attn.o_proj.weight": Target(a + ("o",), index, 2),
+  }
+  if cfg.q_lora_rank is None:
+    plan[f"{prefix}.self_attn.q_proj.weight"] = Target(a + ("q",), index, 1)
+  else:
+    plan[f"{prefix}.self_attn.q_a_proj.weight"] = Target(a + ("q_a",), index, 1)
+    plan[f"{prefix}.self_attn.q_a_layernorm.weight"] = Target(a + ("q_a_norm",), index)
+    plan[f"{prefix}.self_attn.q_b_proj.weight"] = Target(a + ("q_b",), index, 1)
+    if cfg.attention_bias:
+      plan[f"{prefix}.self_attn.q_a_proj.bias"] = Target(a + ("q_a_bias",), index)
+  if cfg.attention_bias:
+    plan[f"{prefix}.self_attn.kv_a_proj_with_mqa.bias"] = Target(a + ("kv_a_bias",), index)
+    plan[f"{prefix}.self_attn.o_proj.bias"] = Target(a + ("o_bias",), index)
+  if not moe:
+    plan.update(_linear_pieces(f"{prefix}.mlp", path + ("mlp",), index))
+    return plan
+  m = path + ("moe",)
+  plan[f"{prefix}.mlp.gate.weight"] = Target(m + ("router",), index, 1)
+  plan[f"{prefix}.mlp.gate.e_score_correction_bias"] = Target(m + ("router_bias",), index)
+  for e in range(cfg.n_routed_experts):
+    plan.update(_linear_pieces(f"{prefix}.mlp.experts.{e}", m + ("experts",), index + (e,)))
+  if cfg.n_shared_experts:
+    plan.update(_linear_pieces(f"{prefix}.mlp.shared_experts", m + ("shared",), index))
+  return plan
+
+
+def conversion_plan(cfg: ModelConfig) -> dict[str, Target]:
+  """Every HF tensor name that `cfg` needs -> its `Target` (MTP modules at layers n_layers ... n_layers+M-1)."""
+  plan = {
+      "model.embed_tokens.weight": Target(("embed",)),
+      "model.norm.weight": Target(("final_norm",)),
+      "lm_head.weight": Target(("lm_head",), (), 1),
+  }
+  for i in range(cfg.n_layers):
+    dense = i < cfg.first_k_dense_replace
+    group, local = ("dense_layers", i) if dense else ("moe_layers", i - cfg.first_k_dense_replace)
+    plan.update(_block_plan(f"model.layers.{i}", (group,), (local,), not dense, cfg))
+  for k in range(cfg.num_mtp_layers):
+    prefix = f"model.layers.{cfg.n_layers + k}"
+    plan.update(_block_plan(prefix, ("mtp", "block"), (k,), cfg.n_moe_layers > 0, cfg))
+    plan[f"{prefix}.enorm.weight"] = Target(("mtp", "enorm"), (k,))
+    plan[f"{prefix}.hnorm.weight"] = Target(("mtp", "hnorm"), (k,))
+    plan[f"{prefix}.eh_proj.weight"] = Target(("mtp", "eh_proj"), (k,), 1)
+    plan[f"{prefix}.shared_head.norm.weight"] = Target(("mtp", "final_norm"), (k,))
+  return plan
+
+
+def mtp_copies(cfg: ModelConfig) -> dict[str, str]:
+  """MTP modules' copies of the shared embedding / head (DeepSeek-V3 release) -> the main tensor they copy."""
+  out = {}
+  for k in range(cfg.num_mtp_layers):
+    prefix = f"model.layers.{cfg.n_layers + k}"
+    out[f"{prefix}.embed_tokens.weight"] = "model.embed_tokens.weight"
+    out[f"{prefix}.shared_head.head.weight"] = "lm_head.weight"
+  return out
+
+
+def count_mtp_layers(names, n_layers: int) -> int:
+  """Number of layer indices >= n_layers present in `names`; they must be n_layers, n_layers + 1, ..."""
+  extra = sorted({int(m.group(1)) for n in names if (m := _LAYER_RE.match(n)) and int(m.group(1)) >= n_layers})
+  if extra != list(range(n_layers, n_layers + len(extra))):
+    raise ValueError(f"the checkpoint has layers {extra} beyond num_hidden_layers={n_layers}; MTP layers must be "
+                     f"numbered {n_layers}, {n_layers + 1}, ...: check num_hidden_layers in config.json.")
+  return len(extra)
+
+
+def _default_dtype(hf: Mapping[str, Any]) -> str:
+  """The checkpoint's dtype if c2jax can store it (float32 / bfloat16), else float32."""
+  src = hf.get("text_config", hf)
+  dt = src.get("dtype") or src.get("torch_dtype") or hf.get("dtype") or hf.get("torch_dtype")
+  return "bfloat16" if dt == "bfloat16" else "float32"
+
+
+def read_hf_config(hf_dir: str) -> dict[str, Any]:
+  path = os.path.join(hf_dir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} is missing; point --hf_dir at an HF checkpoint directory with config.json.")
+  with open(path) as f:
+    return json.load(f)
+
+
+def _expected_hf_shape(piece: tuple[int, ...], n_in: int | None) -> tuple[int, ...]:
+  if n_in is None:
+    return piece
+  return (math.prod(piece[n_in:]), math.prod(piece[:n_in]))
+
+
+def _to_layout(w: np.ndarray, piece: tuple[int, ...], n_in: int | None) -> np.ndarray:
+  if n_in is None:
+    return w
+  return w.T.reshape(piece)
+
+
+def _arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
+  if a.shape != b.shape:
+    return False
+  return all(np.array_equal(a[i:i + _COMPARE_ROWS], b[i:i + _COMPARE_ROWS])
+             for i in range(0, max(a.shape[0], 1), _COMPARE_ROWS))
+
+
+def _list(names, limit: int = 20) -> str:
+  names = sorted(names)
+  more = f" ... and {len(names) - limit} more" if len(names) > limit else ""
+  return ", ".join(names[:limit]) + more
+
+
+def convert_hf_checkpoint(hf_dir: str, out_dir: str, *, dtype: str | None = None,
+                          progress: bool = True) -> ConversionSummary:
+  """Converts the HF checkpoint in `hf_dir` into a new c2jax checkpoint `out_dir`, one tensor at a time.
+
+  Args:
+    hf_dir: directory with config.json and safetensors (single file or sharded with an index; FP8 allowed).
+    out_dir: where the c2jax checkpoint goes (`load_checkpoint(out_dir)` reads it); must not hold one already.
+    dtype: "float32" or "bfloat16" for the stored params (the router stays float32); None: the checkpoint's
+      dtype from config.json when it is one of those, else float32.
+    progress: show a tqdm progress bar over tensors.
+  Returns:
+    a `ConversionSummary`.
+  Raises:
+    ValueError: listing the unexpected and the missing tensors, or a tensor whose shape the config contradicts.
+  """
+  hf = read_hf_config(hf_dir)
+  weights = HfWeights(hf_dir, Fp8BlockQuant.from_hf_config(hf))
+  n_layers = hf.get("text_config", hf)["num_hidden_layers"]
+  num_mtp = count_mtp_layers(weights.keys(), n_layers)
+  param_dtype = dtype or _default_dtype(hf)
+  cfg = ModelConfig.from_hf_dict(hf, num_mtp_layers=num_mtp, param_dtype=param_dtype)
+  summary = ConversionSummary(cfg=cfg, out_dir=out_dir, num_mtp_layers=num_mtp)
+  declared = hf.get("text_config", hf).get("num_nextn_predict_layers", 0) or 0
+  if declared != num_mtp:
+    summary.notes.append(f"config.json declares num_nextn_predict_layers={declared} but the checkpoint holds "
+                         f"{num_mtp} MTP layer(s); converting the {num_mtp} present.")
+
+  plan = conversion_plan(cfg)
+  copies = mtp_copies(cfg)
+  names = set(weights.keys())
+  # HF builds shared experts of width moe_intermediate_size * 0 when n_shared_experts == 0 and saves them empty.
+  empty_shared = {n for n in names if ".mlp.shared_experts." in n and not cfg.n_shared_experts
+                  and weights.nbytes(n) == 0}
+  unexpected = names - set(plan) - set(copies) - empty_shared
+  missing = set(plan) - names
+  if unexpected or missing:
+    raise ValueError(f"{hf_dir} does not match its config.json ({cfg.n_layers} layers, "
+                     f"first_k_dense_replace={cfg.first_k_dense_replace}, q_lora_rank={cfg.q_lora_rank}, "
+                     f"attention_bias={cfg.attention_bias}, n_shared_experts={cfg.n_shared_experts}, "
+                     f"{num_mtp} MTP layers): {len(unexpected)} unexpected tensors [{_list(unexpected)}]; "
+                     f"{len(missing)} missing tensors [{_list(missing)}]. Fix config.json or the checkpoint.")
+  summary.skipped += [f"{n} (empty shared expert: n_shared_experts=0)" for n in sorted(empty_shared)]
+
+  # Shapes are checked before anything is written, so a wrong config fails in seconds, not hours.
+  leaf_shapes = _leaf_shapes(cfg)
+  bad = []
+  for name, t in plan.items():
+    piece = leaf_shapes[t.path][len(t.index):]
+    want = _expected_hf_shape(piece, t.n_in)
+    if weights.shape(name) != want:
+      bad.append(f"{name} is {list(weights.shape(name))}, config implies {list(want)}")
+  for name, main in copies.items():
+    if weights.shape(name) != weights.shape(main):
+      bad.append(f"{name} is {list(weights.shape(name))}, {main} is {list(weights.shape(main))}")
+  if bad:
+    raise ValueError(f"{len(bad)} tensors have shapes that config.json contradicts: {'; '.join(bad[:20])}. Fix "
+                     "config.json or the checkpoint.")
+
+  # File order makes the reads sequential.
+  order = sorted(set(plan) | set(copies), key=lambda n: (weights.reader.info(n).file, weights.reader.info(n).offset))
+  with StreamingCheckpointWriter(out_dir, cfg) as writer, tqdm.tqdm(
+      total=len(order), unit="tensor", desc="convert", disable=not progress) as bar:
+    for name in order:
+      if name in copies:
+        if not _arrays_equal(weights.get(name), weights.get(copies[name])):
+          msg = (f"{name} differs from {copies[name]}; c2jax's MTP shares the main embedding and head, so the "
+                 "MTP copy is ignored.")
+          summary.warnings.append(msg)
+          logging.warning(msg)
+        summary.skipped.append(f"{name} (MTP copy of {copies[name]})")
+      else:
+        t = plan[name]
+        w = weights.get(name)
+        summary.num_dequantized += int(weights.is_fp8(name))
+        piece = _to_layout(w, leaf_shapes[t.path][len(t.index):], t.n_in)
+        writer.write(t.path, t.index, piece)
+        summary.num_tensors += 1
+        summary.num_elements += piece.size
+        del w, piece  # before reading the next tensor: peak memory stays at one tensor
+      bar.update(1)
+  return summary
+
+
+def _leaf_shapes(cfg: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
+  flat, _ = jax.tree_util.tree_flatten_with_path(param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec))
+  return {tuple(k.key for k in path): spec.shape for path, spec in flat}

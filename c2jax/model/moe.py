@@ -1,0 +1,297 @@
+"""DeepSeek-V3 mixture of experts: sigmoid router with correction bias, group-limited top-k, routing replay,
+shared experts, and three interchangeable expert-compute paths (report section 2; section 4 for replay).
+
+Routing (per token x [D]):
+  s = sigmoid(x W_r)                              scores [E], float32
+  choice = s + b                                  b = e_score_correction_bias, moves only the CHOICE
+  groups: keep the `topk_group` of `n_group` groups with the largest sum of their top-2 choice values
+  ids = top-K(choice) within kept groups          (or the replayed ids, when given: routing replay)
+  g = s[ids]; g /= sum(g) if norm_topk_prob; g *= routed_scaling_factor
+  y = sum_k g_k FFN_{ids_k}(x) + FFN_shared(x)
+
+Routing replay (report section 4): the actor's expert ids are forced, and gates are recomputed from the current
+router, so the router still receives gradient through g.
+
+Expert compute (all equal to `experts_dense`, the reference): see `MoeDispatch`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from c2jax.model.config import ModelConfig, MoeDispatch
+from c2jax.model.sharding import constrain
+
+
+@dataclasses.dataclass(frozen=True)
+class Routing:
+  """Result of routing N tokens.
+
+  Attributes:
+    ids: [N, K] int32 chosen experts.
+    gates: [N, K] float32 combine weights (after normalization and routed_scaling_factor).
+    scores: [N, E] float32 sigmoid scores (without bias).
+  """
+
+  ids: jax.Array
+  gates: jax.Array
+  scores: jax.Array
+
+
+def route(x: jax.Array, router: jax.Array, bias: jax.Array, cfg: ModelConfig,
+          forced_ids: jax.Array | None = None) -> Routing:
+  """Routes tokens x [N, D] with router [D, E] and correction bias [E]; forced_ids [N, K] replays a routing."""
+  scores = jax.nn.sigmoid(x.astype(jnp.float32) @ router.astype(jnp.float32))
+  if forced_ids is None:
+    ids = select_experts(jax.lax.stop_gradient(scores), jax.lax.stop_gradient(bias), cfg)
+  else:
+    ids = forced_ids.astype(jnp.int32)
+  gates = jnp.take_along_axis(scores, ids, axis=-1)
+  if cfg.norm_topk_prob:
+    gates = gates / (jnp.sum(gates, axis=-1, keepdims=True) + 1e-20)
+  gates = gates * cfg.routed_scaling_factor
+  return Routing(ids=ids, gates=gates, scores=scores)
+
+
+def select_experts(scores: jax.Array, bias: jax.Array, cfg: ModelConfig) -> jax.Array:
+  """Group-limited top-k on biased scores: scores [N, E], bias [E] -> ids [N, K] int32."""
+  choice = scores + bias
+  n, e = choice.shape
+  if cfg.n_group > 1 and cfg.topk_group < cfg.n_group:
+    grouped = choice.reshape(n, cfg.n_group, e // cfg.n_group)
+    group_scores = jnp.sum(jax.lax.top_k(grouped, 2)[0], axis=-1)  # [N, G]
+    _, top_groups = jax.lax.top_k(group_scores, cfg.topk_group)
+    keep = jnp.zeros((n, cfg.n_group), bool).at[jnp.arange(n)[:, None], top_groups].set(True)
+    choice = jnp.where(jnp.repeat(keep, e // cfg.n_group, axis=1), choice, -jnp.inf)
+  _, ids = jax.lax.top_k(choice, cfg.num_experts_per_tok)
+  return ids.astype(jnp.int32)
+
+
+def swiglu(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array) -> jax.Array:
+  """down(silu(x gate) * up(x)) for x [..., D], gate/up [D, F], down [F, D]."""
+  dt = x.dtype
+  return (jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))) @ down.astype(dt)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Expert compute paths. Each maps x [N, D], routing ids/gates [N, K] and experts {gate, up: [E, D, F],
+# down: [E, F, D]} to [N, D] = sum_k gates[:, k] * FFN_{ids[:, k]}(x).
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def experts_dense(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict) -> jax.Array:
+  """Reference: every expert on every token ([E, N, F] work), combined with zero gates for unchosen experts."""
+  dt = x.dtype
+  e = w["gate"].shape[0]
+  h = jax.nn.silu(jnp.einsum("nd,edf->enf", x, w["gate"].astype(dt))) * jnp.einsum("nd,edf->enf", x,
+                                                                                     w["up"].astype(dt))
+  y = jnp.einsum("enf,efd->end", h, w["down"].astype(dt))
+  combine = jnp.sum(jax.nn.one_hot(ids, e, dtype=jnp.float32) * gates[..., None], axis=1)  # [N, E]
+  return jnp.einsum("end,ne->nd", y, combine.astype(dt))
+
+
+def _sorted_assignments(ids: jax.Array, num_experts: int):
+  """Sorts the N*K assignments by expert: (token of each sorted row [A], assignment index [A], group sizes [E])."""
+  flat = ids.reshape(-1)
+  order = jnp.argsort(flat, stable=True)
+  k = ids.shape[1]
+  sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
+  return order // k, order, sizes
+
+
+def experts_ragged(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict) -> jax.Array:
+  """Grouped matmul over expert-sorted rows with `jax.lax.ragged_dot` (GPU/TPU grouped-GEMM kernels)."""
+  dt = x.dtype
+  e = w["gate"].shape[0]
+  token, order, sizes = _sorted_assignments(ids, e)
+  xs = x[token]
+  h = jax.nn.silu(jax.lax.ragged_dot(xs, w["gate"].astype(dt), sizes)) * jax.lax.ragged_dot(
+      xs, w["up"].astype(dt), sizes)
+  ys = jax.lax.ragged_dot(h, w["down"].astype(dt), sizes)
+  ys = ys * gates.reshape(-1)[order][:, None].astype(dt)
+  return jnp.zeros_like(x).at[token].add(ys)
+
+
+def slot_capacity(num_assignments: int, num_experts: int, capacity_factor: float) -> int:
+  """Slots per expert per round: capacity_factor x the balanced load, rounded up to a multiple of 4."""
+  c = math.ceil(capacity_factor * num_assignments / num_experts)
+  return max(4, -(-c // 4) * 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slots:
+  """Expert-sorted assignment bookkeeping shared by the forward and backward passes of `experts_slots`.
+
+  token [A]: token of each sorted row; starts/sizes [E]: each expert's row range; capacity: C slots per round.
+  """
+
+  token: jax.Array
+  starts: jax.Array
+  sizes: jax.Array
+  capacity: int
+
+  def round_rows(self, r: jax.Array):
+    """Rows handled in round r: sorted-row index [E, C] and validity [E, C]."""
+    offs = r * self.capacity + jnp.arange(self.capacity, dtype=jnp.int32)
+    valid = offs[None, :] < self.sizes[:, None]
+    rows = jnp.where(valid, self.starts[:, None] + offs[None, :], 0)
+    return rows, valid
+
+  def num_rounds(self) -> jax.Array:
+    return (jnp.max(self.sizes) + self.capacity - 1) // self.capacity
+
+
+jax.tree_util.register_dataclass(_Slots, data_fields=["token", "starts", "sizes"], meta_fields=["capacity"])
+
+
+def _slot_ffn(xs, wg, wu, wd):
+  hg = jnp.einsum("ecd,edf->ecf", xs, wg)
+  hu = jnp.einsum("ecd,edf->ecf", xs, wu)
+  return hg, hu, jnp.einsum("ecf,efd->ecd", jax.nn.silu(hg) * hu, wd)
+
+
+@jax.custom_vjp
+def _slots_compute(x, gates_sorted, wg, wu, wd, slots: _Slots):
+  out, _ = _slots_fwd(x, gates_sorted, wg, wu, wd, slots)
+  return out
+
+
+def _slots_fwd(x, gates_sorted, wg, wu, wd, slots):
+  def body(r, out):
+    rows, valid = slots.round_rows(r)
+    tok = slots.token[rows]
+    xs = jnp.where(valid[..., None], x[tok], 0)
+    _, _, y = _slot_ffn(xs, wg, wu, wd)
+    g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
+    return out.at[tok.reshape(-1)].add((y * g[..., None]).reshape(-1, y.shape[-1]))
+
+  out = jax.lax.fori_loop(0, slots.num_rounds(), body, jnp.zeros_like(x))
+  return out, (x, gates_sorted, wg, wu, wd, slots)
+
+
+def _slots_bwd(res, d_out):
+  x, gates_sorted, wg, wu, wd, slots = res
+
+  def body(r, acc):
+    dx, dgates, dwg, dwu, dwd = acc
+    rows, valid = slots.round_rows(r)
+    tok = slots.token[rows]
+    xs = jnp.where(valid[..., None], x[tok], 0)
+    hg, hu, y = _slot_ffn(xs, wg, wu, wd)
+    g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
+    dy_full = jnp.where(valid[..., None], d_out[tok], 0)  # d(out)/d(g * y) per slot
+    dgates = dgates.at[rows.reshape(-1)].add(
+        jnp.where(valid, jnp.sum(dy_full * y, axis=-1), 0).reshape(-1).astype(dgates.dtype))
+    dy = dy_full * g[..., None]
+    act = jax.nn.silu(hg)
+    dwd = dwd + jnp.einsum("ecf,ecd->efd", act * hu, dy)
+    dh = jnp.einsum("ecd,efd->ecf", dy, wd)
+    sig = jax.nn.sigmoid(hg)
+    dhg = dh * hu * (sig * (1 + hg * (1 - sig)))
+    dhu = dh * act
+    dwg = dwg + jnp.einsum("ecd,ecf->edf", xs, dhg)
+    dwu = dwu + jnp.einsum("ecd,ecf->edf", xs, dhu)
+    dxs = jnp.einsum("ecf,edf->ecd", dhg, wg) + jnp.einsum("ecf,edf->ecd", dhu, wu)
+    dx = dx.at[tok.reshape(-1)].add(jnp.where(valid[..., None], dxs, 0).reshape(-1, dxs.shape[-1]))
+    return dx, dgates, dwg, dwu, dwd
+
+  init = (jnp.zeros_like(x), jnp.zeros_like(gates_sorted), jnp.zeros_like(wg), jnp.zeros_like(wu),
+          jnp.zeros_like(wd))
+  dx, dgates, dwg, dwu, dwd = jax.lax.fori_loop(0, slots.num_rounds(), body, init)
+  zero_slots = jax.tree.map(lambda a: jnp.zeros(a.shape, jax.dtypes.float0), slots)
+  return dx, dgates, dwg, dwu, dwd, zero_slots
+
+
+_slots_compute.defvjp(_slots_fwd, _slots_bwd)
+
+
+def experts_slots(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict, capacity_factor: float) -> jax.Array:
+  """Dropless capacity-slot dispatch: rounds of one batched matmul [E, C, D] x [E, D, F].
+
+  Assignments are sorted by expert; round r gives each expert its rows [r C, (r + 1) C). The round count is
+  ceil(max load / C), decided at run time (a while loop), so nothing is dropped and a balanced batch costs one
+  round: work is cf x N x K rows whatever E is. The VJP is hand-written because reverse-mode autodiff cannot
+  differentiate a loop whose trip count is data-dependent; it recomputes each round's activations.
+  """
+  dt = x.dtype
+  n, k = ids.shape
+  e = w["gate"].shape[0]
+  token, order, sizes = _sorted_assignments(ids, e)
+  starts = (jnp.cumsum(sizes) - sizes).astype(jnp.int32)
+  slots = _Slots(token=token.astype(jnp.int32), starts=starts, sizes=sizes,
+                 capacity=slot_capacity(n * k, e, capacity_factor))
+  gates_sorted = gates.reshape(-1)[order].astype(jnp.float32)
+  return _slots_compute(x, gates_sorted, w["gate"].astype(dt), w["up"].astype(dt), w["down"].astype(dt), slots)
+
+
+def resolve_dispatch(dispatch: MoeDispatch) -> MoeDispatch:
+  """AUTO -> SLOTS on CPU (ragged_dot is slow there), RAGGED on GPU/TPU."""
+  if dispatch is not MoeDispatch.AUTO:
+    return dispatch
+  return MoeDispatch.SLOTS if jax.default_backend() == "cpu" else MoeDispatch.RAGGED
+
+
+def routed_experts(x: jax.Array, routing: Routing, w: dict, cfg: ModelConfig) -> jax.Array:
+  """sum_k gates_k FFN_{ids_k}(x) for x [N, D] with the configured dispatch."""
+  dispatch = resolve_dispatch(cfg.moe_dispatch)
+  if dispatch is MoeDispatch.DENSE:
+    return experts_dense(x, routing.ids, routing.gates, w)
+  if dispatch is MoeDispatch.RAGGED:
+    return experts_ragged(x, routing.ids, routing.gates, w)
+  return experts_slots(x, routing.ids, routing.gates, w, cfg.moe_capacity_factor)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeOutput:
+  """Output of one MoE FFN.
+
+  Attributes:
+    y: [B, T, D] the FFN output.
+    expert_ids: [B, T, K] int32 experts chosen (or replayed).
+    load: [E] float32 fraction of the B*T*K assignments each expert received (counts only tokens with
+      weight > 0 in `token_mask`), the input of the balancing-bias update.
+  """
+
+  y: jax.Array
+  expert_ids: jax.Array
+  load: jax.Array
+
+
+def moe_ffn(p: dict, x: jax.Array, cfg: ModelConfig, forced_ids: jax.Array | None = None,
+            token_mask: jax.Array | None = None) -> MoeOutput:
+  """The DeepSeek-V3 MoE FFN on x [B, T, D]; forced_ids [B, T, K] replays routing; token_mask [B, T] for load."""
+  b, t, d = x.shape
+  flat = x.reshape(b * t, d)
+  routing = route(flat, p["router"], p["router_bias"], cfg,
+                  None if forced_ids is None else forced_ids.reshape(b * t, -1))
+  y = routed_experts(flat, routing, p["experts"], cfg).reshape(b, t, d)
+  if "shared" in p:
+    s = p["shared"]
+    y = y + swiglu(x, s["gate"], s["up"], s["down"])
+  y = constrain(y, ("batch", "seq", "embed"))
+  weight = jnp.ones((b * t,), jnp.float32) if token_mask is None else token_mask.reshape(-1).astype(jnp.float32)
+  counts = jnp.zeros((cfg.n_routed_experts,), jnp.float32).at[routing.ids].add(
+      jnp.broadcast_to(weight[:, None], routing.ids.shape))
+  load = counts / jnp.maximum(jnp.sum(counts), 1.0)
+  return MoeOutput(y=y, expert_ids=routing.ids.reshape(b, t, -1), load=load)
+
+
+def update_correction_bias(bias: jax.Array, load: jax.Array, rate: float) -> jax.Array:
+  """Auxiliary-loss-free balancing (DeepSeek-V3): b_e += u * sign(mean_load - load_e).
+
+  Overloaded experts become less likely to be chosen, underloaded ones more; gates are unaffected (the bias
+  enters only the choice). Works on any leading dims.
+
+  Args:
+    bias: [..., E] e_score_correction_bias (e.g. stacked over layers [Lm, E]).
+    load: [..., E] per-expert load (counts or fractions) of the last step.
+    rate: u, the bias update speed.
+  Returns:
+    the new bias [..., E] (float32).
+  """
+  mean = jnp.mean(load, axis=-1, keepdims=True)
+  return (bias + rate * jnp.sign(mean - load)).astype(bias.dtype)

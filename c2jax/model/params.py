@@ -1,0 +1,194 @@
+"""Parameter layout of the model: one table of shapes, logical axes and initializers.
+
+Params are a plain nested dict of arrays. Every leaf is declared once here as a `ParamSpec` (shape, logical axis
+names, initializer), and everything else is derived from that table: random init (`init_params`), abstract
+shapes (`abstract_params`, never allocating), logical axes for sharding (`logical_axes`), the trainable mask,
+and parameter counts (`count_params`).
+
+Layout (weights are stored [in, out] so that activations multiply from the left):
+
+  embed                    [V, D]
+  dense_layers/...         stacked [Ld, ...] over the first `first_k_dense_replace` layers (scanned)
+  moe_layers/...           stacked [Lm, ...] over the remaining layers (scanned)
+    attn_norm [D], mlp_norm [D]
+    attn/q [D, N, H] or attn/q_a [D, Lq], q_a_norm [Lq], q_b [Lq, N, H]   (H = qk_nope + qk_rope)
+    attn/kv_a [D, Lkv + R], kv_a_norm [Lkv], kv_b [Lkv, N, Hn + Hv], o [N, Hv, D]
+    mlp/{gate, up} [D, F], mlp/down [F, D]                           (dense layers)
+    moe/router [D, E] (float32), moe/router_bias [E] (e_score_correction_bias; not trained by gradient)
+    moe/experts/{gate, up} [E, D, Fe], moe/experts/down [E, Fe, D]
+    moe/shared/{gate, up} [D, Fs], moe/shared/down [Fs, D]
+  final_norm               [D]
+  lm_head                  [D, V]
+  mtp/...                  stacked [M, ...]: enorm [D], hnorm [D], eh_proj [2D, D], block (a MoE block), final_norm
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from c2jax.model.config import ModelConfig
+
+Params = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+  """One parameter: its shape, logical axis names (one per dim) and how to initialize it."""
+
+  shape: tuple[int, ...]
+  axes: tuple[str, ...]
+  init: str = "normal"  # "normal" (std = initializer_range), "ones", "zeros"
+  dtype: str | None = None  # None: the config's param_dtype.
+
+  def __post_init__(self):
+    if len(self.shape) != len(self.axes):
+      raise ValueError(f"ParamSpec shape {self.shape} and axes {self.axes} differ in rank.")
+
+
+def _stack(tree: dict, n: int, axis_name: str) -> dict:
+  return jax.tree.map(lambda s: dataclasses.replace(s, shape=(n, *s.shape), axes=(axis_name, *s.axes)), tree,
+                      is_leaf=lambda x: isinstance(x, ParamSpec))
+
+
+def _attention_specs(cfg: ModelConfig) -> dict:
+  d, n = cfg.d_model, cfg.n_heads
+  p: dict[str, ParamSpec] = {}
+  if cfg.q_lora_rank is None:
+    p["q"] = ParamSpec((d, n, cfg.qk_head_dim), ("embed", "heads", "head_dim"))
+  else:
+    p["q_a"] = ParamSpec((d, cfg.q_lora_rank), ("embed", "q_lora"))
+    p["q_a_norm"] = ParamSpec((cfg.q_lora_rank,), ("q_lora",), "ones")
+    p["q_b"] = ParamSpec((cfg.q_lora_rank, n, cfg.qk_head_dim), ("q_lora", "heads", "head_dim"))
+    if cfg.attention_bias:
+      p["q_a_bias"] = ParamSpec((cfg.q_lora_rank,), ("q_lora",), "zeros")
+  p["kv_a"] = ParamSpec((d, cfg.kv_lora_rank + cfg.qk_rope_head_dim), ("embed", "kv_lora"))
+  p["kv_a_norm"] = ParamSpec((cfg.kv_lora_rank,), ("kv_lora",), "ones")
+  p["kv_b"] = ParamSpec((cfg.kv_lora_rank, n, cfg.qk_nope_head_dim + cfg.v_head_dim), ("kv_lora", "heads", "head_dim"))
+  p["o"] = ParamSpec((n, cfg.v_head_dim, d), ("heads", "head_dim", "embed"))
+  if cfg.attention_bias:
+    p["kv_a_bias"] = ParamSpec((cfg.kv_lora_rank + cfg.qk_rope_head_dim,), ("kv_lora",), "zeros")
+    p["o_bias"] = ParamSpec((d,), ("embed",), "zeros")
+  return p
+
+
+def _mlp_specs(d: int, f: int, hidden_axis: str = "mlp") -> dict:
+  return {"gate": ParamSpec((d, f), ("embed", hidden_axis)), "up": ParamSpec((d, f), ("embed", hidden_axis)),
+          "down": ParamSpec((f, d), (hidden_axis, "embed"))}
+
+
+def _block_specs(cfg: ModelConfig, moe: bool) -> dict:
+  d = cfg.d_model
+  p: dict[str, Any] = {"attn_norm": ParamSpec((d,), ("embed",), "ones"), "attn": _attention_specs(cfg),
+                       "mlp_norm": ParamSpec((d,), ("embed",), "ones")}
+  if not moe:
+    p["mlp"] = _mlp_specs(d, cfg.intermediate_size)
+    return p
+  e, fe = cfg.n_routed_experts, cfg.moe_intermediate_size
+  m: dict[str, Any] = {
+      "router": ParamSpec((d, e), ("embed", "expert_router"), dtype="float32"),
+      "router_bias": ParamSpec((e,), ("expert_router",), "zeros", dtype="float32"),
+      "experts": {"gate": ParamSpec((e, d, fe), ("expert", "embed", "expert_mlp")),
+                  "up": ParamSpec((e, d, fe), ("expert", "embed", "expert_mlp")),
+                  "down": ParamSpec((e, fe, d), ("expert", "expert_mlp", "embed"))},
+  }
+  if cfg.n_shared_experts:
+    m["shared"] = _mlp_specs(d, cfg.shared_intermediate_size)
+  p["moe"] = m
+  return p
+
+
+def param_specs(cfg: ModelConfig) -> Params:
+  """The full table of `ParamSpec`s for `cfg`, in the layout described in the module docstring."""
+  d, v = cfg.d_model, cfg.vocab_size
+  specs: Params = {"embed": ParamSpec((v, d), ("vocab", "embed"))}
+  if cfg.n_dense_layers:
+    specs["dense_layers"] = _stack(_block_specs(cfg, moe=False), cfg.n_dense_layers, "layers")
+  if cfg.n_moe_layers:
+    specs["moe_layers"] = _stack(_block_specs(cfg, moe=True), cfg.n_moe_layers, "layers")
+  specs["final_norm"] = ParamSpec((d,), ("embed",), "ones")
+  specs["lm_head"] = ParamSpec((d, v), ("embed", "vocab"))
+  if cfg.num_mtp_layers:
+    mtp = {"enorm": ParamSpec((d,), ("embed",), "ones"), "hnorm": ParamSpec((d,), ("embed",), "ones"),
+           "eh_proj": ParamSpec((2 * d, d), ("mtp_concat", "embed")),
+           "block": _block_specs(cfg, moe=cfg.n_moe_layers > 0),
+           "final_norm": ParamSpec((d,), ("embed",), "ones")}
+    specs["mtp"] = _stack(mtp, cfg.num_mtp_layers, "mtp_layers")
+  return specs
+
+
+def _is_spec(x) -> bool:
+  return isinstance(x, ParamSpec)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
+  """Random init (normal(0, initializer_range) for matrices, ones for norms, zeros for biases), as HF does.
+
+  Jit it with `out_shardings` (see c2jax.parallel) to build a large model directly into its shards.
+  """
+  specs = param_specs(cfg)
+  leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
+  keys = jax.random.split(key, len(leaves))
+
+  def make(spec: ParamSpec, k: jax.Array) -> jax.Array:
+    dtype = jnp.dtype(spec.dtype or cfg.param_dtype)
+    if spec.init == "ones":
+      return jnp.ones(spec.shape, dtype)
+    if spec.init == "zeros":
+      return jnp.zeros(spec.shape, dtype)
+    return (cfg.initializer_range * jax.random.normal(k, spec.shape, jnp.float32)).astype(dtype)
+
+  return jax.tree.unflatten(treedef, [make(s, k) for s, k in zip(leaves, keys)])
+
+
+def abstract_params(cfg: ModelConfig) -> Params:
+  """`jax.ShapeDtypeStruct`s of the params: no memory is allocated (safe for the 1T-parameter config)."""
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype or cfg.param_dtype)),
+                      param_specs(cfg), is_leaf=_is_spec)
+
+
+def logical_axes(cfg: ModelConfig) -> Params:
+  """The logical axis names of every param (a tuple of str per leaf), for `flax.linen.logical_to_mesh_sharding`."""
+  return jax.tree.map(lambda s: jax.sharding.PartitionSpec(*s.axes), param_specs(cfg), is_leaf=_is_spec)
+
+
+def trainable_mask(params: Params) -> Params:
+  """True for leaves trained by gradient; False for `router_bias`, which follows the balancing rule instead."""
+  def walk(tree, name=""):
+    if isinstance(tree, dict):
+      return {k: walk(v, k) for k, v in tree.items()}
+    return name != "router_bias"
+  return walk(params)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamCount:
+  """Parameter counts. `active` counts what one token touches: K routed experts per MoE layer, all else whole."""
+
+  total: int
+  active: int
+  embedding: int  # input embedding + LM head
+  mtp: int  # MTP modules (not in total/active; speculative decoding and MTP training only)
+
+  def summary(self) -> str:
+    return (f"total {self.total / 1e9:.3f}B, active {self.active / 1e9:.3f}B "
+            f"(embedding+head {self.embedding / 1e9:.3f}B; MTP modules {self.mtp / 1e9:.3f}B extra)")
+
+
+def _size(tree) -> int:
+  return sum(math.prod(s.shape) for s in jax.tree.leaves(tree, is_leaf=_is_spec))
+
+
+def count_params(cfg: ModelConfig) -> ParamCount:
+  """Total and active parameter counts of the main model (MTP counted apart), from shapes only."""
+  specs = param_specs(cfg)
+  mtp = _size(specs.pop("mtp", {}))
+  total = _size(specs)
+  routed = _size(specs["moe_layers"]["moe"]["experts"]) if "moe_layers" in specs else 0
+  inactive = routed - (routed * cfg.num_experts_per_tok // cfg.n_routed_experts if routed else 0)
+  return ParamCount(total=total, active=total - inactive, embedding=_size(specs["embed"]) + _size(specs["lm_head"]),
+                    mtp=mtp)

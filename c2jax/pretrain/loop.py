@@ -1,0 +1,99 @@
+"""A small LM training loop: stdlib-code batches, the jitted `train_step`, logging, held-out eval, checkpoint.
+
+This is the driver of `experiments/pretrain_main.py` on the tiny default. It logs to stdout, to TensorBoard
+(`<workdir>/tb`), and to `<workdir>/metrics.jsonl`, and saves the final params as a c2jax model checkpoint
+(`<workdir>/checkpoint`, readable by `tools/logits.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import pathlib
+import time
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import tqdm
+
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.data import stdlib_corpus
+from c2jax.model import losses
+from c2jax.model.config import ModelConfig
+from c2jax.model.transformer import forward
+from c2jax.pretrain.step import StepConfig, init_state, train_step
+
+
+def model_config_from(c: ml_collections.ConfigDict) -> ModelConfig:
+  """configs/model/<c.model>.py's config with `c.model_overrides` applied."""
+  try:
+    module = importlib.import_module(f"configs.model.{c.model}")
+  except ModuleNotFoundError as e:
+    raise ValueError(f"model={c.model!r}: no configs/model/{c.model}.py; pick one of the files there.") from e
+  return module.get_model_config().replace(**dict(c.model_overrides))
+
+
+def eval_loss(params, cfg: ModelConfig, batches: list[np.ndarray]) -> float:
+  """Mean next-token CE (nats/token) over held-out batches."""
+  f = jax.jit(lambda p, t: losses.next_token_loss(forward(p, t, cfg=cfg, with_mtp=False).logits, t))
+  terms = [f(params, jnp.asarray(b)) for b in batches]
+  return float(sum(t.sum for t in terms) / sum(t.weight for t in terms))
+
+
+def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains for c.steps steps; returns the final metrics (train loss, held-out loss before and after)."""
+  work = pathlib.Path(workdir)
+  work.mkdir(parents=True, exist_ok=True)
+  cfg = model_config_from(c)
+  tok = ByteTokenizer()
+  if cfg.vocab_size < tok.vocab_size:
+    raise ValueError(f"vocab_size={cfg.vocab_size} < {tok.vocab_size} byte tokens: set model_overrides.vocab_size.")
+  hp = StepConfig(**dict(c.step))
+  rng = np.random.default_rng(c.seed)
+  train = stdlib_corpus.token_stream("train", tok, max_files=c.max_train_files)
+  held = stdlib_corpus.token_stream("heldout", tok)
+  eval_batches = [stdlib_corpus.random_windows(held, c.batch_size, c.seq_len, np.random.default_rng(1000 + i))
+                  for i in range(c.eval_batches)]
+  logging.info("model: %s", cfg)
+  state = init_state(cfg, hp, jax.random.key(c.seed))
+  step_fn = jax.jit(functools.partial(train_step, cfg=cfg, hp=hp), donate_argnums=0)
+
+  try:
+    from tensorboardX import SummaryWriter
+    tb = SummaryWriter(str(work / "tb"))
+  except ImportError:  # TensorBoard logging is optional; metrics.jsonl always has everything.
+    tb = None
+  before = eval_loss(state.params, cfg, eval_batches)
+  history = []
+  t0 = time.perf_counter()
+  with open(work / "metrics.jsonl", "w") as log, tqdm.trange(c.steps, desc="train", unit="step") as bar:
+    for i in bar:
+      batch = {"tokens": jnp.asarray(stdlib_corpus.random_windows(train, c.batch_size, c.seq_len, rng))}
+      state, metrics = step_fn(state, batch)
+      if (i + 1) % c.log_every == 0 or i + 1 == c.steps:
+        m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        m["step"] = i + 1
+        m["tokens_per_s"] = (i + 1) * c.batch_size * c.seq_len / (time.perf_counter() - t0)
+        history.append(m)
+        log.write(json.dumps(m) + "\n")
+        bar.set_postfix(loss=f"{m['loss']:.3f}", ce=f"{m['ce']:.3f}")
+        if tb is not None:
+          for k, v in m.items():
+            tb.add_scalar(f"train/{k}", v, i + 1)
+  after = eval_loss(state.params, cfg, eval_batches)
+  result = {"steps": c.steps, "train_loss": history[-1]["loss"], "heldout_ce_before": before,
+            "heldout_ce_after": after, "tokens_per_s": history[-1]["tokens_per_s"]}
+  if tb is not None:
+    tb.add_scalar("eval/heldout_ce", after, c.steps)
+    tb.close()
+  if c.save_checkpoint:
+    from c2jax.model.checkpoint import save_checkpoint
+    save_checkpoint(str(work / "checkpoint"), state.params, cfg)
+    result["checkpoint"] = str(work / "checkpoint")
+  (work / "result.json").write_text(json.dumps(result, indent=2))
+  return result

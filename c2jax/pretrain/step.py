@@ -1,0 +1,114 @@
+"""The language-model train step: next-token CE (+ MTP CE, + z-loss), AdamW, and the balancing-bias update.
+
+  state, metrics = train_step(state, batch, cfg=..., hp=...)     # jit with donate_argnums=0
+
+A pure function of (state, batch): it runs unchanged on one CPU device or under a sharded mesh (state built from
+abstract shapes into its shardings by the caller).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from c2jax.model import losses
+from c2jax.model import moe as moe_lib
+from c2jax.model.config import ModelConfig
+from c2jax.model.params import Params, init_params, trainable_mask
+from c2jax.model.transformer import forward
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+  """Optimization hyperparameters of the LM step.
+
+  Attributes:
+    learning_rate: peak learning rate (a schedule is built by `make_optimizer`).
+    warmup_steps / total_steps: linear warmup then cosine decay to `final_lr_fraction` x peak.
+    weight_decay, b1, b2, eps: AdamW.
+    grad_clip: global-norm clipping (0 disables).
+    mtp_weight: lambda, the MTP loss weight (DeepSeek-V3 uses 0.3 then 0.1).
+    z_loss_weight: weight of the z-loss (0 disables).
+    bias_update_rate: u of the aux-loss-free balancing rule (0 disables).
+  """
+
+  learning_rate: float = 3e-4
+  warmup_steps: int = 10
+  total_steps: int = 1000
+  final_lr_fraction: float = 0.1
+  weight_decay: float = 0.1
+  b1: float = 0.9
+  b2: float = 0.95
+  eps: float = 1e-8
+  grad_clip: float = 1.0
+  mtp_weight: float = 0.3
+  z_loss_weight: float = 0.0
+  bias_update_rate: float = 1e-3
+
+
+def make_optimizer(hp: StepConfig) -> optax.GradientTransformation:
+  """AdamW with warmup + cosine decay and clipping; leaves outside `trainable_mask` are never touched."""
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, hp.learning_rate, max(hp.warmup_steps, 1), max(hp.total_steps, hp.warmup_steps + 1),
+      end_value=hp.learning_rate * hp.final_lr_fraction)
+  chain = [optax.clip_by_global_norm(hp.grad_clip)] if hp.grad_clip > 0 else []
+  chain.append(optax.adamw(schedule, b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=hp.weight_decay))
+  tx = optax.chain(*chain)
+  return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
+                               lambda p: jax.tree.map(lambda m: "train" if m else "frozen", trainable_mask(p)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+  """step: int32 scalar; params; opt_state."""
+
+  step: jax.Array
+  params: Params
+  opt_state: Any
+
+
+jax.tree_util.register_dataclass(TrainState, data_fields=["step", "params", "opt_state"], meta_fields=[])
+
+
+def init_state(cfg: ModelConfig, hp: StepConfig, key: jax.Array) -> TrainState:
+  params = init_params(cfg, key)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=make_optimizer(hp).init(params))
+
+
+def loss_fn(params: Params, batch: dict, cfg: ModelConfig, hp: StepConfig):
+  """Scalar loss and aux for a batch {tokens [B, T], loss_mask?, positions?, segment_ids?}."""
+  tokens = batch["tokens"]
+  mask = batch.get("loss_mask")
+  out = forward(params, tokens, cfg=cfg, positions=batch.get("positions"), segment_ids=batch.get("segment_ids"),
+                token_mask=batch.get("token_mask"), with_mtp=hp.mtp_weight > 0)
+  ce = losses.next_token_loss(out.logits, tokens, mask)
+  loss = ce.mean
+  metrics = {"ce": ce.mean, "tokens": ce.weight}
+  if out.mtp_logits is not None and hp.mtp_weight > 0:
+    mtp = losses.mtp_loss(out.mtp_logits, tokens, mask)
+    loss = loss + hp.mtp_weight * mtp.mean
+    metrics["mtp_ce"] = mtp.mean
+  if hp.z_loss_weight > 0:
+    z = losses.z_loss(out.logits[:, :-1], None if mask is None else mask[:, 1:])
+    loss = loss + hp.z_loss_weight * z.mean
+    metrics["z_loss"] = z.mean
+  metrics["loss"] = loss
+  return loss, (metrics, out.expert_load)
+
+
+def train_step(state: TrainState, batch: dict, *, cfg: ModelConfig, hp: StepConfig) -> tuple[TrainState, dict]:
+  """One AdamW step on `batch`; also moves the router correction biases by the balancing rule."""
+  (_, (metrics, load)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, cfg, hp)
+  updates, opt_state = make_optimizer(hp).update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  if hp.bias_update_rate > 0 and "moe_layers" in params:
+    moe = params["moe_layers"]["moe"]
+    new_bias = moe_lib.update_correction_bias(moe["router_bias"], load, hp.bias_update_rate)
+    params = {**params, "moe_layers": {**params["moe_layers"], "moe": {**moe, "router_bias": new_bias}}}
+    metrics["expert_load_max"] = jnp.max(load) * cfg.n_routed_experts  # 1.0 means perfectly balanced
+  metrics["grad_norm"] = optax.global_norm(grads)
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics

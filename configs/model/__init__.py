@@ -1,0 +1,1 @@
+"""Model architecture presets; each module defines `get_model_config()` -> ModelConfig."""

@@ -1,0 +1,38 @@
+"""c2jax: a JAX/XLA implementation of the Composer 2 training system (Cursor Research, arXiv:2603.24477)."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="c2jax",
+    version="0.1.0",
+    description="JAX/XLA research codebase for the Composer 2 training recipe (MoE, continued pretraining, async RL).",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["c2jax*", "pallas_kernels*", "configs*"]),
+    install_requires=[
+        # jax 0.10.x (Python 3.11 CPU here) through 0.11+ (Python 3.12 + CUDA on GPU hosts).
+        "jax>=0.10.0,<0.13",
+        "flax>=0.12.0,<0.14",
+        "optax>=0.2.5,<0.4",
+        "orbax-checkpoint>=0.11.0,<0.14",
+        "grain>=0.2.10,<0.4",
+        "tensorstore>=0.1.75",
+        "ml-collections>=1.0.0",
+        "chex>=0.1.90",
+        "absl-py>=2.1.0",
+        "numpy>=1.26",
+        "ml-dtypes>=0.5.0",
+        "tqdm>=4.66",
+        "tensorboardX>=2.6",
+    ],
+    extras_require={
+        # Test-only: HF transformers + CPU PyTorch for parity checks (2.13.0 has a CPU build on the CI disk).
+        "test": [
+            "pytest>=8.0",
+            "torch==2.13.0",
+            "transformers>=5.0,<6",
+            "safetensors>=0.4",
+        ],
+    },
+)
