@@ -110,5 +110,5 @@ def train_step(state: TrainState, batch: dict, *, cfg: ModelConfig, hp: StepConf
     new_bias = moe_lib.update_correction_bias(moe["router_bias"], load, hp.bias_update_rate)
     params = {**params, "moe_layers": {**params["moe_layers"], "moe": {**moe, "router_bias": new_bias}}}
     metrics["expert_load_max"] = jnp.max(load) * cfg.n_routed_experts  # 1.0 means perfectly balanced
-  metrics["grad_norm"] = optax.global_norm(grads)
+  metrics["grad_norm"] = optax.tree.norm(grads)
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
