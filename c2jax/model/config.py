@@ -82,7 +82,7 @@ class ModelConfig:
 
   Attributes mirror HF `DeepseekV3Config`: d_model=hidden_size, n_layers=num_hidden_layers,
   n_heads=num_attention_heads, num_mtp_layers=num_nextn_predict_layers. `moe_dispatch`,
-  `moe_capacity_factor`, `remat` and `dtype` are implementation choices: they never change the math.
+  `moe_capacity_factor`, `remat`, `scan_unroll` and `dtype` are implementation choices: they never change the math.
   """
 
   vocab_size: int = 256
@@ -116,6 +116,7 @@ class ModelConfig:
   moe_dispatch: MoeDispatch = MoeDispatch.AUTO
   moe_capacity_factor: float = 1.25
   remat: Remat = Remat.NONE
+  scan_unroll: int = 1  # layers per scan iteration; unrolling shallow models saves per-iteration overhead on CPU.
 
   def __post_init__(self):
     def need(cond: bool, msg: str):
@@ -141,6 +142,7 @@ class ModelConfig:
              "topk_group groups must hold at least num_experts_per_tok experts.")
       need(self.moe_capacity_factor > 0, "moe_capacity_factor must be positive.")
     need(self.num_mtp_layers >= 0, "num_mtp_layers must be >= 0.")
+    need(self.scan_unroll >= 1, f"scan_unroll={self.scan_unroll} must be >= 1.")
     need(self.dtype in ("float32", "bfloat16", "float16"), f"dtype={self.dtype!r}: use float32, bfloat16 or float16.")
     need(self.param_dtype in ("float32", "bfloat16"), f"param_dtype={self.param_dtype!r}: use float32 or bfloat16.")
 

@@ -14,6 +14,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from c2jax.model import rope as rope_lib
 from c2jax.model.config import ModelConfig
@@ -76,25 +77,107 @@ def attention_mask(q_positions: jax.Array, k_positions: jax.Array, q_segments: j
   return mask[:, None]
 
 
-def attend(p: dict, lat: Latents, mask: jax.Array, cfg: ModelConfig) -> jax.Array:
-  """Attention of queries over keys expanded from the latents; returns per-head values [B, T, N, Hv].
+# Query blocks of the causal attention: at most this many, each at least `_MIN_QUERY_BLOCK` rows. Block i attends
+# only to keys [0, end of block i), so about (n + 1) / 2n of the T x S scores are computed (5/8 for T=256).
+_MAX_QUERY_BLOCKS = 8
+_MIN_QUERY_BLOCK = 64
+
+
+def _scores_bias(q_positions, k_positions, q_segments, k_segments) -> jax.Array:
+  """0 where a query may attend, float32 min elsewhere: [B, 1, Tq, Sk] (see `attention_mask`)."""
+  mask = attention_mask(q_positions, k_positions, q_segments, k_segments)
+  return jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)
+
+
+def _block_forward(q, k, v, bias):
+  """Softmax attention of one query block: q [B, t, N, H] (pre-scaled), k [B, s, N, H], v [B, s, N, Hv].
+
+  Returns (out [B, t, N, Hv], log-sum-exp [B, N, t, 1] float32), the only residual the backward pass needs
+  besides the inputs.
+  """
+  logits = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) + bias
+  m = jnp.max(logits, axis=-1, keepdims=True)
+  e = jnp.exp(logits - m)
+  denom = jnp.sum(e, axis=-1, keepdims=True)
+  out = jnp.einsum("bnts,bsnh->btnh", (e / denom).astype(v.dtype), v)
+  return out, m + jnp.log(denom)
+
+
+@jax.custom_vjp
+def _attention_block(q, k, v, q_positions, k_positions, q_segments, k_segments):
+  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
+  return _block_forward(q, k, v, bias)[0]
+
+
+def _attention_block_fwd(q, k, v, q_positions, k_positions, q_segments, k_segments):
+  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
+  out, lse = _block_forward(q, k, v, bias)
+  return out, (q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse)
+
+
+def _attention_block_bwd(res, d_out):
+  # Recomputes the probabilities from the saved log-sum-exp (flash-attention style): nothing of size T x S is
+  # kept between the passes, which on CPU saves more memory traffic than the recompute costs.
+  q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse = res
+  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
+  logits = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) + bias
+  probs = jnp.exp(logits - lse)
+  dv = jnp.einsum("bnts,btnh->bsnh", probs.astype(d_out.dtype), d_out)
+  dprobs = jnp.einsum("btnh,bsnh->bnts", d_out, v, preferred_element_type=jnp.float32)
+  delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1).transpose(0, 2, 1)[..., None]
+  dlogits = (probs * (dprobs - delta)).astype(q.dtype)
+  dq = jnp.einsum("bnts,bsnh->btnh", dlogits, k)
+  dk = jnp.einsum("bnts,btnh->bsnh", dlogits, q)
+
+  def no_grad(a):
+    return None if a is None else np.zeros(a.shape, jax.dtypes.float0)
+
+  return dq, dk, dv, no_grad(q_positions), no_grad(k_positions), no_grad(q_segments), no_grad(k_segments)
+
+
+_attention_block.defvjp(_attention_block_fwd, _attention_block_bwd)
+
+
+def query_block_size(t: int) -> int:
+  """Rows per query block for a sequence of t tokens (a multiple of 8, or t itself)."""
+  block = max(_MIN_QUERY_BLOCK, -(-t // _MAX_QUERY_BLOCKS))
+  block = -(-block // 8) * 8
+  return min(block, t)
+
+
+def attend(p: dict, lat: Latents, positions: jax.Array, segment_ids: jax.Array | None,
+           cfg: ModelConfig) -> jax.Array:
+  """Causal self-attention over keys expanded from the latents; returns per-head values [B, T, N, Hv].
+
+  Queries are taken in blocks; block [i, j) attends to keys [0, j) only. That is exact for self-attention
+  when a key after the query is always masked: positions increase with the index inside each segment (how
+  sequences and packed documents are laid out), so `attention_mask` masks every later key. Each block has a
+  hand-written VJP that keeps only its inputs, output and log-sum-exp.
 
   Args:
     p: attention params.
-    lat: `Latents` (queries [B, T, ...], keys [B, S, ...]).
-    mask: [B, 1, T, S] bools, True where a query may attend.
+    lat: `Latents`, queries and keys of the same T tokens.
+    positions: [B, T] int positions.
+    segment_ids: [B, T] int document ids, or None for one document per row.
     cfg: model config.
   """
   dt = lat.c_kv.dtype
   kv = jnp.einsum("bsl,lnh->bsnh", lat.c_kv, p["kv_b"].astype(dt))
   k_nope, v = kv[..., :cfg.qk_nope_head_dim], kv[..., cfg.qk_nope_head_dim:]
-  # The rope key is shared by all heads: contract it once per head pair without broadcasting it N times.
-  logits = (jnp.einsum("btnh,bsnh->bnts", lat.q_nope, k_nope, preferred_element_type=jnp.float32) +
-            jnp.einsum("btnr,bsr->bnts", lat.q_rope, lat.k_rope, preferred_element_type=jnp.float32))
-  logits = logits * cfg.attention_scale
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(logits, axis=-1).astype(dt)
-  return jnp.einsum("bnts,bsnh->btnh", probs, v)
+  # One contraction over [nope | rope] (the rope key broadcast to every head) costs one T x S pass instead of
+  # two; the scale goes on q, which is S/H times smaller than the scores.
+  q = jnp.concatenate([lat.q_nope, lat.q_rope], axis=-1) * jnp.asarray(cfg.attention_scale, dt)
+  k_rope = jnp.broadcast_to(lat.k_rope[:, :, None, :], k_nope.shape[:3] + lat.k_rope.shape[-1:])
+  k = jnp.concatenate([k_nope, k_rope], axis=-1)
+  t = q.shape[1]
+  block = query_block_size(t)
+  outs = []
+  for i in range(0, t, block):
+    j = min(i + block, t)
+    seg_q = None if segment_ids is None else segment_ids[:, i:j]
+    seg_k = None if segment_ids is None else segment_ids[:, :j]
+    outs.append(_attention_block(q[:, i:j], k[:, :j], v[:, :j], positions[:, i:j], positions[:, :j], seg_q, seg_k))
+  return jnp.concatenate(outs, axis=1)
 
 
 def output_projection(p: dict, values: jax.Array) -> jax.Array:
@@ -111,6 +194,5 @@ def mla(p: dict, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | No
   """Full-sequence causal MLA: x [B, T, D], positions [B, T], segment_ids [B, T] or None -> [B, T, D]."""
   cos, sin = rope_lib.rope_angles(positions, cfg.rope, cfg.qk_rope_head_dim)
   lat = project_latents(p, x, cos, sin, cfg)
-  mask = attention_mask(positions, positions, segment_ids, segment_ids)
-  values = attend(p, lat, mask, cfg)
+  values = attend(p, lat, positions, segment_ids, cfg)
   return output_projection(p, values)

@@ -117,8 +117,13 @@ def experts_ragged(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict) -> j
 
 
 def slot_capacity(num_assignments: int, num_experts: int, capacity_factor: float) -> int:
-  """Slots per expert per round: capacity_factor x the balanced load, rounded up to a multiple of 4."""
-  c = math.ceil(capacity_factor * num_assignments / num_experts)
+  """Slots per expert per round: capacity_factor x the balanced load, rounded up to a multiple of 4.
+
+  At least the balanced load plus 4 standard deviations of a random (multinomial) one, so that with many
+  experts (a small balanced load) an ordinary fluctuation does not cost a whole second round.
+  """
+  mean = num_assignments / num_experts
+  c = math.ceil(max(capacity_factor * mean, mean + 4 * math.sqrt(mean)))
   return max(4, -(-c // 4) * 4)
 
 
@@ -259,6 +264,9 @@ class MoeOutput:
   y: jax.Array
   expert_ids: jax.Array
   load: jax.Array
+
+
+jax.tree_util.register_dataclass(MoeOutput, data_fields=["y", "expert_ids", "load"], meta_fields=[])
 
 
 def moe_ffn(p: dict, x: jax.Array, cfg: ModelConfig, forced_ids: jax.Array | None = None,

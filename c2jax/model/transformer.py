@@ -86,7 +86,7 @@ def _scan_blocks(stacked: dict, h, positions, segment_ids, cfg: ModelConfig, for
     return out_h, None
 
   step = _remat(step, cfg)
-  h, ys = jax.lax.scan(step, h, (stacked, forced_ids))
+  h, ys = jax.lax.scan(step, h, (stacked, forced_ids), unroll=cfg.scan_unroll)
   if is_moe:
     return h, ys[0], ys[1]
   return h, None, None

@@ -108,8 +108,8 @@ class DispatchTest(parameterized.TestCase):
     chex.assert_trees_all_close(g_got, g_ref, atol=1e-4, rtol=1e-4)
 
   def test_slot_capacity(self):
-    self.assertEqual(moe.slot_capacity(64, 8, 1.0), 8)
-    self.assertEqual(moe.slot_capacity(64, 8, 1.25), 12)
+    self.assertEqual(moe.slot_capacity(8192, 16, 1.25), 640)  # cf x balanced load
+    self.assertEqual(moe.slot_capacity(8192, 128, 1.25), 96)  # balanced + 4 sigma: 64 + 32
     self.assertEqual(moe.slot_capacity(4, 8, 1.0), 4)
 
   def test_moe_ffn_load_and_shapes(self):

@@ -1,0 +1,412 @@
+"""Training-step throughput of c2jax against HF transformers on this CPU, MFU, and the cost of more experts.
+
+  .venv/bin/python tools/bench_model.py                      # tiny config, batch 8 x 256, ~2-4 min on 2 cores
+  .venv/bin/python tools/bench_model.py --malloc_tuning      # glibc keeps freed memory (see the flag)
+  .venv/bin/python tools/bench_model.py --c2jax_path=/tmp/candidate --experts_sweep=   # A/B a changed copy
+  .venv/bin/python tools/bench_model.py --config=tiny --batch=4 --seq_len=512 --skip_hf
+  XLA_FLAGS=--xla_cpu_multi_thread_eigen=false .venv/bin/python tools/bench_model.py   # try an XLA flag
+
+Three measurements, all in one process so that they share the machine's state of the moment:
+
+1. Throughput (tokens/s) of one training step (forward + backward + AdamW) of the same architecture and batch:
+   c2jax's jitted `train_step` (float32, MTP off) against HF `DeepseekV3ForCausalLM` (eager PyTorch, float32,
+   forward with labels + backward + `torch.optim.AdamW.step`). Repeats alternate c2jax, HF, c2jax, ... after
+   warm-up, so that a slow phase of a shared machine hurts both sides alike; medians are reported, with the
+   process CPU time per step (all threads), which other tenants of a shared machine disturb less than wall
+   time. Weights are initialized independently with the same distribution (routing statistics, hence the MoE
+   work, match). HF runs with its defaults (sdpa attention, grouped_mm experts), torch threads = available
+   cores, and denormals flushed to zero as XLA:CPU does.
+2. Achieved FLOP/s of each step as a fraction of a large jitted `jnp.dot` on the same CPU (the practical
+   ceiling, best of samples taken between the repeats), with model FLOPs per step
+     6 * P_active * B * T  +  6 * L * B * (T^2 / 2) * N * (H_qk + H_v)
+   where P_active = `count_params(cfg).active` minus the input embedding (a gather, not a matmul); it still
+   counts the LM head, the router and K of the E routed experts per MoE layer. The second term is causal
+   attention (QK^T and PV, half of the T x T pairs, 2 FLOPs per multiply-add, x3 for forward + backward).
+   Executed FLOPs differ (masked scores, recomputation, capacity padding); this counts the model's.
+3. c2jax step time as the number of routed experts grows at fixed top-k (n_group = topk_group = 1), t(E) and
+   t(E_max) / t(E_min): dispatch that does work proportional to K (not E) keeps this near 1.
+
+The last line printed is one JSON object with every figure; a readable table precedes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import statistics
+import sys
+import time
+import types
+from typing import TYPE_CHECKING, Any
+
+from absl import app
+from absl import flags
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+if TYPE_CHECKING:
+  from c2jax.model.config import ModelConfig
+
+# Tools run as scripts (`python tools/x.py`): the repo root holds `c2jax` and `configs`. They are imported in
+# main(), after flags, so that --c2jax_path can put a candidate checkout first; `_c2` holds the modules.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_c2 = types.SimpleNamespace()
+
+_CONFIG = flags.DEFINE_string("config", "tiny", "Model config: a module name under configs/model (e.g. tiny), a "
+                              "dotted module path, or a .py file; it must define get_model_config().")
+_BATCH = flags.DEFINE_integer("batch", 8, "B, sequences per step.")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", 256, "T, tokens per sequence.")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats per side (interleaved); medians are reported.")
+_STEPS = flags.DEFINE_integer("steps_per_repeat", 3, "Training steps per timed repeat.")
+_EXPERTS_SWEEP = flags.DEFINE_string("experts_sweep", "8,32,128", "Routed-expert counts for the c2jax scaling "
+                                     "sweep at fixed top-k (empty: skip the sweep).")
+_SWEEP_REPEATS = flags.DEFINE_integer("sweep_repeats", 3, "Timed repeats per expert count in the sweep.")
+_SKIP_HF = flags.DEFINE_bool("skip_hf", False, "Time c2jax only (no torch / transformers needed).")
+_MOE_DISPATCH = flags.DEFINE_enum("moe_dispatch", None, ["dense", "slots", "ragged", "auto"],
+                                  "Override the config's moe_dispatch (default: keep the config's).")
+_MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n x n float32 matmul that measures peak FLOP/s.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and of the random token batch.")
+_C2JAX_PATH = flags.DEFINE_string("c2jax_path", None, "A directory holding a candidate `c2jax` package (and "
+                                  "`configs`) to benchmark instead of this checkout's, e.g. a scratch copy.")
+_MALLOC_TUNING = flags.DEFINE_bool(
+    "malloc_tuning", False, "Keep freed memory in glibc's main heap (mallopt: one arena, no mmap, no trim) for "
+    "both sides. XLA allocates each step's temp buffer afresh; above the mmap threshold (and always from a "
+    "thread arena) that is a new mmap whose pages fault in on first touch, every step.")
+
+
+def _import_c2jax() -> str:
+  """Fills `_c2` from --c2jax_path when given, else this checkout; returns the directory it came from."""
+  sys.path.insert(0, os.path.abspath(_C2JAX_PATH.value) if _C2JAX_PATH.value else _ROOT)
+  _c2.config = importlib.import_module("c2jax.model.config")
+  _c2.params = importlib.import_module("c2jax.model.params")
+  _c2.step = importlib.import_module("c2jax.pretrain.step")
+  return os.path.abspath(os.path.join(os.path.dirname(_c2.config.__file__), "..", ".."))  # <root>/c2jax/model
+
+
+def _tune_malloc():
+  """mallopt(M_ARENA_MAX=1, M_MMAP_MAX=0, M_TRIM_THRESHOLD=2 GiB); must run before JAX and torch start threads."""
+  import ctypes  # pylint: disable=g-import-not-at-top
+  libc = ctypes.CDLL("libc.so.6")
+  m_trim_threshold, m_mmap_max, m_arena_max = -1, -4, -8
+  ok = libc.mallopt(m_arena_max, 1) and libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)
+  if not ok:
+    raise RuntimeError("mallopt failed: run without --malloc_tuning (non-glibc libc?).")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Config and FLOPs
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def load_model_config(name: str) -> ModelConfig:
+  """Resolves --config: a file path, a dotted module path, or a module name under configs/model."""
+  if name.endswith(".py"):
+    spec = importlib.util.spec_from_file_location("bench_model_config", name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  else:
+    module_name = name if "." in name else f"configs.model.{name}"
+    try:
+      module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+      known = sorted(f[:-3] for f in os.listdir(os.path.join(_ROOT, "configs", "model"))
+                     if f.endswith(".py") and not f.startswith("_"))
+      raise ValueError(f"--config={name}: no module {module_name}; use one of {known}, a dotted module path or a "
+                       ".py file.") from e
+  if not hasattr(module, "get_model_config"):
+    raise ValueError(f"--config={name}: {module.__name__} has no get_model_config(); point --config at a module "
+                     "under configs/model.")
+  return module.get_model_config()
+
+
+def bench_config(cfg: ModelConfig) -> ModelConfig:
+  """The config both sides run: float32, no MTP modules (HF's DeepseekV3ForCausalLM has none)."""
+  cfg = cfg.replace(num_mtp_layers=0, dtype="float32", param_dtype="float32")
+  if _MOE_DISPATCH.value is not None:
+    cfg = cfg.replace(moe_dispatch=_c2.config.MoeDispatch(_MOE_DISPATCH.value))
+  return cfg
+
+
+def step_flops(cfg: ModelConfig, b: int, t: int) -> float:
+  """Model FLOPs of one training step (see the module docstring for the formula)."""
+  active = _c2.params.count_params(cfg).active - cfg.vocab_size * cfg.d_model  # the input embedding is a lookup
+  attention = 6 * cfg.n_layers * b * (t * t / 2) * cfg.n_heads * (cfg.qk_head_dim + cfg.v_head_dim)
+  return 6.0 * active * b * t + attention
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Timed runners: each is (warm-up, timed repeat) over a fixed batch; `repeat` runs `steps` steps and returns.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class C2jaxRunner:
+  """The jitted, state-donating c2jax `train_step` on a fixed batch."""
+
+  def __init__(self, cfg: ModelConfig, tokens: np.ndarray, seed: int):
+    self.cfg = cfg
+    self.hp = _c2.step.StepConfig(mtp_weight=0.0)
+    self.batch = {"tokens": jnp.asarray(tokens, jnp.int32)}
+    self.step = jax.jit(lambda s, b: _c2.step.train_step(s, b, cfg=cfg, hp=self.hp), donate_argnums=0)
+    self.state = jax.jit(lambda k: _c2.step.init_state(cfg, self.hp, k))(jax.random.key(seed))
+    self.compile_s = 0.0
+
+  def warmup(self, steps: int = 3):
+    """Compiles (timed as `compile_s`) and runs `steps` steps; `loss` is the first step's, a sanity check."""
+    t0 = time.perf_counter()
+    self.state, metrics = self.step(self.state, self.batch)
+    jax.block_until_ready((self.state, metrics))
+    self.compile_s = time.perf_counter() - t0
+    self.loss = float(metrics["loss"])
+    for _ in range(steps - 1):
+      self.state, metrics = self.step(self.state, self.batch)
+    jax.block_until_ready((self.state, metrics))
+
+  def repeat(self, steps: int):
+    for _ in range(steps):
+      self.state, metrics = self.step(self.state, self.batch)
+    jax.block_until_ready((self.state, metrics))
+
+
+def hf_config_kwargs(cfg: ModelConfig, accepted: set[str]) -> dict[str, Any]:
+  """`cfg.to_hf_dict()` restricted to what `DeepseekV3Config` accepts (e.g. drops model_type)."""
+  kw = {k: v for k, v in cfg.to_hf_dict().items() if k in accepted}
+  if "num_mtp_layers" in accepted:  # transformers 5 names the MTP depth so; keep it 0 like c2jax's side.
+    kw["num_mtp_layers"] = 0
+  return kw
+
+
+class HfRunner:
+  """HF DeepseekV3ForCausalLM in eager PyTorch: forward with labels, backward, AdamW step."""
+
+  def __init__(self, cfg: ModelConfig, tokens: np.ndarray, seed: int, threads: int):
+    import torch  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top
+
+    torch.set_num_threads(threads)
+    # XLA:CPU runs with denormals flushed to zero; do the same so that tiny AdamW moments cost the same.
+    torch.set_flush_denormal(True)
+    torch.manual_seed(seed)
+    accepted = set(inspect.signature(transformers.DeepseekV3Config.__init__).parameters) - {"self"}
+    hf_cfg = transformers.DeepseekV3Config(**hf_config_kwargs(cfg, accepted))
+    self.model = transformers.DeepseekV3ForCausalLM(hf_cfg).float().train()
+    self.attn_implementation = self.model.config._attn_implementation
+    self.experts_implementation = getattr(self.model.config, "_experts_implementation", None)
+    # Same hyperparameters as c2jax's AdamW (the learning-rate schedule does not change the cost).
+    hp = _c2.step.StepConfig()
+    self.opt = torch.optim.AdamW(self.model.parameters(), lr=hp.learning_rate, betas=(hp.b1, hp.b2), eps=hp.eps,
+                                 weight_decay=hp.weight_decay)
+    self.tokens = torch.from_numpy(tokens.astype(np.int64))
+    self.threads = torch.get_num_threads()
+
+  def _step(self):
+    self.opt.zero_grad(set_to_none=True)
+    out = self.model(input_ids=self.tokens, labels=self.tokens, use_cache=False)
+    out.loss.backward()
+    self.opt.step()
+    return out.loss
+
+  def warmup(self, steps: int = 3):
+    """Runs `steps` steps (the first allocate AdamW state and pick kernels); `loss` is the first step's."""
+    self.loss = float(self._step().detach())
+    for _ in range(steps - 1):
+      self._step()
+
+  def repeat(self, steps: int):
+    for _ in range(steps):
+      self._step()
+
+
+def matmul_flops_per_s(n: int, repeats: int = 10) -> float:
+  """Best-of-`repeats` FLOP/s of a jitted n x n float32 `jnp.dot` (2 n^3 FLOPs)."""
+  a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  jax.block_until_ready(dot(a, b))
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(dot(a, b))
+    times.append(time.perf_counter() - t0)
+  return 2.0 * n ** 3 / min(times)
+
+
+def torch_matmul_flops_per_s(n: int, repeats: int = 10) -> float:
+  """The same for `torch.mm` (oneDNN/MKL), to tell XLA's dot apart from the machine's ceiling."""
+  import torch  # pylint: disable=g-import-not-at-top
+  a, b = torch.randn(n, n), torch.randn(n, n)
+  torch.mm(a, b)
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    torch.mm(a, b)
+    times.append(time.perf_counter() - t0)
+  return 2.0 * n ** 3 / min(times)
+
+
+def timed(runner, steps: int) -> tuple[float, float]:
+  """(wall seconds, process CPU seconds of all threads) per step over one repeat of `steps` steps.
+
+  CPU time is the steadier figure on a shared machine: other tenants stretch wall time, much less our CPU time.
+  """
+  c0, t0 = time.process_time(), time.perf_counter()
+  runner.repeat(steps)
+  return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+
+
+def interleaved(runners: dict[str, Any], repeats: int, steps: int) -> tuple[dict, dict]:
+  """Per-step wall and CPU seconds of each runner, alternating runners within each repeat."""
+  wall: dict[str, list[float]] = {name: [] for name in runners}
+  cpu: dict[str, list[float]] = {name: [] for name in runners}
+  for _ in range(repeats):
+    for name, runner in runners.items():
+      w, c = timed(runner, steps)
+      wall[name].append(w)
+      cpu[name].append(c)
+  return wall, cpu
+
+
+def _available_cores() -> int:
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:
+    return os.cpu_count() or 1
+
+
+def _log(msg: str):
+  print(msg, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _row(name: str, wall: list[float], cpu: list[float], tokens: int, flops: float, peak: float) -> tuple:
+  """One table row: median wall ms, its range, median CPU ms, tokens/s, GFLOP/s, fraction of the matmul peak."""
+  w = statistics.median(wall)
+  return (name, f"{1e3 * w:.1f}", f"{1e3 * min(wall):.1f}..{1e3 * max(wall):.1f}",
+          f"{1e3 * statistics.median(cpu):.1f}", f"{tokens / w:.0f}", f"{flops / w / 1e9:.2f}",
+          f"{flops / w / peak:.1%}")
+
+
+def _table(rows: list[tuple]) -> list[str]:
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+  return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+
+
+def main(argv):
+  del argv
+  if _MALLOC_TUNING.value:
+    _tune_malloc()
+  c2jax_root = _import_c2jax()
+  b, t, steps = _BATCH.value, _SEQ_LEN.value, _STEPS.value
+  cfg = bench_config(load_model_config(_CONFIG.value))
+  tokens = np.random.default_rng(_SEED.value).integers(0, cfg.vocab_size, size=(b, t), dtype=np.int64)
+  cores = _available_cores()
+  flops = step_flops(cfg, b, t)
+  pc = _c2.params.count_params(cfg)
+  # float32 params, grads and two AdamW moments per side; a full-size config would only die of memory later.
+  need, have = 16 * pc.total * (1 if _SKIP_HF.value else 2), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  if need > have:
+    raise ValueError(f"--config={_CONFIG.value} has {pc.total / 1e9:.2f}B params: training it here needs about "
+                     f"{need / 2**30:.0f} GiB of {have / 2**30:.0f} GiB; use a smaller config (e.g. tiny).")
+  _log(f"config {_CONFIG.value} (c2jax from {c2jax_root}): {pc.total / 1e6:.3f}M params, {pc.active / 1e6:.3f}M "
+       f"active; B={b} T={t}; {cores} cores; jax {jax.__version__} ({jax.default_backend()}); "
+       f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; malloc_tuning={_MALLOC_TUNING.value}")
+
+  # 1. Throughput, interleaved; the matmul ceiling is sampled between repeats so that it sees the same machine.
+  runners: dict[str, Any] = {"c2jax": C2jaxRunner(cfg, tokens, _SEED.value)}
+  if not _SKIP_HF.value:
+    runners["hf"] = HfRunner(cfg, tokens, _SEED.value, cores)
+  for name, runner in runners.items():
+    t0 = time.perf_counter()
+    runner.warmup()
+    _log(f"warm-up {name}: {time.perf_counter() - t0:.1f}s")
+  wall: dict[str, list[float]] = {name: [] for name in runners}
+  cpu: dict[str, list[float]] = {name: [] for name in runners}
+  peaks = []
+  for _ in range(_REPEATS.value):
+    w, c = interleaved(runners, 1, steps)
+    for name in runners:
+      wall[name] += w[name]
+      cpu[name] += c[name]
+    peaks.append(matmul_flops_per_s(_MATMUL_SIZE.value, repeats=3))
+  peak = max(peaks)
+  torch_peak = None if _SKIP_HF.value else torch_matmul_flops_per_s(_MATMUL_SIZE.value)
+  med = {name: statistics.median(ws) for name, ws in wall.items()}
+  med_cpu = {name: statistics.median(cs) for name, cs in cpu.items()}
+  tok_s = {name: b * t / s for name, s in med.items()}
+  achieved = {name: flops / s for name, s in med.items()}
+
+  # 2. Expert-count sweep (c2jax only; n_group = 1 so that any E is a valid config), also interleaved.
+  experts = [int(x) for x in _EXPERTS_SWEEP.value.split(",") if x.strip()]
+  sweep_runners = {}
+  for e in experts:
+    ecfg = cfg.replace(n_routed_experts=e, n_group=1, topk_group=1, num_experts_per_tok=min(cfg.num_experts_per_tok, e))
+    sweep_runners[e] = C2jaxRunner(ecfg, tokens, _SEED.value)
+    sweep_runners[e].warmup()
+  sweep_wall, sweep_cpu = interleaved(sweep_runners, _SWEEP_REPEATS.value, steps) if experts else ({}, {})
+  sweep = {e: statistics.median(ws) for e, ws in sweep_wall.items()}
+  e_lo, e_hi = (min(experts), max(experts)) if experts else (None, None)
+  sweep_ratio = sweep[e_hi] / sweep[e_lo] if len(sweep) > 1 else None
+
+  rows = [("", "wall ms/step", "min..max", "CPU ms/step", "tok/s", "GFLOP/s", "of jnp.dot")]
+  rows += [_row(name, wall[name], cpu[name], b * t, flops, peak) for name in runners]
+  rows += [_row(f"c2jax E={e}", sweep_wall[e], sweep_cpu[e], b * t, step_flops(sweep_runners[e].cfg, b, t), peak)
+           for e in experts]
+  lines = _table(rows)
+  lines.append(f"model FLOPs/step {flops / 1e9:.3f} G; jnp.dot {_MATMUL_SIZE.value}^2 f32 {peak / 1e9:.1f} GFLOP/s "
+               f"(best of {len(peaks)} samples)" + ("" if torch_peak is None else f", torch.mm {torch_peak / 1e9:.1f}"))
+  lines.append(f"c2jax: compile {runners['c2jax'].compile_s:.1f}s, dispatch {cfg.moe_dispatch.value}, "
+               f"E={cfg.n_routed_experts} K={cfg.num_experts_per_tok}, first-step loss {runners['c2jax'].loss:.4f}")
+  if "hf" in runners:
+    hf = runners["hf"]
+    lines.append(f"hf: attn={hf.attn_implementation} experts={hf.experts_implementation} threads={hf.threads}, "
+                 f"first-step loss {hf.loss:.4f}; "
+                 f"c2jax/hf tok/s ratio {tok_s['c2jax'] / tok_s['hf']:.2f} "
+                 f"(by CPU time {med_cpu['hf'] / med_cpu['c2jax']:.2f})")
+  if sweep_ratio:
+    lines.append(f"experts sweep at K={cfg.num_experts_per_tok}: t({e_hi})/t({e_lo}) = {sweep_ratio:.2f}")
+  print("\n".join(lines), flush=True)
+
+  def ms(x):
+    return None if x is None else round(1e3 * x, 2)
+
+  has_hf = "hf" in runners
+  result = {
+      "c2jax_tok_s": round(tok_s["c2jax"], 1),
+      "hf_tok_s": round(tok_s["hf"], 1) if has_hf else None,
+      "ratio": round(tok_s["c2jax"] / tok_s["hf"], 3) if has_hf else None,
+      "ratio_cpu_time": round(med_cpu["hf"] / med_cpu["c2jax"], 3) if has_hf else None,
+      "c2jax_ms_per_step": ms(med["c2jax"]),
+      "hf_ms_per_step": ms(med.get("hf")),
+      "c2jax_cpu_ms_per_step": ms(med_cpu["c2jax"]),
+      "hf_cpu_ms_per_step": ms(med_cpu.get("hf")),
+      "c2jax_ms_all": [ms(x) for x in wall["c2jax"]],
+      "hf_ms_all": [ms(x) for x in wall["hf"]] if has_hf else None,
+      "model_gflops_per_step": round(flops / 1e9, 4),
+      "c2jax_gflop_s": round(achieved["c2jax"] / 1e9, 2),
+      "hf_gflop_s": round(achieved["hf"] / 1e9, 2) if has_hf else None,
+      "matmul_gflop_s": round(peak / 1e9, 2),
+      "torch_matmul_gflop_s": round(torch_peak / 1e9, 2) if torch_peak else None,
+      "c2jax_fraction_of_matmul": round(achieved["c2jax"] / peak, 4),
+      "hf_fraction_of_matmul": round(achieved["hf"] / peak, 4) if has_hf else None,
+      "experts_sweep_ms": {str(e): ms(s) for e, s in sweep.items()},
+      "experts_sweep_ratio": round(sweep_ratio, 3) if sweep_ratio else None,
+      "config": _CONFIG.value, "batch": b, "seq_len": t, "steps_per_repeat": steps, "repeats": _REPEATS.value,
+      "moe_dispatch": cfg.moe_dispatch.value, "n_routed_experts": cfg.n_routed_experts,
+      "num_experts_per_tok": cfg.num_experts_per_tok, "active_params": pc.active, "total_params": pc.total,
+      "c2jax_compile_s": round(runners["c2jax"].compile_s, 2), "cores": cores,
+      "c2jax_first_loss": round(runners["c2jax"].loss, 4),
+      "hf_first_loss": round(runners["hf"].loss, 4) if has_hf else None,
+      "malloc_tuning": _MALLOC_TUNING.value, "c2jax_path": c2jax_root,
+      "xla_flags": os.environ.get("XLA_FLAGS", ""),
+  }
+  print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
