@@ -5,7 +5,8 @@ c_kv [Lkv] per token, expanded per head by kv_b; a small decoupled rope key k_ro
 Only c_kv and k_rope (Lkv + R numbers per token and layer) need caching or communicating, which the sampler's
 KV cache and context parallelism exploit.
 
-This is the training-side (expanded) form; see c2jax/actors for the absorbed-weights decode form.
+This is the training-side (expanded) form; a decoder with a latent KV cache would use the absorbed-weights form
+(kv_b folded into the query and output projections), which is not implemented here.
 """
 
 from __future__ import annotations
