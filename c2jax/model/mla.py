@@ -181,6 +181,26 @@ def attend(p: dict, lat: Latents, positions: jax.Array, segment_ids: jax.Array |
   return jnp.concatenate(outs, axis=1)
 
 
+def attend_reference(p: dict, lat: Latents, mask: jax.Array, cfg: ModelConfig) -> jax.Array:
+  """Plain masked softmax attention over the full T x S scores: the reference `attend` is tested against.
+
+  Args:
+    p: attention params.
+    lat: `Latents` (queries [B, T, ...], keys [B, S, ...]).
+    mask: [B, 1, T, S] bools from `attention_mask`, True where a query may attend.
+    cfg: model config.
+  Returns:
+    per-head values [B, T, N, Hv].
+  """
+  dt = lat.c_kv.dtype
+  kv = jnp.einsum("bsl,lnh->bsnh", lat.c_kv, p["kv_b"].astype(dt))
+  k_nope, v = kv[..., :cfg.qk_nope_head_dim], kv[..., cfg.qk_nope_head_dim:]
+  logits = (jnp.einsum("btnh,bsnh->bnts", lat.q_nope, k_nope, preferred_element_type=jnp.float32) +
+            jnp.einsum("btnr,bsr->bnts", lat.q_rope, lat.k_rope, preferred_element_type=jnp.float32))
+  logits = jnp.where(mask, logits * cfg.attention_scale, jnp.finfo(jnp.float32).min)
+  return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1).astype(dt), v)
+
+
 def output_projection(p: dict, values: jax.Array) -> jax.Array:
   """o_proj: [B, T, N, Hv] -> [B, T, D]."""
   dt = values.dtype
