@@ -1,6 +1,5 @@
 """Model-level properties: causality, packing, routing replay, dispatch/remat equivalence, MTP wiring, counts."""
 
-
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
