@@ -20,7 +20,7 @@ import numpy as np
 from c2jax.model import rope as rope_lib
 from c2jax.model.config import ModelConfig
 from c2jax.model.norms import LATENT_NORM_EPS, rms_norm
-from c2jax.model.sharding import constrain
+from c2jax.model.sharding import constrain, current_layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,8 +212,13 @@ def output_projection(p: dict, values: jax.Array) -> jax.Array:
 
 def mla(p: dict, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | None,
         cfg: ModelConfig) -> jax.Array:
-  """Full-sequence causal MLA: x [B, T, D], positions [B, T], segment_ids [B, T] or None -> [B, T, D]."""
+  """Full-sequence causal MLA: x [B, T, D], positions [B, T], segment_ids [B, T] or None -> [B, T, D].
+
+  Under a `Layout` with context parallelism the attention runs there (latents gathered over the context axis).
+  """
   cos, sin = rope_lib.rope_angles(positions, cfg.rope, cfg.qk_rope_head_dim)
   lat = project_latents(p, x, cos, sin, cfg)
-  values = attend(p, lat, positions, segment_ids, cfg)
+  layout = current_layout()
+  attend_fn = attend if layout is None or layout.attention is None else layout.attention
+  values = attend_fn(p, lat, positions, segment_ids, cfg)
   return output_projection(p, values)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from c2jax.model.config import ModelConfig, MoeDispatch
-from c2jax.model.sharding import constrain
+from c2jax.model.sharding import constrain, current_layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,33 +259,45 @@ class MoeOutput:
     expert_ids: [B, T, K] int32 experts chosen (or replayed).
     load: [E] float32 fraction of the B*T*K assignments each expert received (counts only tokens with
       weight > 0 in `token_mask`), the input of the balancing-bias update.
+    dropped: scalar float32, assignments dropped for lack of expert capacity (always 0 unless an
+      expert-parallel layout was given a capacity factor).
   """
 
   y: jax.Array
   expert_ids: jax.Array
   load: jax.Array
+  dropped: jax.Array
 
 
-jax.tree_util.register_dataclass(MoeOutput, data_fields=["y", "expert_ids", "load"], meta_fields=[])
+jax.tree_util.register_dataclass(MoeOutput, data_fields=["y", "expert_ids", "load", "dropped"], meta_fields=[])
 
 
 def moe_ffn(p: dict, x: jax.Array, cfg: ModelConfig, forced_ids: jax.Array | None = None,
             token_mask: jax.Array | None = None) -> MoeOutput:
-  """The DeepSeek-V3 MoE FFN on x [B, T, D]; forced_ids [B, T, K] replays routing; token_mask [B, T] for load."""
+  """The DeepSeek-V3 MoE FFN on x [B, T, D]; forced_ids [B, T, K] replays routing; token_mask [B, T] for load.
+
+  Under a `Layout` with expert parallelism the routed experts run there (tokens exchanged between expert
+  shards); otherwise locally with `cfg.moe_dispatch`.
+  """
   b, t, d = x.shape
-  flat = x.reshape(b * t, d)
-  routing = route(flat, p["router"], p["router_bias"], cfg,
-                  None if forced_ids is None else forced_ids.reshape(b * t, -1))
-  y = routed_experts(flat, routing, p["experts"], cfg).reshape(b, t, d)
+  layout = current_layout()
+  if layout is not None and layout.routed_experts is not None:
+    routed = layout.routed_experts(p, x, cfg, forced_ids)
+    y, ids, dropped = routed.y, routed.ids.reshape(b * t, -1), routed.dropped
+  else:
+    flat = x.reshape(b * t, d)
+    routing = route(flat, p["router"], p["router_bias"], cfg,
+                    None if forced_ids is None else forced_ids.reshape(b * t, -1))
+    y = routed_experts(flat, routing, p["experts"], cfg).reshape(b, t, d)
+    ids, dropped = routing.ids, jnp.zeros((), jnp.float32)
   if "shared" in p:
     s = p["shared"]
     y = y + swiglu(x, s["gate"], s["up"], s["down"])
   y = constrain(y, ("batch", "seq", "embed"))
   weight = jnp.ones((b * t,), jnp.float32) if token_mask is None else token_mask.reshape(-1).astype(jnp.float32)
-  counts = jnp.zeros((cfg.n_routed_experts,), jnp.float32).at[routing.ids].add(
-      jnp.broadcast_to(weight[:, None], routing.ids.shape))
+  counts = jnp.zeros((cfg.n_routed_experts,), jnp.float32).at[ids].add(jnp.broadcast_to(weight[:, None], ids.shape))
   load = counts / jnp.maximum(jnp.sum(counts), 1.0)
-  return MoeOutput(y=y, expert_ids=routing.ids.reshape(b, t, -1), load=load)
+  return MoeOutput(y=y, expert_ids=ids.reshape(b, t, -1), load=load, dropped=dropped)
 
 
 def update_correction_bias(bias: jax.Array, load: jax.Array, rate: float) -> jax.Array:

@@ -18,6 +18,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from c2jax.model import mla as mla_lib
 from c2jax.model import moe as moe_lib
@@ -25,7 +26,7 @@ from c2jax.model import mtp as mtp_lib
 from c2jax.model.config import ModelConfig, Remat
 from c2jax.model.norms import rms_norm
 from c2jax.model.params import Params
-from c2jax.model.sharding import constrain
+from c2jax.model.sharding import constrain, current_layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ModelOutput:
     hidden: [B, T, D] the final normed hidden state (input of the LM head and of MTP module 1).
     expert_ids: [Lm, B, T, K] int32 routed experts per MoE layer (Lm = n_moe_layers; [0, B, T, K] if none).
     expert_load: [Lm, E] float32 per-layer expert load fractions (input of `update_correction_bias`).
+    expert_dropped: [Lm] float32 per-layer assignments dropped for lack of capacity (0 when dropless).
     mtp_logits: [M, B, T, V] float32 or None; mtp_logits[k-1, :, i] predicts token i + k + 1.
     mtp_expert_ids: [M, B, T, K] int32 or None, routing of the MTP blocks.
   """
@@ -45,12 +47,14 @@ class ModelOutput:
   hidden: jax.Array
   expert_ids: jax.Array
   expert_load: jax.Array
+  expert_dropped: jax.Array
   mtp_logits: jax.Array | None = None
   mtp_expert_ids: jax.Array | None = None
 
 
 jax.tree_util.register_dataclass(
-    ModelOutput, data_fields=["logits", "hidden", "expert_ids", "expert_load", "mtp_logits", "mtp_expert_ids"],
+    ModelOutput,
+    data_fields=["logits", "hidden", "expert_ids", "expert_load", "expert_dropped", "mtp_logits", "mtp_expert_ids"],
     meta_fields=[])
 
 
@@ -75,21 +79,36 @@ def _remat(fn, cfg: ModelConfig):
 
 
 def _scan_blocks(stacked: dict, h, positions, segment_ids, cfg: ModelConfig, forced_ids, token_mask):
-  """Scans `block` over stacked layer params; returns (h, expert ids [L, B, T, K] | None, load [L, E] | None)."""
+  """Scans `block` over stacked layer params; returns (h, (ids [L, B, T, K], load [L, E], dropped [L]) | None)."""
   is_moe = "moe" in stacked
 
   def step(carry, xs):
     p, forced = xs
     out_h, moe_out = block(p, carry, positions, segment_ids, cfg, forced, token_mask)
     if is_moe:
-      return out_h, (moe_out.expert_ids, moe_out.load)
+      return out_h, (moe_out.expert_ids, moe_out.load, moe_out.dropped)
     return out_h, None
 
   step = _remat(step, cfg)
-  h, ys = jax.lax.scan(step, h, (stacked, forced_ids), unroll=cfg.scan_unroll)
-  if is_moe:
-    return h, ys[0], ys[1]
-  return h, None, None
+  return jax.lax.scan(step, h, (stacked, forced_ids), unroll=cfg.scan_unroll)
+
+
+def _take(a: jax.Array | None, index: np.ndarray, axis: int) -> jax.Array | None:
+  return None if a is None else jnp.take(a, index, axis=axis)
+
+
+def _block_in_order(order: np.ndarray, cfg: ModelConfig):
+  """`block` on natural-order inputs that runs in the layout's sequence `order` (used by the MTP blocks)."""
+  inverse = np.argsort(order)
+
+  def run(p, h, positions, segment_ids, forced_ids=None, token_mask=None):
+    out_h, moe_out = block(p, _take(h, order, 1), _take(positions, order, 1), _take(segment_ids, order, 1), cfg,
+                           _take(forced_ids, order, 1), _take(token_mask, order, 1))
+    if moe_out is not None:
+      moe_out = dataclasses.replace(moe_out, expert_ids=_take(moe_out.expert_ids, inverse, 1))
+    return _take(out_h, inverse, 1), moe_out
+
+  return run
 
 
 def embed(params: Params, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
@@ -130,20 +149,37 @@ def forward(params: Params, tokens: jax.Array, *, cfg: ModelConfig, positions: j
   if forced_expert_ids is not None and forced_expert_ids.shape != (lm, b, t, cfg.num_experts_per_tok):
     raise ValueError(f"forced_expert_ids has shape {forced_expert_ids.shape}; expected [Lm, B, T, K] = "
                      f"{(lm, b, t, cfg.num_experts_per_tok)}.")
-  h = embed(params, tokens, cfg)
+  # A layout may run the decoder stack in another sequence order (context parallelism balances the causal
+  # triangle that way). Everything per-token travels with the tokens, and the natural order is restored before
+  # the heads, so the outputs do not depend on it.
+  layout = current_layout()
+  order = None if layout is None or layout.sequence_order is None else np.asarray(layout.sequence_order(t))
+  run_tokens, run_positions, run_segments, run_mask, run_forced = tokens, positions, segment_ids, token_mask, \
+      forced_expert_ids
+  if order is not None:
+    run_tokens, run_positions, run_segments, run_mask = (_take(a, order, 1) for a in (tokens, positions,
+                                                                                    segment_ids, token_mask))
+    run_forced = _take(forced_expert_ids, order, 2)
+  h = embed(params, run_tokens, cfg)
   if cfg.n_dense_layers:
-    h, _, _ = _scan_blocks(params["dense_layers"], h, positions, segment_ids, cfg, None, token_mask)
+    h, _ = _scan_blocks(params["dense_layers"], h, run_positions, run_segments, cfg, None, run_mask)
   if lm:
-    h, expert_ids, load = _scan_blocks(params["moe_layers"], h, positions, segment_ids, cfg, forced_expert_ids,
-                                       token_mask)
+    h, (expert_ids, load, dropped) = _scan_blocks(params["moe_layers"], h, run_positions, run_segments, cfg,
+                                                  run_forced, run_mask)
   else:
     expert_ids = jnp.zeros((0, b, t, cfg.num_experts_per_tok), jnp.int32)
     load = jnp.zeros((0, cfg.n_routed_experts), jnp.float32)
+    dropped = jnp.zeros((0,), jnp.float32)
+  if order is not None:
+    inverse = np.argsort(order)
+    h = constrain(_take(h, inverse, 1), ("batch", "seq", "embed"))
+    expert_ids = _take(expert_ids, inverse, 2)
   hidden = rms_norm(h, params["final_norm"], cfg.rms_norm_eps)
   logits = constrain(lm_head(params, hidden), ("batch", "seq", "vocab"))
-  out = ModelOutput(logits=logits, hidden=hidden, expert_ids=expert_ids, expert_load=load)
+  out = ModelOutput(logits=logits, hidden=hidden, expert_ids=expert_ids, expert_load=load, expert_dropped=dropped)
   if with_mtp and cfg.num_mtp_layers:
-    mtp_out = mtp_lib.mtp_forward(params, hidden, tokens, positions, segment_ids, cfg,
-                                  functools.partial(block, cfg=cfg), forced_mtp_expert_ids, token_mask)
+    block_fn = functools.partial(block, cfg=cfg) if order is None else _block_in_order(order, cfg)
+    mtp_out = mtp_lib.mtp_forward(params, hidden, tokens, positions, segment_ids, cfg, block_fn,
+                                  forced_mtp_expert_ids, token_mask)
     out = dataclasses.replace(out, mtp_logits=mtp_out.logits, mtp_expert_ids=mtp_out.expert_ids)
   return out
