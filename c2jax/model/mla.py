@@ -105,28 +105,47 @@ def _block_forward(q, k, v, bias):
 
 
 @jax.custom_vjp
-def _attention_block(q, k, v, q_positions, k_positions, q_segments, k_segments):
+def attention_block(q, k, v, q_positions, k_positions, q_segments, k_segments):
+  """Masked softmax attention of one block of queries over one block of keys, with its log-sum-exp.
+
+  The mask is `attention_mask` of the positions and segment ids. A query row with no visible key gets the
+  mean of v and a log-sum-exp of about float32 min, so any log-sum-exp merge of partial blocks (context
+  parallelism) gives it weight 0.
+
+  Args:
+    q: [B, t, N, H] queries, already multiplied by the softmax scale.
+    k: [B, s, N, H] keys.
+    v: [B, s, N, Hv] values.
+    q_positions: [B, t] int; k_positions: [B, s] int.
+    q_segments: [B, t] int or None; k_segments: [B, s] int or None (None: one document per row).
+  Returns:
+    (out [B, t, N, Hv] in v's dtype, lse [B, N, t] float32 log-sum-exp of the scaled, masked logits).
+  """
   bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
-  return _block_forward(q, k, v, bias)[0]
+  out, lse = _block_forward(q, k, v, bias)
+  return out, lse[..., 0]
 
 
 def _attention_block_fwd(q, k, v, q_positions, k_positions, q_segments, k_segments):
   bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
   out, lse = _block_forward(q, k, v, bias)
-  return out, (q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse)
+  return (out, lse[..., 0]), (q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse)
 
 
-def _attention_block_bwd(res, d_out):
+def _attention_block_bwd(res, cotangents):
   # Recomputes the probabilities from the saved log-sum-exp (flash-attention style): nothing of size T x S is
   # kept between the passes, which on CPU saves more memory traffic than the recompute costs.
   q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse = res
+  d_out, d_lse = cotangents
   bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
   logits = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) + bias
   probs = jnp.exp(logits - lse)
   dv = jnp.einsum("bnts,btnh->bsnh", probs.astype(d_out.dtype), d_out)
   dprobs = jnp.einsum("btnh,bsnh->bnts", d_out, v, preferred_element_type=jnp.float32)
   delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1).transpose(0, 2, 1)[..., None]
-  dlogits = (probs * (dprobs - delta)).astype(q.dtype)
+  # d lse / d logits = probs, so the log-sum-exp's cotangent (nonzero when partial blocks are merged by their
+  # log-sum-exp, as context parallelism does) joins the softmax's: probs * (dprobs - delta + d_lse).
+  dlogits = (probs * (dprobs - delta + d_lse.astype(jnp.float32)[..., None])).astype(q.dtype)
   dq = jnp.einsum("bnts,bsnh->btnh", dlogits, k)
   dk = jnp.einsum("bnts,btnh->bsnh", dlogits, q)
 
@@ -136,7 +155,7 @@ def _attention_block_bwd(res, d_out):
   return dq, dk, dv, no_grad(q_positions), no_grad(k_positions), no_grad(q_segments), no_grad(k_segments)
 
 
-_attention_block.defvjp(_attention_block_fwd, _attention_block_bwd)
+attention_block.defvjp(_attention_block_fwd, _attention_block_bwd)
 
 
 def query_block_size(t: int) -> int:
@@ -177,7 +196,7 @@ def attend(p: dict, lat: Latents, positions: jax.Array, segment_ids: jax.Array |
     j = min(i + block, t)
     seg_q = None if segment_ids is None else segment_ids[:, i:j]
     seg_k = None if segment_ids is None else segment_ids[:, :j]
-    outs.append(_attention_block(q[:, i:j], k[:, :j], v[:, :j], positions[:, i:j], positions[:, :j], seg_q, seg_k))
+    outs.append(attention_block(q[:, i:j], k[:, :j], v[:, :j], positions[:, i:j], positions[:, :j], seg_q, seg_k)[0])
   return jnp.concatenate(outs, axis=1)
 
 
