@@ -2,6 +2,9 @@
 
   python experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/tiny \
       --config.steps=200 --config.step.learning_rate=1e-3
+  # the same on 8 fake CPU devices, FSDP x EP x CP:
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 python experiments/pretrain_main.py \
+      --config=configs/pretrain_tiny.py --workdir=runs/tiny_mesh --config.mesh=fsdp:2,expert:2,context:2
 """
 
 import ml_collections
@@ -15,6 +18,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model = "tiny"  # a module under configs/model
   c.model_overrides = ml_collections.ConfigDict({"vocab_size": 259})  # byte tokenizer: 256 bytes + 3 specials
   c.seed = 0
+  # Device mesh, e.g. "fsdp:2,expert:2,context:2" (c2jax.parallel.mesh); empty: one device, no mesh.
+  c.mesh = ""
   c.batch_size = 8
   c.seq_len = 128
   c.steps = 60

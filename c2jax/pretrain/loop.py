@@ -26,6 +26,8 @@ from c2jax.data import stdlib_corpus
 from c2jax.model import losses
 from c2jax.model.config import ModelConfig
 from c2jax.model.transformer import forward
+from c2jax.parallel.mesh import MeshConfig, make_mesh
+from c2jax.parallel.train import make_trainer
 from c2jax.pretrain.step import StepConfig, init_state, train_step
 
 
@@ -60,8 +62,20 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
   eval_batches = [stdlib_corpus.random_windows(held, c.batch_size, c.seq_len, np.random.default_rng(1000 + i))
                   for i in range(c.eval_batches)]
   logging.info("model: %s", cfg)
-  state = init_state(cfg, hp, jax.random.key(c.seed))
-  step_fn = jax.jit(functools.partial(train_step, cfg=cfg, hp=hp), donate_argnums=0)
+  if c.get("mesh"):
+    # Sharded over a device mesh (FSDP + EP + CP): same step, traced under the mesh's layout.
+    mesh_config = MeshConfig.parse(c.mesh)
+    if mesh_config.num_devices > jax.device_count():
+      raise ValueError(f"mesh={c.mesh!r} needs {mesh_config.num_devices} devices but only {jax.device_count()} "
+                       "exist; shrink the mesh (or fake CPU devices with "
+                       "XLA_FLAGS=--xla_force_host_platform_device_count=N).")
+    trainer = make_trainer(cfg, hp, make_mesh(mesh_config, jax.devices()[:mesh_config.num_devices]),
+                           batch_size=c.batch_size, seq_len=c.seq_len)
+    state, step_fn, put = trainer.init(jax.random.key(c.seed)), trainer.step, trainer.put_batch
+  else:
+    state = init_state(cfg, hp, jax.random.key(c.seed))
+    step_fn = jax.jit(functools.partial(train_step, cfg=cfg, hp=hp), donate_argnums=0)
+    put = lambda batch: jax.tree.map(jnp.asarray, batch)
 
   try:
     from tensorboardX import SummaryWriter
@@ -73,7 +87,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
   t0 = time.perf_counter()
   with open(work / "metrics.jsonl", "w") as log, tqdm.trange(c.steps, desc="train", unit="step") as bar:
     for i in bar:
-      batch = {"tokens": jnp.asarray(stdlib_corpus.random_windows(train, c.batch_size, c.seq_len, rng))}
+      batch = put({"tokens": stdlib_corpus.random_windows(train, c.batch_size, c.seq_len, rng)})
       state, metrics = step_fn(state, batch)
       if (i + 1) % c.log_every == 0 or i + 1 == c.steps:
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
