@@ -127,13 +127,13 @@ def _merge_halves(out: jax.Array, lse: jax.Array, half: jax.Array) -> jax.Array:
   return merged / jnp.sum(w, axis=2)[..., None]
 
 
-def _context_attention_region(q_nope, q_rope, c_kv, k_rope, positions, segment_ids, kv_b, *, num_shards: int,
+def _context_attention_region(q_nope, q_rope, c_kv, k_rope, positions, kv_b, segment_ids=None, *, num_shards: int,
                               cfg: ModelConfig) -> ContextAttentionOut:
   """Attention of one device's queries over the whole sequence's keys, from latents gathered over `context`.
 
   Per-device shapes (b = B / batch shards, t = T / cp = 2 ch, n = N / tensor), tokens in zigzag order:
     q_nope [b, t, n, Hn], q_rope [b, t, n, R], c_kv [b, t, Lkv], k_rope [b, t, R], positions [b, t],
-    segment_ids [b, t] or None, kv_b [Lkv, n, Hn + Hv].
+    kv_b [Lkv, n, Hn + Hv], segment_ids [b, t] or None.
   Returns `ContextAttentionOut` with values [b, t, n, Hv].
   """
   dt = c_kv.dtype
@@ -201,12 +201,14 @@ def make_context_parallel(mesh: jax.sharding.Mesh) -> ContextParallelAttention:
     if bsz % batch_shards:
       raise ValueError(f"batch {bsz} is not divisible by data x fsdp x expert = {batch_shards}; use a batch that "
                        "is a multiple of it.")
+    # Absent segment ids are left out of the call rather than passed as None, whose meaning in shard_map specs
+    # has changed between jax versions.
+    segments = () if segment_ids is None else (segment_ids,)
     region = jax.shard_map(
         lambda *a: _context_attention_region(*a, num_shards=cp, cfg=cfg),
         mesh=mesh,
-        in_specs=(heads, heads, latent, latent, tokens, None if segment_ids is None else tokens,
-                  P(None, TENSOR, None)),
+        in_specs=(heads, heads, latent, latent, tokens, P(None, TENSOR, None)) + (tokens,) * len(segments),
         out_specs=ContextAttentionOut(values=heads))
-    return region(lat.q_nope, lat.q_rope, lat.c_kv, lat.k_rope, positions, segment_ids, p["kv_b"]).values
+    return region(lat.q_nope, lat.q_rope, lat.c_kv, lat.k_rope, positions, p["kv_b"], *segments).values
 
   return attend
