@@ -37,16 +37,16 @@ def main() -> None:
   from configs.model import tiny
 
   assert jax.device_count() == 8, jax.device_count()
-  cfg = dataclasses.replace(tiny.get_model_config(), num_mtp_layers=0)
+  cfg = dataclasses.replace(tiny.get_model_config(), n_layers=2, scan_unroll=1, num_mtp_layers=0)
   hp = StepConfig(learning_rate=1e-2, warmup_steps=1, total_steps=10, mtp_weight=0.0)
   mesh = make_mesh(MeshConfig.parse(args.mesh))
   b, t = 8, 32
   trainer = make_trainer(cfg, hp, mesh, batch_size=b, seq_len=t)
   state = trainer.init(jax.random.key(0))
-  rng = np.random.default_rng(0)
+  # One batch, repeated: the loss must fall, which shows the steps really update the sharded state.
+  batch = {"tokens": np.random.default_rng(0).integers(0, cfg.vocab_size, (b, t)).astype(np.int32)}
   losses = []
   for _ in range(args.steps):
-    batch = {"tokens": rng.integers(0, cfg.vocab_size, (b, t)).astype(np.int32)}
     state, metrics = trainer.step(state, trainer.put_batch(batch))
     losses.append(float(metrics["loss"]))
   if args.process_id == 0:
