@@ -100,6 +100,27 @@ class ShardedModelTest(parameterized.TestCase):
     _assert_tree_close(self, got["grads"], self.want["grads"], rtol=1e-4)
 
 
+  def test_routing_replay_under_expert_parallelism(self):
+    # Replay the single-device routing through the expert-parallel model (report section 4): same experts,
+    # same logits, and the MTP block's replayed routing too.
+    mesh = make_mesh(MeshConfig(fsdp=2, expert=4))
+    layout = layout_lib.make_layout(self.cfg, mesh)
+    params = jax.device_put(self.params, layout_lib.param_shardings(self.cfg, mesh))
+    tokens = self.batch["tokens"]
+    ref = jax.jit(functools.partial(forward, cfg=self.cfg))(self.params, tokens)
+    # Replayed ids that differ from what the router would choose: shift every expert id by one.
+    forced = (ref.expert_ids + 1) % self.cfg.n_routed_experts
+    forced_mtp = (ref.mtp_expert_ids + 1) % self.cfg.n_routed_experts
+    run = lambda p, t, f, fm: forward(p, t, cfg=self.cfg, forced_expert_ids=f, forced_mtp_expert_ids=fm)
+    want = jax.jit(run)(self.params, tokens, forced, forced_mtp)
+    got = jax.jit(with_layout(run, layout))(params, tokens, forced, forced_mtp)
+    np.testing.assert_array_equal(got.expert_ids, forced)
+    np.testing.assert_array_equal(got.mtp_expert_ids, forced_mtp)
+    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(got.mtp_logits, want.mtp_logits, rtol=0, atol=2e-5)
+    self.assertGreater(float(np.max(np.abs(want.logits - ref.logits))), 1e-4)  # the replay changed something
+
+
 class ShardedTrainerTest(absltest.TestCase):
 
   def test_init_and_steps_match_single_device(self):
