@@ -310,8 +310,35 @@ def main(argv):
   os._exit(0)
 
 
+def _summary(out: dict) -> dict:
+  """The headline figures (GiB per device, FLOPs per token), analytic for the requested mesh and XLA's."""
+  a = out["analytic"]
+  s = {"analytic_params_gib": a["param_bytes"] / GiB, "analytic_optimizer_gib": a["optimizer_bytes"] / GiB,
+       "analytic_grads_gib": a["grad_bytes"] / GiB, "analytic_activations_saved_gib": a["activation_saved_bytes"] / GiB,
+       "analytic_activations_peak_gib": a["activation_peak_bytes"] / GiB,
+       "analytic_total_peak_gib": a["total_peak_bytes"] / GiB,
+       "flops_per_token_6n_active": a["flops_per_token_nominal_6n"],
+       "flops_per_token_model": a["flops_per_token_model"], "flops_per_token_executed": a["flops_per_token_executed"]}
+  for kind, v in a["comm_bytes_by_kind"].items():
+    s[f"analytic_{kind.replace('-', '_')}_gib"] = v / GiB
+  x = out.get("xla")
+  if x:
+    s["xla_mesh"] = x["mesh"]
+    ba = x.get("buffer_assignment")
+    if ba:
+      s["xla_arguments_gib"], s["xla_temp_gib"] = ba["argument_bytes"] / GiB, ba["temp_bytes"] / GiB
+    for kind, v in x.get("hlo_collectives", {}).items():
+      s[f"xla_hlo_{kind.replace('-', '_')}_gib"] = v["wire_bytes"] / GiB
+    if "hlo_dot_flops" in x:
+      s["xla_hlo_dot_flops_per_device"] = x["hlo_dot_flops"]
+      s["analytic_executed_flops_per_device_xla_mesh"] = out["analytic_compile_mesh" if "analytic_compile_mesh" in out
+                                                           else "analytic"]["flops_per_device_step_executed"]
+  return s
+
+
 def _finish(out: dict, t_start: float):
   out.setdefault("timings", {"total_s": time.time() - t_start})
+  out = {"summary": _summary(out), **out}
   line = json.dumps(out)
   if _JSON_OUT.value:
     with open(_JSON_OUT.value, "w") as f:

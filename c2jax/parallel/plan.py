@@ -9,7 +9,7 @@ sequences and t = T / context tokens per device, n = b t local tokens, D model w
 Hv head dims, Lkv + R the MLA latent, E routed experts (E_l = E / P_e local), K top-k, F expert hidden, V vocab,
 L layers (Ld dense + Lm MoE), M MTP modules, dt the compute dtype's bytes, P_* mesh axis sizes.
 
-What the model assumes (each figure names its formula in `describe`):
+What the model assumes:
 
 Parameters and optimizer state. A parameter's bytes on a device are its bytes over the product of the mesh axes
 in its `layout.param_spec` (the `data` axis holds full replicas). c2jax's AdamW (`optax.adamw` with the default
@@ -17,7 +17,7 @@ in its `layout.param_spec` (the `data` axis holds full replicas). c2jax's AdamW 
 balancing rule), and keeps no separate float32 master copy: for Kimi K2.5 (bf16 params) that is 2 + 4 bytes per
 parameter. `StateMemory.f32_recipe_optimizer` gives, beside it, the usual mixed-precision recipe (f32 master,
 f32 mu and nu: 12 bytes per parameter) for planning. Gradients: one per parameter leaf in the parameter dtype,
-sharded like it (they are reduce-scattered).
+sharded like it.
 
 Activations. The decoder stack is a `lax.scan` per layer group. What crosses layers (the scan residuals):
   Remat.FULL: each layer's input h [n, D] (factor 1 in units of n D dt) plus the stacked expert ids [n, K] int32.
@@ -63,8 +63,9 @@ a group of g, 2 (g - 1) / g of it for all-reduce):
   all-reduce of the gathered gradient + slice (twice the reduce-scatter's bytes) at that stage, which XLA:GPU's
   reduce-scatter creation pass later rewrites.
 
-HLO accounting (`hlo_collectives`, `hlo_dot_flops`): parses `compiled.as_text()`, multiplies every instruction
-by how often its computation runs (while bodies by their trip count: `known_trip_count` when XLA gives it,
+HLO accounting (`hlo_collectives`, `hlo_dot_flops`): parses HLO text (compiled, dumped after SPMD partitioning, or
+`lowered.as_text(dialect="hlo")`, where shard_map's explicit collectives already appear with per-device shapes),
+multiplies every instruction by how often its computation runs (while bodies by their trip count: `known_trip_count` when XLA gives it,
 else the loop bound read from the condition; unknown bounds, e.g. the data-dependent EP rounds, count once and
 are reported), and sums the operand bytes and wire bytes of all-gather, reduce-scatter, all-reduce, all-to-all and
 collective-permute, and 2 x M x N x K of every dot.
@@ -216,6 +217,7 @@ class StateMemory:
 
 
 def state_memory(cfg: ModelConfig, mesh_shape: Mapping[str, int]) -> StateMemory:
+  """Parameters, AdamW state and gradients per device on a mesh of `mesh_shape` (axis name -> size)."""
   rows = param_rows(cfg, mesh_shape)
   params = sum(r.local_bytes for r in rows)
   optimizer = sum(2 * r.local_bytes for r in rows if r.trainable)
@@ -274,6 +276,9 @@ def layer_activation_items(cfg: ModelConfig, mesh_shape: Mapping[str, int], seq_
   d, nh = cfg.d_model, cfg.n_heads / tp
   hqk, hv = cfg.qk_head_dim, cfg.v_head_dim
   lkv, r = cfg.kv_lora_rank, cfg.qk_rope_head_dim
+  # Under context parallelism each of the 2cp + 1 (query half, key chunk) pairs keeps its own copy of its queries
+  # and output: (2cp + 1) / 2 of the local tokens' worth; `mla.attend`'s query blocks partition the queries.
+  qf = (2 * cp + 1) / 2 if cp > 1 else 1.0
   items = [
       ActivationItem("h (layer input)", d, dt),
       ActivationItem("attn rms_norm f32 input", d, 4),
@@ -287,10 +292,10 @@ def layer_activation_items(cfg: ModelConfig, mesh_shape: Mapping[str, int], seq_
       ActivationItem("kv_a out", lkv + r, dt, dots=True),
       ActivationItem("c_kv normed", lkv, dt),
       ActivationItem("kv_b out (k_nope, v)", nh * (cfg.qk_nope_head_dim + hv), dt, dots=True),
-      ActivationItem("q scaled [nope|rope]", nh * hqk, dt),
+      ActivationItem("attention q [nope|rope] kept by the block VJPs", qf * nh * hqk, dt),
       ActivationItem("attention K, V kept by the block VJPs", attention_key_factor(seq_len, cp) * nh * (hqk + hv),
                      dt),
-      ActivationItem("attention out + lse", nh * hv + 2 * nh, dt),
+      ActivationItem("attention out + lse kept by the block VJPs", qf * (nh * hv + 2 * nh), dt),
       ActivationItem("o out", d, dt, dots=True),
       ActivationItem("h after attention", d, dt),
       ActivationItem("mlp rms_norm f32 input", d, 4),
@@ -321,8 +326,9 @@ class ActivationMemory:
     saved: residuals kept across all layers for the backward pass (depends on remat).
     layer_factor_none / layer_factor_saved: per-layer residual bytes per token over D dt (Remat.NONE; as configured).
     layer_working: one layer's residuals and cotangents while its backward runs.
-    attention_scores: float32 score blocks live at once in the attention backward (largest block, x3:
-      logits, probabilities, their cotangent).
+    attention_scores: float32 score blocks live at once in the attention backward (x4: logits, probabilities,
+      their cotangent and the logits'; under context parallelism all 2cp + 1 blocks at once, else the largest
+      query block).
     moe_buffers: one expert-parallel round's slot buffers in the backward (x, cotangent, y, dx at [E, C, D];
       hidden gate, up, act and their cotangents at [E, C, F_t]).
     logits: float32 logits of the LM head and the MTP heads, and their gradient.
@@ -343,7 +349,7 @@ class ActivationMemory:
     return self.saved + self.layer_working + max(self.attention_scores, self.moe_buffers) + self.logits
 
 
-def _n_attention_layers(cfg: ModelConfig, work: Workload) -> tuple[int, int]:
+def _layer_counts(cfg: ModelConfig, work: Workload) -> tuple[int, int]:
   """(dense-FFN layers, MoE-FFN layers) that run, counting the MTP blocks when they run."""
   m = cfg.num_mtp_layers if work.with_mtp else 0
   moe_mtp = m if cfg.n_moe_layers else 0
@@ -356,12 +362,13 @@ def expert_capacity(cfg: ModelConfig, tokens: int) -> int:
 
 
 def activation_memory(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Workload) -> ActivationMemory:
+  """Activation bytes per device of one step of `work` (remat as `cfg.remat`; see `ActivationMemory`)."""
   shape = {a: mesh_shape.get(a, 1) for a in AXES}
   b, t = local_batch(shape, work)
   n = b * t
   dt = _bytes(cfg.dtype)
   tp, cp = shape[TENSOR], shape[CONTEXT]
-  ld, lm = _n_attention_layers(cfg, work)
+  ld, lm = _layer_counts(cfg, work)
   dense_items = layer_activation_items(cfg, shape, work.seq_len, moe_layer=False)
   moe_items = layer_activation_items(cfg, shape, work.seq_len, moe_layer=True) if lm else []
 
@@ -383,10 +390,10 @@ def activation_memory(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Wor
   nh = cfg.n_heads / tp
   if cp > 1:
     ch = t // 2
-    scores = b * (2 * cp + 1) * nh * ch * ch * 4 * 3
+    scores = b * (2 * cp + 1) * nh * ch * ch * 4 * 4
   else:
     block = mla.query_block_size(work.seq_len)
-    scores = b * nh * block * work.seq_len * 4 * 3
+    scores = b * nh * block * work.seq_len * 4 * 4
   if work.fused_attention:
     scores = 0.0
   moe_buf = 0.0
@@ -522,6 +529,7 @@ class Communication:
 
 
 def communication(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Workload) -> Communication:
+  """Bytes each device sends per step of `work`, by collective and purpose (see the module docstring)."""
   shape = {a: mesh_shape.get(a, 1) for a in AXES}
   b, t = local_batch(shape, work)
   n = b * t
@@ -543,7 +551,7 @@ def communication(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Workloa
       items[("reduce-scatter", "gradients over the shard group")] += r.gathered_bytes * _ring(gather_group)
       replicas = shape[DATA] * shape[CONTEXT]
       items[("all-reduce", "gradients over data x context")] += 2 * r.local_bytes * _ring(replicas)
-  ld, lm = _n_attention_layers(cfg, work)
+  ld, lm = _layer_counts(cfg, work)
   pe = shape[EXPERT]
   if lm and pe > 1:
     slots = cfg.n_routed_experts * expert_capacity(cfg, n)
@@ -639,6 +647,7 @@ class HloModule:
 
 
 def parse_hlo(text: str) -> HloModule:
+  """Parses HLO text into computations of instructions (name, result type, opcode, operand names, attributes)."""
   comps: dict[str, list[HloInstruction]] = {}
   types: dict[str, str] = {}
   entry, current = "", None

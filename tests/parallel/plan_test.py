@@ -102,8 +102,8 @@ class ActivationTest(absltest.TestCase):
     cfg = kimi_k25.get_model_config().replace(remat=Remat.FULL)
     work = plan.Workload(global_batch=4096, seq_len=32768)
     act = plan.activation_memory(cfg, _shape(fsdp=64, expert=64, context=4), work)
-    # 2cp + 1 = 9 blocks of 4096 x 4096 float32 scores for 64 heads, three live copies.
-    self.assertEqual(act.attention_scores, 9 * 64 * 4096 * 4096 * 4 * 3)
+    # 2cp + 1 = 9 blocks of 4096 x 4096 float32 scores for 64 heads, four live copies.
+    self.assertEqual(act.attention_scores, 9 * 64 * 4096 * 4096 * 4 * 4)
     fused = plan.activation_memory(cfg, _shape(fsdp=64, expert=64, context=4),
                                    plan.Workload(global_batch=4096, seq_len=32768, fused_attention=True))
     self.assertEqual(fused.attention_scores, 0)

@@ -134,7 +134,7 @@ class ShardedTrainerTest(absltest.TestCase):
     gate = state.params["moe_layers"]["moe"]["experts"]["gate"]
     self.assertEqual(gate.sharding.spec, trainer.state_shardings.params["moe_layers"]["moe"]["experts"]["gate"].spec)
     self.assertEqual(gate.addressable_shards[0].data.shape[1], cfg.n_routed_experts // 2)
-    _assert_tree_close(self, state.params, ref_state.params, rtol=0)
+    _assert_tree_close(self, state.params, ref_state.params, rtol=1e-6)  # same random draws, fused differently
     ref_step = jax.jit(functools.partial(train_step, cfg=cfg, hp=hp))
     batch = _packed_batch(cfg, seed=1)
     for _ in range(2):
@@ -142,7 +142,10 @@ class ShardedTrainerTest(absltest.TestCase):
       ref_state, ref_metrics = ref_step(ref_state, batch)
       np.testing.assert_allclose(metrics["loss"], ref_metrics["loss"], rtol=2e-5)
       np.testing.assert_allclose(metrics["grad_norm"], ref_metrics["grad_norm"], rtol=1e-4)
-    _assert_tree_close(self, state.params, ref_state.params, rtol=1e-4)
+    # AdamW's g / sqrt(v) turns ulp-level differences of near-zero gradients into visible ones, so the updated
+    # params are compared at 1% of the two steps' largest possible move (2 x lr).
+    for (path, g), w in zip(jax.tree_util.tree_flatten_with_path(state.params)[0], jax.tree.leaves(ref_state.params)):
+      np.testing.assert_allclose(g, w, rtol=0, atol=0.01 * 2 * hp.learning_rate, err_msg=jax.tree_util.keystr(path))
 
   def test_bad_mesh_fails_early(self):
     cfg = tiny.get_model_config()
