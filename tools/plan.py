@@ -1,9 +1,9 @@
 """Plan a training run on a mesh: per-device memory, FLOPs and communication of the full-size train step.
 
   .venv/bin/python tools/plan.py --config=configs/model/kimi_k25.py --mesh=fsdp:64,expert:64,context:4 \
-      --seq_len=32768                                         # ~6-9 min on 2 cores; ends with a JSON line
-  .venv/bin/python tools/plan.py --mesh=fsdp:16,expert:64,context:2 --seq_len=65536 --no_compile   # ~1 min
-  .venv/bin/python tools/plan.py --mesh=fsdp:32,expert:64 --seq_len=32768 --nolower   # analytic only, seconds
+      --seq_len=32768                                         # 4-7 min on 2 cores; ends with a JSON line
+  .venv/bin/python tools/plan.py --mesh=fsdp:16,expert:64,context:2 --seq_len=65536 --nocompile    # ~1 min
+  .venv/bin/python tools/plan.py --mesh=fsdp:32,expert:64 --seq_len=32768 --nolower --nocompile   # analytic only
   .venv/bin/python tools/plan.py --mesh=... --fused_attention     # what-if: no materialized score blocks
 
 Three sources, always labelled:
@@ -22,7 +22,7 @@ Three sources, always labelled:
              compared like for like, and the requested mesh's parameter bytes scale exactly. From the compile:
              - XLA's buffer assignment (argument bytes = parameters + optimizer state + batch, temp bytes = the
                rest), read from the dump as soon as the buffer assignment exists, and `memory_analysis` /
-               `cost_analysis` if the whole compile (LLVM code generation included, ~6 min for Kimi K2.5) ends
+               `cost_analysis` if the whole compile (LLVM code generation included, 3-6 min for Kimi K2.5) ends
                before --deadline_s;
              - collectives and matmul FLOPs from the HLO right after SPMD partitioning, multiplied by loop trip
                counts (`plan.hlo_collectives`, `plan.hlo_dot_flops`). This HLO keeps the program's dtypes; XLA:CPU's
@@ -80,7 +80,7 @@ _COMPILE = flags.DEFINE_bool("compile", True, "Compile (the requested mesh, or a
 _MAX_COMPILE_DEVICES = flags.DEFINE_integer("max_compile_devices", 2048, "Largest mesh XLA:CPU compiles (2048 is its "
                                             "limit for one computation).")
 _COMPILE_MESH = flags.DEFINE_string("compile_mesh", None, "Compile this mesh instead of the automatic proxy.")
-_DEADLINE = flags.DEFINE_integer("deadline_s", 540, "Stop waiting for the full compile this many seconds after the "
+_DEADLINE = flags.DEFINE_integer("deadline_s", 480, "Stop waiting for the full compile this many seconds after the "
                                  "start (XLA's buffer assignment, read from the dump, usually exists long before).")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the final JSON object to this file.")
 _KEEP_DUMP = flags.DEFINE_string("keep_dump", None, "Copy XLA's HLO dumps of the train step to this directory.")
@@ -115,7 +115,11 @@ def proxy_mesh(target, max_devices: int):
 
 
 def _g(x: float) -> str:
-  return f"{x / GiB:9.2f} GiB"
+  """Bytes in GiB, or in MiB / KiB when small (tiny configs)."""
+  for unit, size in (("GiB", GiB), ("MiB", 2.0**20)):
+    if abs(x) >= 0.1 * size:
+      return f"{x / size:9.2f} {unit}"
+  return f"{x / 1024:9.2f} KiB"
 
 
 def _print_analytic(title: str, a: dict):
@@ -247,7 +251,9 @@ def main(argv):
     deadline = t_start + _DEADLINE.value
     while thread.is_alive() and time.time() < deadline:
       thread.join(5)
-    buffers = sorted(glob.glob(os.path.join(dump_dir, "*cpu_after_optimizations-buffer-assignment.txt")),
+    # XLA writes the memory-usage report after the buffer assignment: its presence means the latter is complete.
+    buffers = sorted((f for f in glob.glob(os.path.join(dump_dir, "*cpu_after_optimizations-buffer-assignment.txt"))
+                      if os.path.exists(f.replace("-buffer-assignment.txt", "-memory-usage-report.txt"))),
                      key=os.path.getsize)
     spmd = sorted(glob.glob(os.path.join(dump_dir, "*after_spmd-partitioning*.txt")), key=os.path.getsize)
     xla: dict = {"mesh": str(compile_mesh), "devices": compile_mesh.num_devices, "global_batch": proxy_batch,

@@ -94,7 +94,7 @@ def experts_dense(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict) -> ja
   return jnp.einsum("end,ne->nd", y, combine.astype(dt))
 
 
-def _sorted_assignments(ids: jax.Array, num_experts: int):
+def sorted_assignments(ids: jax.Array, num_experts: int):
   """Sorts the N*K assignments by expert: (token of each sorted row [A], assignment index [A], group sizes [E])."""
   flat = ids.reshape(-1)
   order = jnp.argsort(flat, stable=True)
@@ -107,7 +107,7 @@ def experts_ragged(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict) -> j
   """Grouped matmul over expert-sorted rows with `jax.lax.ragged_dot` (GPU/TPU grouped-GEMM kernels)."""
   dt = x.dtype
   e = w["gate"].shape[0]
-  token, order, sizes = _sorted_assignments(ids, e)
+  token, order, sizes = sorted_assignments(ids, e)
   xs = x[token]
   h = jax.nn.silu(jax.lax.ragged_dot(xs, w["gate"].astype(dt), sizes)) * jax.lax.ragged_dot(
       xs, w["up"].astype(dt), sizes)
@@ -128,8 +128,9 @@ def slot_capacity(num_assignments: int, num_experts: int, capacity_factor: float
 
 
 @dataclasses.dataclass(frozen=True)
-class _Slots:
-  """Expert-sorted assignment bookkeeping shared by the forward and backward passes of `experts_slots`.
+class Slots:
+  """Expert-sorted assignment bookkeeping shared by the forward and backward passes of `experts_slots` (and by
+  the expert-parallel dispatch in `c2jax.parallel.expert_parallel`).
 
   token [A]: token of each sorted row; starts/sizes [E]: each expert's row range; capacity: C slots per round.
   """
@@ -150,17 +151,18 @@ class _Slots:
     return (jnp.max(self.sizes) + self.capacity - 1) // self.capacity
 
 
-jax.tree_util.register_dataclass(_Slots, data_fields=["token", "starts", "sizes"], meta_fields=["capacity"])
+jax.tree_util.register_dataclass(Slots, data_fields=["token", "starts", "sizes"], meta_fields=["capacity"])
 
 
-def _slot_ffn(xs, wg, wu, wd):
+def slot_ffn(xs: jax.Array, wg: jax.Array, wu: jax.Array, wd: jax.Array):
+  """SwiGLU of slot rows xs [E, C, D] with per-expert weights: (gate pre-act, up, output) each [E, C, F|F|D]."""
   hg = jnp.einsum("ecd,edf->ecf", xs, wg)
   hu = jnp.einsum("ecd,edf->ecf", xs, wu)
   return hg, hu, jnp.einsum("ecf,efd->ecd", jax.nn.silu(hg) * hu, wd)
 
 
 @jax.custom_vjp
-def _slots_compute(x, gates_sorted, wg, wu, wd, slots: _Slots):
+def _slots_compute(x, gates_sorted, wg, wu, wd, slots: Slots):
   out, _ = _slots_fwd(x, gates_sorted, wg, wu, wd, slots)
   return out
 
@@ -170,7 +172,7 @@ def _slots_fwd(x, gates_sorted, wg, wu, wd, slots):
     rows, valid = slots.round_rows(r)
     tok = slots.token[rows]
     xs = jnp.where(valid[..., None], x[tok], 0)
-    _, _, y = _slot_ffn(xs, wg, wu, wd)
+    _, _, y = slot_ffn(xs, wg, wu, wd)
     g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
     return out.at[tok.reshape(-1)].add((y * g[..., None]).reshape(-1, y.shape[-1]))
 
@@ -186,7 +188,7 @@ def _slots_bwd(res, d_out):
     rows, valid = slots.round_rows(r)
     tok = slots.token[rows]
     xs = jnp.where(valid[..., None], x[tok], 0)
-    hg, hu, y = _slot_ffn(xs, wg, wu, wd)
+    hg, hu, y = slot_ffn(xs, wg, wu, wd)
     g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
     dy_full = jnp.where(valid[..., None], d_out[tok], 0)  # d(out)/d(g * y) per slot
     dgates = dgates.at[rows.reshape(-1)].add(
@@ -225,9 +227,9 @@ def experts_slots(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict, capac
   dt = x.dtype
   n, k = ids.shape
   e = w["gate"].shape[0]
-  token, order, sizes = _sorted_assignments(ids, e)
+  token, order, sizes = sorted_assignments(ids, e)
   starts = (jnp.cumsum(sizes) - sizes).astype(jnp.int32)
-  slots = _Slots(token=token.astype(jnp.int32), starts=starts, sizes=sizes,
+  slots = Slots(token=token.astype(jnp.int32), starts=starts, sizes=sizes,
                  capacity=slot_capacity(n * k, e, capacity_factor))
   gates_sorted = gates.reshape(-1)[order].astype(jnp.float32)
   return _slots_compute(x, gates_sorted, w["gate"].astype(dt), w["up"].astype(dt), w["down"].astype(dt), slots)

@@ -68,7 +68,7 @@ class _Dispatch:
     num_shards: P_e, the expert-axis size.
   """
 
-  slots: moe._Slots  # pylint: disable=protected-access
+  slots: moe.Slots
   rounds: jax.Array
   num_shards: int
 
@@ -92,7 +92,7 @@ def _from_experts(a: jax.Array, num_shards: int) -> jax.Array:
 
 
 def _ffn(xe, wg, wu, wd):
-  return moe._slot_ffn(xe, wg, wu, wd)[2]  # pylint: disable=protected-access
+  return moe.slot_ffn(xe, wg, wu, wd)[2]
 
 
 @jax.custom_vjp
@@ -172,11 +172,11 @@ def _expert_parallel_shard(x, router, bias, experts, forced_ids=None, *, cfg: Mo
   routing = moe.route(flat, router, bias, cfg, None if forced_ids is None else forced_ids.reshape(b * t, k))
   # The same bookkeeping as the local slot dispatch (`moe.experts_slots`): a stable sort by expert, so that in
   # capacity mode the assignments kept are each expert's first C in (token, k) order on this device.
-  token, order, sizes = moe._sorted_assignments(routing.ids, e)  # pylint: disable=protected-access
+  token, order, sizes = moe.sorted_assignments(routing.ids, e)
   cf = cfg.moe_capacity_factor if capacity_factor is None else capacity_factor
   capacity = moe.slot_capacity(b * t * k, e, cf)
   starts = (jnp.cumsum(sizes) - sizes).astype(jnp.int32)
-  slots = moe._Slots(  # pylint: disable=protected-access
+  slots = moe.Slots(
       token=token.astype(jnp.int32), starts=starts, sizes=sizes, capacity=capacity)
   if capacity_factor is None:
     rounds = jax.lax.pmax(slots.num_rounds(), EXPERT)

@@ -837,11 +837,11 @@ def hlo_collectives(text: str) -> tuple[list[CollectiveRecord], list[str]]:
         continue
       operand_bytes = sum(shape_bytes(module.types.get(o, "")) for o in ins.operands)
       result_type = ins.type_text
-      if ins.opcode.endswith("-start") and kind in ("all-gather", "all-reduce", "collective-permute"):
-        # async start ops return (operands, results[, scratch]): keep the results half.
-        result_bytes = shape_bytes(result_type) - operand_bytes
-      else:
-        result_bytes = shape_bytes(result_type)
+      result_bytes = shape_bytes(result_type)
+      if ins.opcode == "all-gather-start":  # returns (operands, results)
+        result_bytes -= operand_bytes
+      elif ins.opcode == "collective-permute-start":  # returns (operand, result, scratch)
+        result_bytes = operand_bytes
       op_name = re.search(r'op_name="([^"]*)"', ins.attrs)
       out.append(CollectiveRecord(kind=kind, name=ins.name, result_type=result_type, operand_bytes=operand_bytes,
                                   result_bytes=result_bytes, group=group_size(ins.attrs), executions=runs,
