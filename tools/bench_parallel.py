@@ -10,10 +10,11 @@ device here: the ratio t(mesh) / t(single) measures what sharding costs in extra
 copies, per-shard overheads, capacity slots, replicated routing), not a speed-up. Repeats alternate between
 meshes after warm-up so that a slow phase of a shared machine hurts all alike; medians are reported.
 
-From each mesh's compiled HLO (`c2jax.parallel.plan.hlo_collectives`) the tool also reports the per-device bytes
-of every kind of collective per step and, apart, the all-gathers of routed-expert weights: under expert
-parallelism each device should gather only its own E / expert experts (over fsdp); `full_expert_bytes` > 0 flags
-the degenerate case of all experts gathered on every device.
+From each mesh's compiled HLO (`c2jax.parallel.hlo_stats.hlo_collectives`) the tool also reports the per-device
+bytes of every kind of collective per step and, apart, the all-gathers of routed-expert weights: under expert
+parallelism each device should gather only its own E / expert experts (over the other axes that shard them: fsdp,
+and context where it divides); `full_expert_bytes` > 0 flags the degenerate case of all experts gathered on every
+device.
 
 The last line printed is one JSON object with every figure; a readable table precedes it.
 """
@@ -42,7 +43,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from c2jax.parallel import plan as plan_lib  # noqa: E402
+from c2jax.parallel import hlo_stats  # noqa: E402
 from c2jax.parallel import train as train_lib  # noqa: E402
 from c2jax.parallel.mesh import MeshConfig, make_mesh  # noqa: E402
 from c2jax.pretrain.step import StepConfig, init_state, train_step  # noqa: E402
@@ -124,9 +125,9 @@ def main(argv):
     entry = {"ms_per_step": med * 1e3, "ratio": med / base, "loss_after_warmup": r.loss,
              "compile_s": r.compile_s, "times_ms": [x * 1e3 for x in times[r.name]]}
     if r.mesh_cfg is not None:
-      records, unknown = plan_lib.hlo_collectives(r.hlo)
-      summary = plan_lib.summarize_collectives(records)
-      experts = plan_lib.expert_weight_gathers(records, cfg, r.mesh_cfg.shape)
+      records, unknown = hlo_stats.hlo_collectives(r.hlo)
+      summary = hlo_stats.summarize_collectives(records)
+      experts = hlo_stats.expert_weight_gathers(records, cfg, r.mesh_cfg.shape)
       entry.update(collectives=summary, expert_weight_all_gather=experts, loops_of_unknown_trip_count=len(unknown))
     results[r.name] = entry
     kib = lambda kind: entry.get("collectives", {}).get(kind, {}).get("wire_bytes", 0.0) / 1024  # noqa: E731

@@ -25,10 +25,10 @@ Three sources, always labelled:
                `cost_analysis` if the whole compile (LLVM code generation included, 3-6 min for Kimi K2.5) ends
                before --deadline_s;
              - collectives and matmul FLOPs from the HLO right after SPMD partitioning, multiplied by loop trip
-               counts (`plan.hlo_collectives`, `plan.hlo_dot_flops`). This HLO keeps the program's dtypes; XLA:CPU's
-               later passes compute bf16 in float32 (its final HLO shows twice the bytes), and XLA:GPU's later
-               passes (reduce-scatter creation, combiners) are not applied, so gradient all-reduces of gathered
-               weights appear there as all-reduce + slice rather than reduce-scatter.
+               counts (`hlo_stats.hlo_collectives`, `hlo_stats.hlo_dot_flops`). This HLO keeps the program's
+               dtypes; XLA:CPU's later passes compute bf16 in float32 (its final HLO shows twice the bytes), and
+               XLA:GPU's later passes (reduce-scatter creation, combiners) are not applied, so gradient all-reduces
+               of gathered weights appear there as all-reduce + slice rather than reduce-scatter.
 
 XLA:CPU memory is not GPU memory: CPU buffer assignment keeps bf16 intermediates in float32 and schedules
 differently, so its temp bytes overstate a GPU's; the analytic activation figures are the planning numbers and
@@ -139,9 +139,10 @@ def _print_analytic(title: str, a: dict):
   print(f"  logits + grad (f32)  {_g(a['logits_bytes'])}")
   print(f"  activation peak      {_g(a['activation_peak_bytes'])}")
   print(f"  TOTAL peak           {_g(a['total_peak_bytes'])}")
-  print(f"  FLOPs/token: 6 N_active = {a['flops_per_token_nominal_6n']:.4g} (N_active {a['active_params'] / 1e9:.2f}B); "
-        f"model {a['flops_per_token_model']:.4g} = matmul {a['flops_per_token_dense']:.4g} + attention "
-        f"{a['flops_per_token_attention']:.4g}; executed {a['flops_per_token_executed']:.4g}")
+  print(f"  FLOPs/token: 6 N_active = {a['flops_per_token_nominal_6n']:.4g} (N_active "
+        f"{a['active_params'] / 1e9:.2f}B); model {a['flops_per_token_model']:.4g} = matmul "
+        f"{a['flops_per_token_dense']:.4g} + attention {a['flops_per_token_attention']:.4g}; executed "
+        f"{a['flops_per_token_executed']:.4g}")
   print(f"  FLOPs/device/step: model {a['flops_per_device_step_model']:.4g}, executed "
         f"{a['flops_per_device_step_executed']:.4g}")
   print("  bytes sent per device per step:")
@@ -160,6 +161,7 @@ def main(argv):
   t_start = time.time()
   cfg = load_model_config(_CONFIG.value)
   from c2jax.model.config import Remat  # pylint: disable=g-import-not-at-top
+  from c2jax.parallel import hlo_stats  # pylint: disable=g-import-not-at-top
   from c2jax.parallel import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from c2jax.parallel.mesh import MeshConfig  # pylint: disable=g-import-not-at-top
 
@@ -274,16 +276,16 @@ def main(argv):
             f"outputs {_g(ma.output_size_in_bytes)} (aliased {_g(ma.alias_size_in_bytes)})")
       print(f"  cost_analysis flops {ca.get('flops', float('nan')):.4g} (XLA counts each while body once)")
     if buffers:
-      ba = plan_lib.buffer_assignment_bytes(open(buffers[-1]).read())
+      ba = hlo_stats.buffer_assignment_bytes(open(buffers[-1]).read())
       xla["buffer_assignment"] = ba
       print(f"  buffer assignment: arguments (params + AdamW + batch) {_g(ba['argument_bytes'])}, temp "
             f"{_g(ba['temp_bytes'])}, total {_g(ba['total_bytes'])}  [XLA:CPU keeps bf16 temporaries in f32]")
     if spmd:
       hlo = open(spmd[-1]).read()
-      records, unknown = plan_lib.hlo_collectives(hlo)
-      summary = plan_lib.summarize_collectives(records)
-      flops, _ = plan_lib.hlo_dot_flops(hlo)
-      experts = plan_lib.expert_weight_gathers(records, cfg, compile_mesh.shape)
+      records, unknown = hlo_stats.hlo_collectives(hlo)
+      summary = hlo_stats.summarize_collectives(records)
+      flops, _ = hlo_stats.hlo_dot_flops(hlo)
+      experts = hlo_stats.expert_weight_gathers(records, cfg, compile_mesh.shape)
       xla.update(hlo_collectives=summary, hlo_dot_flops=flops, expert_weight_all_gather=experts,
                  loops_of_unknown_trip_count=len(unknown))
       print(f"  HLO after SPMD partitioning ({len(unknown)} loops of data-dependent trip count (dropless EP rounds) "

@@ -3,13 +3,13 @@
 Parameters and activations carry logical axis names (`c2jax.model.params.logical_axes`, `constrain` calls in
 the model). Two rule tables map them to mesh axes:
 
-  parameters   `expert` -> expert; `embed` -> fsdp, expert (ZeRO-3 over the whole data-parallel group that is
-               not a pure replica); `heads`, `mlp`, `expert_mlp`, `vocab` -> tensor.
+  parameters   `expert` -> expert; `embed` -> fsdp, expert; then context (ZeRO-3 over the whole data-parallel
+               group that is not a pure replica); `heads`, `mlp`, `expert_mlp`, `vocab` -> tensor.
   activations  `batch` -> data, fsdp, expert; `seq` -> context; `heads`, `mlp`, `vocab` -> tensor.
 
 Parameter rules are resolved per array with divisibility in mind (`param_spec`): a mesh axis is used only where
-it divides the dimension, and a data-parallel axis (fsdp, expert) that found no named dimension is put on the
-largest dimension it divides, so that 7168-wide weights still shard 4096 ways over fsdp x expert. The optimizer
+it divides the dimension, and a data-parallel axis (fsdp, expert, context) that found no named dimension is put
+on the largest dimension it divides, so that 7168-wide weights still shard 4096 ways over fsdp x expert. The optimizer
 state mirrors the parameters' shardings (`state_shardings`).
 
 `make_layout` bundles the mesh, the activation rules, expert-parallel MoE (always, under a mesh: routing stays
@@ -42,8 +42,10 @@ PARAM_RULES: dict[str, tuple[str, ...]] = {
     "expert_mlp": (TENSOR,),
     "vocab": (TENSOR,),
 }
-# Axes over which parameters are sharded rather than replicated (ZeRO-3); `data` holds full replicas.
-_SHARDING_AXES = (FSDP, EXPERT)
+# Axes over which parameters are sharded rather than replicated (ZeRO-3); `data` holds full replicas. `context`
+# ranks see different tokens of the same sequences, so for the parameters they are data-parallel ranks like any
+# other: sharding over them too divides the state by cp (at 256K tokens with context 32 that is 61 -> 2 GiB).
+_SHARDING_AXES = (FSDP, EXPERT, CONTEXT)
 
 ACTIVATION_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("batch", BATCH_AXES),

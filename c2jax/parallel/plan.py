@@ -1,5 +1,5 @@
-"""Capacity planning of the train step on a mesh: an analytic memory / FLOP / communication model, and the
-accounting of collectives and matmul FLOPs in compiled HLO (the library side of `tools/plan.py`).
+"""Capacity planning of the train step on a mesh: an analytic memory / FLOP / communication model (the library side
+of `tools/plan.py`; `c2jax.parallel.hlo_stats` reads the same figures out of XLA's compiled programs).
 
 Everything here is per device and per optimizer step, and pure Python over shapes (no arrays are built), so that
 the model can be checked against hand computations in tests and against XLA's own figures by the planner.
@@ -7,17 +7,18 @@ the model can be checked against hand computations in tests and against XLA's ow
 Notation (`c2jax.model.config`): B global sequences per step, T tokens per sequence, b = B / (data fsdp expert)
 sequences and t = T / context tokens per device, n = b t local tokens, D model width, N heads, Hqk = Hn + R and
 Hv head dims, Lkv + R the MLA latent, E routed experts (E_l = E / P_e local), K top-k, F expert hidden, V vocab,
-L layers (Ld dense + Lm MoE), M MTP modules, dt the compute dtype's bytes, P_* mesh axis sizes.
+L layers (Ld dense + Lm MoE), M MTP modules, dt the compute dtype's bytes, P_* mesh axis sizes. The token axes
+(data, fsdp, expert, context) split the tokens, so a parameter's gradient is a sum over all of them.
 
 What the model assumes:
 
 Parameters and optimizer state. A parameter's bytes on a device are its bytes over the product of the mesh axes
-in its `layout.param_spec` (the `data` axis holds full replicas). c2jax's AdamW (`optax.adamw` with the default
-`mu_dtype=None`) keeps mu and nu in the parameter dtype, for trainable leaves only (`router_bias` moves by the
-balancing rule), and keeps no separate float32 master copy: for Kimi K2.5 (bf16 params) that is 2 + 4 bytes per
-parameter. `StateMemory.f32_recipe_optimizer` gives, beside it, the usual mixed-precision recipe (f32 master,
-f32 mu and nu: 12 bytes per parameter) for planning. Gradients: one per parameter leaf in the parameter dtype,
-sharded like it.
+in its `layout.param_spec` (ZeRO-3 over fsdp, expert and context wherever they divide a dimension; the `data`
+axis holds full replicas). c2jax's AdamW (`optax.adamw` with the default `mu_dtype=None`) keeps mu and nu in the
+parameter dtype, for trainable leaves only (`router_bias` moves by the balancing rule), and keeps no separate
+float32 master copy: for Kimi K2.5 (bf16 params) that is 2 + 4 bytes per parameter.
+`StateMemory.f32_recipe_optimizer` gives, beside it, the usual mixed-precision recipe (f32 master, f32 mu and nu:
+12 bytes per parameter) for planning. Gradients: one per parameter leaf in the parameter dtype, sharded like it.
 
 Activations. The decoder stack is a `lax.scan` per layer group. What crosses layers (the scan residuals):
   Remat.FULL: each layer's input h [n, D] (factor 1 in units of n D dt) plus the stacked expert ids [n, K] int32.
@@ -39,16 +40,23 @@ parallelism), the recomputed QK^T in the attention VJP, the recomputed expert FF
 slot padding (E C / (n K) of the routed FFN), the kv_b re-expansion of gathered latents under context parallelism,
 and one more forward under Remat.FULL.
 
-Communication (`communication`, bytes one device sends per step; for these ring / pairwise collectives it also
-receives as much; "wire" below means (g - 1) / g of the buffer for all-gather, reduce-scatter and all-to-all over
-a group of g, 2 (g - 1) / g of it for all-reduce):
-  FSDP all-gather: every parameter is gathered over the axes that shard it (fsdp, and expert where expert does
-    not split the experts' own dimension) before use, once in the forward and once in the backward (a Remat.FULL
-    recompute shares the backward's gather). Expert weights are gathered over fsdp only: the expert axis keeps
-    its experts (the expert-parallel shard_map takes them as P(expert, None, tensor)).
-  Gradients: non-expert gradients are reduce-scattered over their shard group and all-reduced over the replica
-    axes (data, context); expert gradients are all-reduced over data x fsdp x context inside the expert-parallel
-    region (its `pcast` to varying transposes to a psum of the full local-expert gradient) and then sliced.
+Communication (`communication`, bytes one device sends per step, with the wire convention of
+`hlo_stats.ring_factor`: (g - 1) / g of the buffer for all-gather, reduce-scatter and all-to-all over a group of g,
+2 (g - 1) / g of it for all-reduce). Each parameter's groups are read from its `layout.param_spec` (`ParamRow`):
+  FSDP all-gather: a parameter is gathered, before use, over the axes of its spec that do not stay split where it
+    is used (`ParamRow.gather_axes`), once in the forward and once in the backward (a Remat.FULL recompute shares
+    the backward's gather). Under XLA's partitioner only tensor stays split (fsdp, expert and context split the
+    tokens, so the weights are gathered over them). Two shard_map regions take parameters whole but for their
+    in_specs: the expert-parallel one takes the routed experts as P(expert, None, tensor) / P(expert, tensor,
+    None), so they are gathered over the rest of their spec (fsdp, and context where it shards them), and the
+    router and its bias as P(); the context-parallel one takes kv_b as P(None, tensor, None).
+  Gradients under XLA's partitioner: reduce-scattered over the gather axes and all-reduced over the token axes
+    that do not shard the parameter (`ParamRow.replica_axes`: data, plus any of fsdp, expert, context that found
+    no dimension it divides). In a region: the parameter enters invariant over the token axes its in_spec does
+    not split it by and is cast to varying over them (explicitly for the experts, implicitly for the router and
+    kv_b), whose transpose is a psum, i.e. an all-reduce of the whole per-device block over those axes
+    (`ParamRow.region_reduce_axes`: data, fsdp, context for the experts; all four for the router and kv_b), out of
+    which the parameter's shard is then sliced. The router bias gets no gradient.
   EP all-to-all per MoE layer and round (one round when balanced): the forward sends [E, C, D] and gets it back
     (2 exchanges), the backward re-sends x and the output cotangent and returns dx (3 [E, C, D]) plus 2 [E, C]
     gate-sized ones. C = `moe.slot_capacity(n K, E, cf)`. Remat.FULL adds none: the recomputed forward's
@@ -58,17 +66,9 @@ a group of g, 2 (g - 1) / g of it for all-reduce):
     reorder of the hidden state (a take along the context-sharded sequence, in and out of the stack and of each
     MTP block) is done by XLA as an all-gather of the whole sequence, in the forward and again in the backward.
   Tensor-axis collectives (XLA's partitioner) are not modelled; the HLO accounting counts them.
-  Checked against the HLO of the Kimi K2.5 step after SPMD partitioning (fsdp:8, expert:64, context:4, 32K
-  tokens): all-to-all and expert all-gathers agree to within 1%; XLA emits the non-expert gradient reduction as
-  all-reduce of the gathered gradient + slice (twice the reduce-scatter's bytes) at that stage, which XLA:GPU's
-  reduce-scatter creation pass later rewrites.
-
-HLO accounting (`hlo_collectives`, `hlo_dot_flops`): parses HLO text (compiled, dumped after SPMD partitioning, or
-`lowered.as_text(dialect="hlo")`, where shard_map's explicit collectives already appear with per-device shapes),
-multiplies every instruction by how often its computation runs (while bodies by their trip count: `known_trip_count` when XLA gives it,
-else the loop bound read from the condition; unknown bounds, e.g. the data-dependent EP rounds, count once and
-are reported), and sums the operand bytes and wire bytes of all-gather, reduce-scatter, all-reduce, all-to-all and
-collective-permute, and 2 x M x N x K of every dot.
+  Checked against the HLO of the Kimi K2.5 step after SPMD partitioning: see `tools/plan.py` and
+  WORKSPACE_NOTES.md. At that stage XLA emits the non-expert gradient reduction as an all-reduce of the gathered
+  gradient + slice (twice the reduce-scatter's bytes), which XLA:GPU's reduce-scatter creation pass later rewrites.
 """
 
 from __future__ import annotations
@@ -76,15 +76,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import re
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from c2jax.model import mla
 from c2jax.model import moe
 from c2jax.model.config import ModelConfig, Remat
-from c2jax.model.params import ParamSpec, count_params, param_specs
+from c2jax.model.params import ParamSpec, count_params, param_specs, trainable_mask
+from c2jax.parallel.hlo_stats import ring_factor
 from c2jax.parallel.layout import param_spec
-from c2jax.parallel.mesh import AXES, BATCH_AXES, CONTEXT, DATA, EXPERT, FSDP, TENSOR
+from c2jax.parallel.mesh import AXES, BATCH_AXES, CONTEXT, EXPERT, TENSOR
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int32": 4}
 GiB = float(1 << 30)
@@ -131,6 +131,27 @@ def local_batch(mesh_shape: Mapping[str, int], work: Workload) -> tuple[int, int
 # ------------------------------------------------------------------------------------------------------------------
 
 
+# Mesh axes that split the tokens: every parameter's gradient is a sum over them.
+TOKEN_AXES = (*BATCH_AXES, CONTEXT)
+EXPERT_REGION = "expert-parallel"
+CONTEXT_REGION = "context-parallel"
+# What the shard_map regions that take parameters keep split of them (their in_specs), by logical axis; every other
+# mesh axis of a parameter's spec is gathered at the region's boundary.
+#   expert-parallel (`expert_parallel.make_expert_parallel`, under any mesh): the routed experts as
+#     P(expert, None, tensor) / P(expert, tensor, None); the router and its bias ("expert_router") as P().
+#   context-parallel (`context_parallel.make_context_parallel`, when context > 1): kv_b as P(None, tensor, None).
+_REGION_KEEPS = {EXPERT_REGION: {"expert": EXPERT, "expert_mlp": TENSOR}, CONTEXT_REGION: {"heads": TENSOR}}
+
+
+def _region(path: str, logical: tuple[str, ...], mesh_shape: Mapping[str, int]) -> str | None:
+  """The shard_map region a parameter is used in, or None where XLA's partitioner places it."""
+  if "expert" in logical or "expert_router" in logical:
+    return EXPERT_REGION
+  if path.endswith("attn/kv_b") and mesh_shape[CONTEXT] > 1:
+    return CONTEXT_REGION
+  return None
+
+
 @dataclasses.dataclass(frozen=True)
 class ParamRow:
   """One parameter leaf on the mesh.
@@ -139,17 +160,27 @@ class ParamRow:
     path: '/'-joined dict keys.
     spec: the leaf's `ParamSpec`.
     itemsize: bytes per element.
-    shards: how many ways `layout.param_spec` splits it.
-    gathered_shards: how many ways it stays split where it is used (tensor, and expert on the experts' dim).
-    expert: whether it is a routed-expert weight (used inside the expert-parallel region).
-    trainable: whether AdamW keeps moments for it.
+    sharded_over: the mesh axes of its `layout.param_spec` (size > 1), in dimension order.
+    kept_over: those of `sharded_over` that stay split where it is used: tensor under XLA's partitioner; in a
+      shard_map region, what the region's in_spec keeps (`_REGION_KEEPS`).
+    shards: how many ways it is split (the product of `sharded_over`).
+    gathered_shards: how many ways it stays split where it is used (the product of `kept_over`).
+    region: `EXPERT_REGION` or `CONTEXT_REGION` when a shard_map region takes it, else None.
+    grad_itemsize: bytes per element of its gradient where the region sums it (the region casts kv_b to the
+      compute dtype before the implicit cast to varying; the experts and the router are summed in their own dtype).
+    expert: whether it is a routed-expert weight.
+    trainable: whether it gets a gradient and AdamW keeps moments for it (all but `router_bias`).
   """
 
   path: str
   spec: ParamSpec
   itemsize: int
+  sharded_over: tuple[str, ...]
+  kept_over: tuple[str, ...]
   shards: int
   gathered_shards: int
+  region: str | None
+  grad_itemsize: int
   expert: bool
   trainable: bool
 
@@ -165,32 +196,65 @@ class ParamRow:
   def gathered_bytes(self) -> float:
     return self.bytes / self.gathered_shards
 
+  @property
+  def gather_axes(self) -> tuple[str, ...]:
+    """Axes it is all-gathered over before use (and its gradient reduce-scattered over, outside the region)."""
+    return tuple(a for a in self.sharded_over if a not in self.kept_over)
+
+  @property
+  def replica_axes(self) -> tuple[str, ...]:
+    """Token axes that do not shard it: outside the region its gradient shards are all-reduced over them."""
+    return tuple(a for a in TOKEN_AXES if a not in self.sharded_over)
+
+  @property
+  def region_reduce_axes(self) -> tuple[str, ...]:
+    """Token axes its region psums its gradient over: those the region's in_spec does not split it by (the
+    transpose of the cast to varying over them, explicit in the expert-parallel region, implicit elsewhere)."""
+    return tuple(a for a in TOKEN_AXES if a not in self.kept_over)
+
+  @property
+  def region_grad_bytes(self) -> float:
+    """Bytes of the per-device gradient block its region psums."""
+    return math.prod(self.spec.shape) / self.gathered_shards * self.grad_itemsize
+
 
 def _flatten_specs(tree, prefix=""):
+  """(path, leaf) of a nested dict of params-like leaves (`ParamSpec`s, or the bools of `trainable_mask`)."""
   for k, v in tree.items():
     path = f"{prefix}/{k}" if prefix else k
-    if isinstance(v, ParamSpec):
-      yield path, v
-    else:
+    if isinstance(v, dict):
       yield from _flatten_specs(v, path)
+    else:
+      yield path, v
 
 
 def param_rows(cfg: ModelConfig, mesh_shape: Mapping[str, int]) -> list[ParamRow]:
-  """Every parameter leaf with its shard counts on a mesh of `mesh_shape` (axis name -> size)."""
+  """Every parameter leaf with its shardings on a mesh of `mesh_shape` (axis name -> size), from `param_spec`."""
   shape = {a: mesh_shape.get(a, 1) for a in AXES}
+  specs = param_specs(cfg)
+  trainable = dict(_flatten_specs(trainable_mask(specs)))
   rows = []
-  for path, s in _flatten_specs(param_specs(cfg)):
+  for path, s in _flatten_specs(specs):
     spec = param_spec(s.shape, s.axes, shape)
-    shards, kept = 1, 1
+    region = _region(path, s.axes, shape)
+    sharded, kept = [], []
     for dim_axes, logical in zip(tuple(spec) + (None,) * (len(s.shape) - len(spec)), s.axes):
       names = () if dim_axes is None else (dim_axes,) if isinstance(dim_axes, str) else tuple(dim_axes)
       for a in names:
-        shards *= shape[a]
-        if a == TENSOR or (a == EXPERT and logical == "expert"):
-          kept *= shape[a]
-    rows.append(ParamRow(path=path, spec=s, itemsize=_bytes(s.dtype or cfg.param_dtype), shards=shards,
-                         gathered_shards=kept, expert="expert" in s.axes, trainable=not path.endswith("router_bias")))
+        sharded.append(a)
+        if (_REGION_KEEPS[region].get(logical) == a) if region else a == TENSOR:
+          kept.append(a)
+    itemsize = _bytes(s.dtype or cfg.param_dtype)
+    rows.append(ParamRow(path=path, spec=s, itemsize=itemsize, sharded_over=tuple(sharded), kept_over=tuple(kept),
+                         shards=_group(shape, sharded), gathered_shards=_group(shape, kept), region=region,
+                         grad_itemsize=_bytes(cfg.dtype) if region == CONTEXT_REGION else itemsize,
+                         expert="expert" in s.axes, trainable=trainable[path]))
   return rows
+
+
+def _group(mesh_shape: Mapping[str, int], axes) -> int:
+  """Devices in a group spanning `axes`."""
+  return math.prod(mesh_shape[a] for a in axes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -507,10 +571,6 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, *, with_mtp: bool = True, me
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _ring(group: int) -> float:
-  return (group - 1) / group if group > 1 else 0.0
-
-
 @dataclasses.dataclass(frozen=True)
 class Communication:
   """Bytes one device sends per step, by collective and purpose (see the module docstring)."""
@@ -540,23 +600,27 @@ def communication(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Workloa
   for r in param_rows(cfg, shape):
     if r.path.startswith("mtp/") and not m:
       continue
-    gather_group = r.shards // r.gathered_shards
-    if r.expert:
-      items[("all-gather", "FSDP gather of expert weights (fwd + bwd)")] += 2 * r.gathered_bytes * _ring(gather_group)
-      reduce_group = shape[DATA] * shape[FSDP] * shape[CONTEXT]
-      items[("all-reduce", "expert gradients over data x fsdp x context")] += (
-          2 * r.gathered_bytes * _ring(reduce_group))
+    what = ("expert weight" if r.expert else "router" if r.region == EXPERT_REGION else "kv_b" if r.region
+            else "other weight")
+    items[("all-gather", f"FSDP gather of {what} leaves (fwd + bwd)")] += (
+        2 * r.gathered_bytes * ring_factor(_group(shape, r.gather_axes)))
+    if not r.trainable:
+      continue
+    if r.region:
+      # The region's psum of the whole per-device block; the parameter's shard is then sliced out of it.
+      items[("all-reduce", f"{what} gradients, psum in the {r.region} region")] += (
+          2 * r.region_grad_bytes * ring_factor(_group(shape, r.region_reduce_axes)))
     else:
-      items[("all-gather", "FSDP gather of other weights (fwd + bwd)")] += 2 * r.gathered_bytes * _ring(gather_group)
-      items[("reduce-scatter", "gradients over the shard group")] += r.gathered_bytes * _ring(gather_group)
-      replicas = shape[DATA] * shape[CONTEXT]
-      items[("all-reduce", "gradients over data x context")] += 2 * r.local_bytes * _ring(replicas)
+      items[("reduce-scatter", "gradients over the gather axes")] += (
+          r.gathered_bytes * ring_factor(_group(shape, r.gather_axes)))
+      items[("all-reduce", "gradient shards over the replica axes")] += (
+          2 * r.local_bytes * ring_factor(_group(shape, r.replica_axes)))
   ld, lm = _layer_counts(cfg, work)
   pe = shape[EXPERT]
   if lm and pe > 1:
     slots = cfg.n_routed_experts * expert_capacity(cfg, n)
-    big = slots * cfg.d_model * dt * _ring(pe)
-    gate = slots * (4 + dt) * _ring(pe)
+    big = slots * cfg.d_model * dt * ring_factor(pe)
+    gate = slots * (4 + dt) * ring_factor(pe)
     # Remat does not repeat these: the recomputed forward's exchanges feed only the discarded output (the VJP
     # keeps x, gates and weights), so XLA removes them as dead code.
     items[("all-to-all", "EP dispatch + combine (fwd)")] += lm * 2 * big
@@ -575,340 +639,6 @@ def communication(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Workloa
     items[("all-gather", "CP zig-zag sequence reorders (fwd + bwd)")] += (
         2 * (1 + 2 * m) * (cp - 1) * n * cfg.d_model * dt)
   return Communication(items=dict(items))
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# HLO accounting.
-# ------------------------------------------------------------------------------------------------------------------
-
-_HLO_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
-              "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5, "f8e4m3fn": 1, "f8e5m2": 1,
-              "f8e4m3": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5, "token": 0}
-_SHAPE_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
-# Computation headers: 'ENTRY %main.1 (p: f32[2]) -> f32[2] {' (compiled text) or 'region_0.3 {' (lowered HLO).
-_HEADER_RE = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)(\s*\(.*\)\s*->\s*.*)?\s*\{\s*$")
-_INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
-
-
-def shape_bytes(type_text: str) -> float:
-  """Bytes of an HLO type: an array 'bf16[4,8]{1,0}' or a tuple of them."""
-  total = 0.0
-  for dtype, dims in _SHAPE_RE.findall(type_text):
-    if dtype not in _HLO_BYTES:
-      continue
-    total += _HLO_BYTES[dtype] * math.prod(int(x) for x in dims.split(",") if x)
-  return total
-
-
-def _split_type(rest: str) -> tuple[str, str]:
-  """'TYPE opcode(...), attrs' -> (TYPE, 'opcode(...), attrs')."""
-  if rest.startswith("("):
-    depth = 0
-    for i, c in enumerate(rest):
-      depth += c == "("
-      depth -= c == ")"
-      if depth == 0:
-        return rest[:i + 1], rest[i + 1:].lstrip()
-  head, _, tail = rest.partition(" ")
-  return head, tail
-
-
-def _split_call(text: str) -> tuple[str, str, str]:
-  """'opcode(a, b), attrs' -> (opcode, 'a, b', attrs)."""
-  op, paren, rest = text.partition("(")
-  if not paren:
-    return op.strip(), "", ""
-  depth = 1
-  for i, c in enumerate(rest):
-    depth += c == "("
-    depth -= c == ")"
-    if depth == 0:
-      return op.strip(), rest[:i], rest[i + 1:]
-  return op.strip(), rest, ""
-
-
-@dataclasses.dataclass(frozen=True)
-class HloInstruction:
-  name: str
-  type_text: str
-  opcode: str
-  operands: tuple[str, ...]
-  attrs: str
-
-
-@dataclasses.dataclass
-class HloModule:
-  """Computations of an HLO text module: name -> instructions, the entry, and every instruction's type."""
-
-  computations: dict[str, list[HloInstruction]]
-  entry: str
-  types: dict[str, str]
-
-
-def parse_hlo(text: str) -> HloModule:
-  """Parses HLO text into computations of instructions (name, result type, opcode, operand names, attributes)."""
-  comps: dict[str, list[HloInstruction]] = {}
-  types: dict[str, str] = {}
-  entry, current = "", None
-  for line in text.splitlines():
-    if current is None:
-      m = _HEADER_RE.match(line)
-      if m:
-        current = m.group(2)
-        comps[current] = []
-        if m.group(1):
-          entry = current
-      continue
-    if line.startswith("}"):
-      current = None
-      continue
-    m = _INSTR_RE.match(line)
-    if not m:
-      continue
-    name, rest = m.groups()
-    type_text, call = _split_type(rest)
-    opcode, operands, attrs = _split_call(call)
-    ops = tuple(o.strip().split(" ")[-1].lstrip("%") for o in _split_top(operands) if o.strip())
-    types[name] = type_text
-    comps[current].append(HloInstruction(name, type_text, opcode, ops, attrs))
-  return HloModule(comps, entry, types)
-
-
-def _split_top(text: str) -> list[str]:
-  """Splits on commas outside brackets and braces."""
-  out, depth, cur = [], 0, []
-  for c in text:
-    if c in "([{":
-      depth += 1
-    elif c in ")]}":
-      depth -= 1
-    if c == "," and depth == 0:
-      out.append("".join(cur))
-      cur = []
-    else:
-      cur.append(c)
-  if cur:
-    out.append("".join(cur))
-  return out
-
-
-_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
-_CALLEE_RE = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
-_BRANCHES_RE = re.compile(r"branch_computations=\{([^}]*)\}")
-_CALLED_RE = re.compile(r"called_computations=\{([^}]*)\}")
-
-
-def _loop_bound(module: HloModule, cond: str) -> int | None:
-  """The constant a counter is compared against in a while condition (scan / fori_loop from 0), or None."""
-  instrs = module.computations.get(cond, [])
-  consts = {}
-  for ins in instrs:
-    if ins.opcode == "constant" and re.match(r"^s(32|64)\[\]", ins.type_text):
-      consts[ins.name] = int(ins.operands[0]) if ins.operands and ins.operands[0].lstrip("-").isdigit() else None
-  for ins in instrs:
-    names = list(ins.operands)
-    if ins.opcode == "fusion":  # the compare may sit inside a fusion; look for its constant there
-      m = re.search(r"calls=%?([\w.\-]+)", ins.attrs)
-      sub = _loop_bound(module, m.group(1)) if m else None
-      if sub is not None:
-        return sub
-    if ins.opcode == "compare" and "direction=LT" in ins.attrs:
-      for nm in names:
-        if consts.get(nm) is not None:
-          return consts[nm]
-  if len([v for v in consts.values() if v]) == 1:
-    return next(v for v in consts.values() if v)
-  return None
-
-
-def execution_counts(module: HloModule) -> tuple[dict[str, float], list[str]]:
-  """How many times each computation runs per call of the entry, and the while loops of unknown trip count."""
-  edges: dict[str, list[tuple[str, float]]] = collections.defaultdict(list)
-  unknown = []
-  for comp, instrs in module.computations.items():
-    for ins in instrs:
-      trip = 1.0
-      if ins.opcode == "while":
-        m = _TRIP_RE.search(ins.attrs)
-        cond = re.search(r"condition=%?([\w.\-]+)", ins.attrs)
-        bound = int(m.group(1)) if m else (_loop_bound(module, cond.group(1)) if cond else None)
-        if bound is None:
-          unknown.append(ins.name)
-        trip = float(bound) if bound is not None else 1.0
-      for kind, callee in _CALLEE_RE.findall(ins.attrs):
-        # to_apply names both `call` targets (shard_map bodies before optimization) and reductions' scalar
-        # computations (which hold neither collectives nor dots).
-        edges[comp].append((callee, trip if kind in ("body", "condition") else 1.0))
-      for group in _BRANCHES_RE.findall(ins.attrs) + _CALLED_RE.findall(ins.attrs):
-        for callee in group.split(","):
-          edges[comp].append((callee.strip().lstrip("%"), 1.0))
-  counts: dict[str, float] = collections.defaultdict(float)
-  # Computations form a DAG; accumulate in topological order (callers before callees).
-  order: list[str] = []
-  seen: set[str] = set()
-
-  def visit(c: str):
-    if c in seen:
-      return
-    seen.add(c)
-    for callee, _ in edges.get(c, ()):
-      visit(callee)
-    order.append(c)
-
-  visit(module.entry)
-  counts[module.entry] = 1.0
-  for c in reversed(order):
-    for callee, factor in edges.get(c, ()):
-      counts[callee] += counts[c] * factor
-  return dict(counts), unknown
-
-
-def group_size(attrs: str) -> int:
-  """Devices per replica group of a collective's attributes (all three HLO spellings), 0 if none is given."""
-  m = re.search(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}", attrs)
-  if m:
-    sizes = {k.strip("' "): int(v) for k, v in (kv.split("=") for kv in m.group(1).split(","))}
-    return math.prod(sizes[a.strip("' ")] for a in m.group(2).split(",") if a.strip())
-  m = re.search(r"replica_groups=\[([\d,]+)\]<=", attrs)
-  if m:
-    return int(m.group(1).split(",")[-1])
-  m = re.search(r"replica_groups=\{(\{[^}]*\})", attrs)
-  if m:
-    return len([x for x in m.group(1).strip("{}").split(",") if x.strip()])
-  m = re.search(r"source_target_pairs=\{(.*?)\}\s*(,|$)", attrs)
-  if m:
-    return 2 if m.group(1).strip() else 0
-  return 0
-
-
-@dataclasses.dataclass(frozen=True)
-class CollectiveRecord:
-  """One collective instruction of the compiled program.
-
-  Attributes:
-    kind: one of `COLLECTIVES`.
-    name: instruction name.
-    result_type: its HLO result type.
-    operand_bytes / result_bytes: per execution, per device.
-    group: devices per replica group.
-    executions: how many times it runs per step (loop trip counts).
-    op_name: the JAX op path from the metadata (fwd ops have 'jvp(', bwd ones 'transpose(').
-  """
-
-  kind: str
-  name: str
-  result_type: str
-  operand_bytes: float
-  result_bytes: float
-  group: int
-  executions: float
-  op_name: str
-
-  @property
-  def wire_bytes(self) -> float:
-    """Bytes this device sends per step (ring / pairwise algorithms)."""
-    g = self.group
-    if self.kind == "all-gather":
-      per = self.result_bytes * _ring(g)
-    elif self.kind == "reduce-scatter":
-      per = self.operand_bytes * _ring(g)
-    elif self.kind == "all-reduce":
-      per = 2 * self.operand_bytes * _ring(g)
-    elif self.kind == "all-to-all":
-      per = self.operand_bytes * _ring(g)
-    else:
-      per = self.operand_bytes if g else 0.0
-    return per * self.executions
-
-
-def hlo_collectives(text: str) -> tuple[list[CollectiveRecord], list[str]]:
-  """Every collective of an HLO text module with its per-step executions; also the loops of unknown trip count."""
-  module = parse_hlo(text)
-  counts, unknown = execution_counts(module)
-  out = []
-  for comp, instrs in module.computations.items():
-    runs = counts.get(comp, 0.0)
-    if not runs:
-      continue
-    for ins in instrs:
-      kind = ins.opcode[:-len("-start")] if ins.opcode.endswith("-start") else ins.opcode
-      if kind not in COLLECTIVES:
-        continue
-      operand_bytes = sum(shape_bytes(module.types.get(o, "")) for o in ins.operands)
-      result_type = ins.type_text
-      result_bytes = shape_bytes(result_type)
-      if ins.opcode == "all-gather-start":  # returns (operands, results)
-        result_bytes -= operand_bytes
-      elif ins.opcode == "collective-permute-start":  # returns (operand, result, scratch)
-        result_bytes = operand_bytes
-      op_name = re.search(r'op_name="([^"]*)"', ins.attrs)
-      out.append(CollectiveRecord(kind=kind, name=ins.name, result_type=result_type, operand_bytes=operand_bytes,
-                                  result_bytes=result_bytes, group=group_size(ins.attrs), executions=runs,
-                                  op_name=op_name.group(1) if op_name else ""))
-  return out, unknown
-
-
-def summarize_collectives(records: Iterable[CollectiveRecord]) -> dict[str, dict[str, float]]:
-  """kind -> {count (instructions), executions, operand_bytes, wire_bytes} per step and device."""
-  out: dict[str, dict[str, float]] = {}
-  for r in records:
-    s = out.setdefault(r.kind, {"count": 0, "executions": 0.0, "operand_bytes": 0.0, "wire_bytes": 0.0})
-    s["count"] += 1
-    s["executions"] += r.executions
-    s["operand_bytes"] += r.operand_bytes * r.executions
-    s["wire_bytes"] += r.wire_bytes
-  return out
-
-
-def _dims(type_text: str) -> list[int]:
-  m = _SHAPE_RE.search(type_text)
-  return [int(x) for x in m.group(2).split(",") if x] if m else []
-
-
-def hlo_dot_flops(text: str) -> tuple[float, list[str]]:
-  """2 x (result elements) x (contracted size) summed over every dot, times its executions per step."""
-  module = parse_hlo(text)
-  counts, unknown = execution_counts(module)
-  total = 0.0
-  for comp, instrs in module.computations.items():
-    runs = counts.get(comp, 0.0)
-    if not runs:
-      continue
-    for ins in instrs:
-      if ins.opcode != "dot":
-        continue
-      lhs = _dims(module.types.get(ins.operands[0], "")) if ins.operands else []
-      m = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)
-      contract = math.prod(lhs[int(i)] for i in m.group(1).split(",") if i) if m and lhs else 1
-      total += 2.0 * math.prod(_dims(ins.type_text)) * contract * runs
-  return total, unknown
-
-
-def expert_weight_gathers(records: Iterable[CollectiveRecord], cfg: ModelConfig,
-                          mesh_shape: Mapping[str, int]) -> dict[str, float]:
-  """All-gathers whose result is a routed-expert weight block [.., X, D, F_t] or [.., X, F_t, D], X in {E_l, E}.
-
-  Returns {bytes: result bytes x executions, wire_bytes, full_expert_bytes: of those, the ones that hold all E
-  experts on a device (the degenerate case when the expert axis is split)}. A shape heuristic: another weight
-  with the same trailing dims and a leading dim equal to E_l or E would count too.
-  """
-  e = cfg.n_routed_experts
-  el = e // mesh_shape.get(EXPERT, 1)
-  d, f = cfg.d_model, cfg.moe_intermediate_size // mesh_shape.get(TENSOR, 1)
-  out = {"bytes": 0.0, "wire_bytes": 0.0, "full_expert_bytes": 0.0, "count": 0}
-  for r in records:
-    if r.kind != "all-gather":
-      continue
-    dims = _dims(r.result_type)
-    if len(dims) < 3 or tuple(dims[-2:]) not in ((d, f), (f, d)) or dims[-3] not in (e, el):
-      continue
-    out["count"] += 1
-    out["bytes"] += r.result_bytes * r.executions
-    out["wire_bytes"] += r.wire_bytes
-    if dims[-3] == e and mesh_shape.get(EXPERT, 1) > 1:
-      out["full_expert_bytes"] += r.result_bytes * r.executions
-  return out
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -941,27 +671,3 @@ def analytic_plan(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Workloa
       "flops_per_device_step_executed": fl.executed * tokens / math.prod(shape.values()),
       "comm_bytes_by_kind": comm.by_kind(), "comm_bytes_items": {f"{k}: {p}": v for (k, p), v in comm.items.items()},
   }
-
-
-_ALLOCATION_RE = re.compile(r"^allocation \d+: size (\d+), (parameter|preallocated-temp|output|maybe-live-out|"
-                            r"thread-local|constant)?")
-
-
-def buffer_assignment_bytes(text: str) -> dict[str, float]:
-  """Sizes from XLA's buffer-assignment dump (`*-buffer-assignment.txt`): the figures of `memory_analysis`.
-
-  Returns {argument_bytes: parameter allocations, temp_bytes: the preallocated temp buffer plus other
-  non-parameter allocations, total_bytes: all allocations}.
-  """
-  out = {"argument_bytes": 0.0, "temp_bytes": 0.0, "total_bytes": 0.0}
-  for line in text.splitlines():
-    m = _ALLOCATION_RE.match(line)
-    if not m:
-      continue
-    size = float(m.group(1))
-    out["total_bytes"] += size
-    if m.group(2) == "parameter":
-      out["argument_bytes"] += size
-    elif m.group(2) in ("preallocated-temp", "thread-local", None):
-      out["temp_bytes"] += size
-  return out

@@ -1,5 +1,7 @@
-"""The planner's analytic model against hand computations, and its HLO accounting on small modules (no compile)."""
+"""The planner's analytic model (`plan`) against hand computations and lowered HLO, and the HLO accounting
+(`hlo_stats`) on small modules (no compile)."""
 
+import collections
 import math
 
 from absl.testing import absltest, parameterized
@@ -8,6 +10,7 @@ import jax.numpy as jnp
 
 from c2jax.model.config import Remat
 from c2jax.model.params import count_params
+from c2jax.parallel import hlo_stats
 from c2jax.parallel import plan
 from c2jax.parallel import train
 from c2jax.parallel.mesh import AXES, MeshConfig, make_mesh
@@ -51,6 +54,17 @@ class StateMemoryTest(absltest.TestCase):
     a = plan.state_memory(cfg, _shape(fsdp=2, expert=2))
     b = plan.state_memory(cfg, _shape(data=2, fsdp=2, expert=2))
     self.assertEqual(a.params, b.params)
+
+  def test_kimi_context_axis_shards_the_state_by_hand(self):
+    # ZeRO-3 over context too: on fsdp:64 x expert:64 x context:4 every leaf splits 4 more ways (7168, 512, 1536
+    # and the experts' 7168 take fsdp x context = 256; the MoE router biases [60, 384] put context on the 60
+    # layers), except the MTP block's router bias [1, 384], which context divides nowhere.
+    cfg = kimi_k25.get_model_config()
+    mem = plan.state_memory(cfg, _shape(fsdp=64, expert=64))
+    cp = plan.state_memory(cfg, _shape(fsdp=64, expert=64, context=4))
+    mtp_bias = 384 * 4 / 64
+    self.assertAlmostEqual(cp.params, (mem.params - mtp_bias) / 4 + mtp_bias, delta=1.0)
+    self.assertAlmostEqual(cp.optimizer, mem.optimizer / 4, delta=1.0)
 
 
 class FlopsTest(absltest.TestCase):
@@ -139,11 +153,57 @@ class CommunicationTest(absltest.TestCase):
   def test_fsdp_gathers_and_reduces_by_hand(self):
     cfg = tiny.get_model_config()
     comm = plan.communication(cfg, _shape(fsdp=8), plan.Workload(8, 64)).items
-    total = sum(r.bytes for r in plan.param_rows(cfg, _shape(fsdp=8)) if not r.expert)
-    gathered = sum(r.bytes / r.gathered_shards for r in plan.param_rows(cfg, _shape(fsdp=8)) if not r.expert)
-    self.assertEqual(total, gathered)  # nothing stays split over fsdp where it is used
-    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of other weights (fwd + bwd)")], 2 * total * 7 / 8)
-    self.assertAlmostEqual(comm[("reduce-scatter", "gradients over the shard group")], total * 7 / 8)
+    rows = plan.param_rows(cfg, _shape(fsdp=8))
+    other = [r for r in rows if r.region is None]
+    routers = [r for r in rows if r.region == plan.EXPERT_REGION and not r.expert]
+    total = sum(r.bytes for r in other)
+    self.assertEqual(total, sum(r.gathered_bytes for r in other))  # nothing stays split over fsdp where it is used
+    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of other weight leaves (fwd + bwd)")], 2 * total * 7 / 8)
+    self.assertAlmostEqual(comm[("reduce-scatter", "gradients over the gather axes")], total * 7 / 8)
+    self.assertEqual(comm[("all-reduce", "gradient shards over the replica axes")], 0)  # fsdp divides every leaf
+    # The expert-parallel region takes the router [D, E] whole (P()) and psums its gradient over every token axis;
+    # the router bias is gathered but gets no gradient.
+    router = sum(r.bytes for r in routers if r.trainable)
+    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of router leaves (fwd + bwd)")],
+                           2 * sum(r.bytes for r in routers) * 7 / 8)
+    self.assertAlmostEqual(comm[("all-reduce", "router gradients, psum in the expert-parallel region")],
+                           2 * router * 7 / 8)
+
+  def test_kimi_gradients_follow_the_param_specs_by_hand(self):
+    # fsdp:64 x expert:64 x context:4: context shards the parameters, so no matrix has a replica axis left.
+    cfg = kimi_k25.get_model_config()
+    mesh = _shape(fsdp=64, expert=64, context=4)
+    comm = plan.communication(cfg, mesh, plan.Workload(4096, 32768)).items
+    d, lm = 7168, 60
+    # Only the norm vectors (split over fsdp x context = 256) keep expert as a replica axis: their gradient shards
+    # are all-reduced over it. 61 decoder blocks + the MTP block, the final norm and the MTP enorm, hnorm, norm.
+    vectors = 2 * ((lm + 2) * (512 + 1536 + 2 * d) + 4 * d)
+    self.assertAlmostEqual(comm[("all-reduce", "gradient shards over the replica axes")],
+                           2 * vectors / 256 * 63 / 64, delta=1.0)
+    # Routed experts (gate, up, down of 61 MoE blocks, bf16): the region keeps 6 of the 384 experts and gathers
+    # the rest of the spec (fsdp x context = 256); their gradient is psummed over data x fsdp x context = 256.
+    experts = 2 * (lm + 1) * 3 * 384 * d * 2048 / 64
+    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of expert weight leaves (fwd + bwd)")],
+                           2 * experts * 255 / 256, delta=1.0)
+    self.assertAlmostEqual(comm[("all-reduce", "expert weight gradients, psum in the expert-parallel region")],
+                           2 * experts * 255 / 256, delta=1.0)
+    # Router [D, E] float32 whole, psum over all 16384 token ranks; kv_b [512, 64, 256] bf16 likewise in the
+    # context-parallel region.
+    routers = 4 * (lm + 1) * d * 384
+    self.assertAlmostEqual(comm[("all-reduce", "router gradients, psum in the expert-parallel region")],
+                           2 * routers * 16383 / 16384, delta=1.0)
+    kv_b = 2 * (lm + 2) * 512 * 64 * 256
+    self.assertAlmostEqual(comm[("all-reduce", "kv_b gradients, psum in the context-parallel region")],
+                           2 * kv_b * 16383 / 16384, delta=1.0)
+    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of kv_b leaves (fwd + bwd)")],
+                           2 * kv_b * 16383 / 16384, delta=1.0)
+    # Without context parallelism kv_b is an ordinary weight, and the data axis is a replica axis of every leaf.
+    plain = plan.communication(cfg, _shape(data=2, fsdp=64, expert=64), plan.Workload(8192, 32768)).items
+    self.assertNotIn(("all-reduce", "kv_b gradients, psum in the context-parallel region"), plain)
+    # The vectors (fsdp only) are all-reduced over data x expert = 128, every other leaf over data = 2.
+    local = sum(r.local_bytes for r in plan.param_rows(cfg, _shape(data=2, fsdp=64, expert=64)) if r.region is None)
+    self.assertAlmostEqual(plain[("all-reduce", "gradient shards over the replica axes")],
+                           2 * (local - vectors / 64) * 1 / 2 + 2 * vectors / 64 * 127 / 128, delta=1.0)
 
 
 _HLO = """HloModule test, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
@@ -189,7 +249,7 @@ ENTRY %main (a: f32[8]) -> f32[8] {
 class HloAccountingTest(parameterized.TestCase):
 
   def test_collectives_with_trip_counts_and_groups(self):
-    records, unknown = plan.hlo_collectives(_HLO)
+    records, unknown = hlo_stats.hlo_collectives(_HLO)
     self.assertEqual(unknown, [])
     by_name = {r.name: r for r in records}
     ag, ar, a2a = by_name["ag"], by_name["ar"], by_name["a2a"]
@@ -199,16 +259,16 @@ class HloAccountingTest(parameterized.TestCase):
     self.assertAlmostEqual(ar.wire_bytes, 2 * 32 / 2)
     self.assertEqual((a2a.group, a2a.operand_bytes), (4, 64))
     self.assertAlmostEqual(a2a.wire_bytes, 64 * 3 / 4)
-    summary = plan.summarize_collectives(records)
+    summary = hlo_stats.summarize_collectives(records)
     self.assertEqual(summary["all-gather"]["executions"], 5)
 
   def test_known_trip_count_wins(self):
     text = _HLO.replace("body=%body", 'body=%body, backend_config={"known_trip_count":{"n":"7"}}')
-    records, _ = plan.hlo_collectives(text)
+    records, _ = hlo_stats.hlo_collectives(text)
     self.assertEqual({r.name: r.executions for r in records}["ag"], 7)
 
   def test_dot_flops(self):
-    flops, _ = plan.hlo_dot_flops(_HLO)
+    flops, _ = hlo_stats.hlo_dot_flops(_HLO)
     self.assertEqual(flops, 5 * 2 * 4 * 6 * 5)
 
   @parameterized.parameters(
@@ -220,14 +280,14 @@ class HloAccountingTest(parameterized.TestCase):
       ("source_target_pairs={{0,1},{1,0}}", 2),
   )
   def test_group_size(self, attrs, size):
-    self.assertEqual(plan.group_size(attrs), size)
+    self.assertEqual(hlo_stats.group_size(attrs), size)
 
   def test_buffer_assignment(self):
     text = ("allocation 0: size 100, parameter 0, shape |f32[25]| at ShapeIndex {}:\n"
             "allocation 1: size 40, maybe-live-out:\n"
             "allocation 2: size 1000, preallocated-temp:\n"
             "allocation 3: size 8, constant:\n")
-    self.assertEqual(plan.buffer_assignment_bytes(text),
+    self.assertEqual(hlo_stats.buffer_assignment_bytes(text),
                      {"argument_bytes": 100.0, "temp_bytes": 1000.0, "total_bytes": 1148.0})
 
   def test_tiny_lowering_finds_the_expert_all_to_alls(self):
@@ -239,7 +299,7 @@ class HloAccountingTest(parameterized.TestCase):
     state = train.abstract_state(cfg, hp, trainer.state_shardings)
     tokens = jax.ShapeDtypeStruct((4, 64), jnp.int32, sharding=trainer.batch_sharding)
     text = trainer.step.lower(state, {"tokens": tokens}).as_text(dialect="hlo")
-    records, unknown = plan.hlo_collectives(text)
+    records, unknown = hlo_stats.hlo_collectives(text)
     self.assertLen(unknown, 2)  # the dropless rounds, forward and backward: data-dependent trip counts
     slots = cfg.n_routed_experts * plan.expert_capacity(cfg, 64)  # one sequence of 64 tokens per device
     big = [r for r in records if r.kind == "all-to-all" and r.operand_bytes == slots * cfg.d_model * 4]
@@ -251,6 +311,28 @@ class HloAccountingTest(parameterized.TestCase):
     model_big = comm[("all-to-all", "EP dispatch + combine (fwd)")] * 5 / 2
     self.assertAlmostEqual(hlo_big, model_big)
     self.assertEqual(math.prod(mesh.shape.values()), 4)
+
+  def test_tiny_lowering_holds_the_region_gradient_psums(self):
+    # The shard_map regions' gradient psums are explicit all-reduces in the lowered HLO: the experts' over
+    # data x fsdp x context, the router's and (context-parallel) kv_b's over every token axis.
+    cfg = tiny.get_model_config()
+    hp = StepConfig(mtp_weight=0.0)
+    mesh_cfg = MeshConfig(fsdp=2, expert=2, context=2)
+    trainer = train.make_trainer(cfg, hp, make_mesh(mesh_cfg, jax.devices()[:8]), batch_size=4, seq_len=64)
+    state = train.abstract_state(cfg, hp, trainer.state_shardings)
+    tokens = jax.ShapeDtypeStruct((4, 64), jnp.int32, sharding=trainer.batch_sharding)
+    records, _ = hlo_stats.hlo_collectives(trainer.step.lower(state, {"tokens": tokens}).as_text(dialect="hlo"))
+    by_group = collections.defaultdict(float)
+    for r in records:
+      if r.kind == "all-reduce" and r.operand_bytes > 4:  # not the scalar round counts and drop counts
+        by_group[r.group] += r.wire_bytes
+    comm = plan.communication(cfg, mesh_cfg.shape, plan.Workload(4, 64, with_mtp=False)).items
+    experts = comm[("all-reduce", "expert weight gradients, psum in the expert-parallel region")]
+    everything = (comm[("all-reduce", "router gradients, psum in the expert-parallel region")] +
+                  comm[("all-reduce", "kv_b gradients, psum in the context-parallel region")])
+    self.assertGreater(experts, 0)
+    self.assertAlmostEqual(by_group[4], experts)
+    self.assertAlmostEqual(by_group[8], everything)
 
 
 if __name__ == "__main__":
