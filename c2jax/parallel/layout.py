@@ -9,7 +9,7 @@ the model). Two rule tables map them to mesh axes:
 
 Parameter rules are resolved per array with divisibility in mind (`param_spec`): a mesh axis is used only where
 it divides the dimension, and a data-parallel axis (fsdp, expert, context) that found no named dimension is put
-on the largest dimension it divides, so that 7168-wide weights still shard 4096 ways over fsdp x expert. The optimizer
+on the largest dimension it divides (never a stacked-layer or vocab dim), so that 7168-wide weights still shard 4096 ways over fsdp x expert. The optimizer
 state mirrors the parameters' shardings (`state_shardings`).
 
 `make_layout` bundles the mesh, the activation rules, expert-parallel MoE (always, under a mesh: routing stays
@@ -46,6 +46,10 @@ PARAM_RULES: dict[str, tuple[str, ...]] = {
 # ranks see different tokens of the same sequences, so for the parameters they are data-parallel ranks like any
 # other: sharding over them too divides the state by cp (at 256K tokens with context 32 that is 61 -> 2 GiB).
 _SHARDING_AXES = (FSDP, EXPERT, CONTEXT)
+# Dims a leftover sharding axis never goes to: the stacked-layer dims (the layer scan would gather the whole stack
+# to slice one layer), the vocab (the LM head would compute logits vocab-split over a token axis and exchange
+# them), and the router's tiny expert dim.
+_NO_FALLBACK = ("layers", "mtp_layers", "vocab", "expert_router")
 
 ACTIVATION_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("batch", BATCH_AXES),
@@ -73,7 +77,7 @@ def param_spec(shape: tuple[int, ...], axes: tuple[str, ...], mesh_shape: dict[s
         used.add(axis)
   for axis in _SHARDING_AXES:
     for i in sorted(range(len(shape)), key=lambda i: -shape[i]):
-      if fits(i, axis):
+      if axes[i] not in _NO_FALLBACK and fits(i, axis):
         assigned[i].append(axis)
         used.add(axis)
         break

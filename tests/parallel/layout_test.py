@@ -52,6 +52,13 @@ class ParamSpecTest(parameterized.TestCase):
     spec = layout_lib.param_spec((7168, 18432), ("embed", "mlp"), _shape(fsdp=64, expert=64))
     self.assertEqual(spec, P("fsdp", "expert"))
 
+  def test_layer_and_vocab_dims_take_no_leftover_axis(self):
+    # A stacked bias [L, E]: `context` may not split the layers (the scan would gather the stack).
+    spec = layout_lib.param_spec((60, 384), ("layers", "expert_router"), _shape(fsdp=64, expert=64, context=4))
+    self.assertEqual(spec, P(None, None))
+    spec = layout_lib.param_spec((7168, 163840), ("embed", "vocab"), _shape(fsdp=64, expert=64, context=4))
+    self.assertEqual(spec, P(("fsdp", "context"), None))
+
   def test_indivisible_dims_stay_replicated(self):
     spec = layout_lib.param_spec((6, 10), ("embed", "vocab"), _shape(fsdp=4, tensor=4))
     self.assertEqual(spec, P(None, None))
