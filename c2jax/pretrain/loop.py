@@ -13,6 +13,7 @@ import importlib
 import json
 import pathlib
 import time
+from typing import Callable
 
 from absl import logging
 import jax
@@ -27,7 +28,8 @@ from c2jax.model import losses
 from c2jax.model.config import ModelConfig
 from c2jax.model.transformer import forward
 from c2jax.parallel.mesh import MeshConfig, make_mesh
-from c2jax.parallel.train import make_trainer
+from c2jax.model.sharding import Layout
+from c2jax.parallel.train import make_trainer, with_layout
 from c2jax.pretrain.step import StepConfig, init_state, train_step
 
 
@@ -40,10 +42,12 @@ def model_config_from(c: ml_collections.ConfigDict) -> ModelConfig:
   return module.get_model_config().replace(**dict(c.model_overrides))
 
 
-def eval_loss(params, cfg: ModelConfig, batches: list[np.ndarray]) -> float:
-  """Mean next-token CE (nats/token) over held-out batches."""
-  f = jax.jit(lambda p, t: losses.next_token_loss(forward(p, t, cfg=cfg, with_mtp=False).logits, t))
-  terms = [f(params, jnp.asarray(b)) for b in batches]
+def eval_loss(params, cfg: ModelConfig, batches: list[np.ndarray], layout: Layout | None = None,
+              put: Callable = jnp.asarray) -> float:
+  """Mean next-token CE (nats/token) over held-out batches (under the mesh's `layout` when sharded)."""
+  f = jax.jit(with_layout(lambda p, t: losses.next_token_loss(forward(p, t, cfg=cfg, with_mtp=False).logits, t),
+                          layout))
+  terms = [f(params, put(b)) for b in batches]
   return float(sum(t.sum for t in terms) / sum(t.weight for t in terms))
 
 
@@ -72,17 +76,20 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
     trainer = make_trainer(cfg, hp, make_mesh(mesh_config, jax.devices()[:mesh_config.num_devices]),
                            batch_size=c.batch_size, seq_len=c.seq_len)
     state, step_fn, put = trainer.init(jax.random.key(c.seed)), trainer.step, trainer.put_batch
+    layout = trainer.layout
+    put_tokens = lambda tokens: trainer.put_batch({"tokens": tokens})["tokens"]
   else:
     state = init_state(cfg, hp, jax.random.key(c.seed))
     step_fn = jax.jit(functools.partial(train_step, cfg=cfg, hp=hp), donate_argnums=0)
     put = lambda batch: jax.tree.map(jnp.asarray, batch)
+    layout, put_tokens = None, jnp.asarray
 
   try:
     from tensorboardX import SummaryWriter
     tb = SummaryWriter(str(work / "tb"))
   except ImportError:  # TensorBoard logging is optional; metrics.jsonl always has everything.
     tb = None
-  before = eval_loss(state.params, cfg, eval_batches)
+  before = eval_loss(state.params, cfg, eval_batches, layout, put_tokens)
   history = []
   t0 = time.perf_counter()
   with open(work / "metrics.jsonl", "w") as log, tqdm.trange(c.steps, desc="train", unit="step") as bar:
@@ -99,7 +106,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict:
         if tb is not None:
           for k, v in m.items():
             tb.add_scalar(f"train/{k}", v, i + 1)
-  after = eval_loss(state.params, cfg, eval_batches)
+  after = eval_loss(state.params, cfg, eval_batches, layout, put_tokens)
   result = {"steps": c.steps, "train_loss": history[-1]["loss"], "heldout_ce_before": before,
             "heldout_ce_after": after, "tokens_per_s": history[-1]["tokens_per_s"]}
   if tb is not None:

@@ -25,8 +25,15 @@ def _shape(**sizes):
 class StateMemoryTest(absltest.TestCase):
 
   def test_kimi_param_bytes_on_fsdp64_expert64_by_hand(self):
-    # On fsdp:64 x expert:64 every matrix splits 4096 ways (7168 = 64 x 112 takes fsdp, expert goes to another
-    # dim: 576, 1536, 18432, 384 experts, ... all divide by 64); vectors split only over fsdp (64 ways).
+    # On fsdp:64 x expert:64 the named rules put fsdp on every 7168 (embed; 7168 = 64 x 112) and expert on the 384
+    # experts. A leftover expert axis (7168 / 64 = 112 does not divide by 64 again) goes to the largest other dim
+    # it divides: 576, 1536, 192, 128, 18432, 2048 all divide by 64, so every attention, MLP, shared-expert and
+    # routed-expert matrix splits 4096 ways (eh_proj [14336, 7168]: fsdp on 14336, expert on 7168). A leftover axis
+    # never lands on a layers, mtp_layers, vocab or expert_router dim, so
+    #   embed [V, D] and lm_head [D, V]: fsdp on D only, 64 ways (replicated over expert);
+    #   router [L, D, 384] float32: fsdp on D only, 64 ways;
+    #   router_bias [L, 384] float32: replicated (it has only a layers and an expert_router dim);
+    #   the norm vectors [L, 7168 | 1536 | 512]: fsdp only, 64 ways (expert divides none of them after fsdp).
     d, v, lm = 7168, 163840, 60
     attn = 7168 * 576 + 512 * 64 * 256 + 64 * 128 * 7168 + 7168 * 1536 + 1536 * 64 * 192
     attn_vectors = 512 + 1536 + 2 * d
@@ -36,14 +43,17 @@ class StateMemoryTest(absltest.TestCase):
     moe_bf16 = attn + experts + shared
     dense_bf16 = attn + 3 * d * 18432
     mtp_bf16 = moe_bf16 + 2 * d * d
-    matrices_bf16 = 2 * v * d + dense_bf16 + lm * moe_bf16 + mtp_bf16
+    embeddings_bf16 = 2 * v * d  # embed + lm_head
+    matrices_bf16 = embeddings_bf16 + dense_bf16 + lm * moe_bf16 + mtp_bf16
     vectors_bf16 = attn_vectors + lm * attn_vectors + d + attn_vectors + 3 * d
     routers_f32, biases_f32 = (lm + 1) * router, (lm + 1) * 384
-    expected = (2 * matrices_bf16 + 4 * routers_f32) / 4096 + (2 * vectors_bf16 + 4 * biases_f32) / 64
+    expected = (2 * (matrices_bf16 - embeddings_bf16) / 4096
+                + (2 * embeddings_bf16 + 2 * vectors_bf16 + 4 * routers_f32) / 64
+                + 4 * biases_f32)
     mem = plan.state_memory(kimi_k25.get_model_config(), _shape(fsdp=64, expert=64))
     self.assertAlmostEqual(mem.params, expected, delta=1.0)
     # AdamW mu and nu in the param dtype, for every leaf but the router bias; gradients like the params.
-    self.assertAlmostEqual(mem.optimizer, 2 * (expected - 4 * biases_f32 / 64), delta=1.0)
+    self.assertAlmostEqual(mem.optimizer, 2 * (expected - 4 * biases_f32), delta=1.0)
     self.assertEqual(mem.grads, mem.params)
     # The total elements agree with count_params (main model + MTP modules).
     c = count_params(kimi_k25.get_model_config())
@@ -56,15 +66,16 @@ class StateMemoryTest(absltest.TestCase):
     self.assertEqual(a.params, b.params)
 
   def test_kimi_context_axis_shards_the_state_by_hand(self):
-    # ZeRO-3 over context too: on fsdp:64 x expert:64 x context:4 every leaf splits 4 more ways (7168, 512, 1536
-    # and the experts' 7168 take fsdp x context = 256; the MoE router biases [60, 384] put context on the 60
-    # layers), except the MTP block's router bias [1, 384], which context divides nowhere.
+    # ZeRO-3 over context too: on fsdp:64 x expert:64 x context:4 the leftover context axis joins fsdp on a dim
+    # that 256 divides (7168 = 256 x 28, 1536 = 256 x 6, 512 = 256 x 2, 14336, 18432), so every leaf splits 4 more
+    # ways: the matrices 16384, embed / lm_head, the routers and the norm vectors 256. The router biases [60, 384]
+    # and [1, 384] stay replicated: context may go neither on the layers nor on the experts' router dim.
     cfg = kimi_k25.get_model_config()
     mem = plan.state_memory(cfg, _shape(fsdp=64, expert=64))
     cp = plan.state_memory(cfg, _shape(fsdp=64, expert=64, context=4))
-    mtp_bias = 384 * 4 / 64
-    self.assertAlmostEqual(cp.params, (mem.params - mtp_bias) / 4 + mtp_bias, delta=1.0)
-    self.assertAlmostEqual(cp.optimizer, mem.optimizer / 4, delta=1.0)
+    biases = 4 * (60 + 1) * 384  # float32, whole on every device under both meshes
+    self.assertAlmostEqual(cp.params, (mem.params - biases) / 4 + biases, delta=1.0)
+    self.assertAlmostEqual(cp.optimizer, mem.optimizer / 4, delta=1.0)  # no moments for the biases
 
 
 class FlopsTest(absltest.TestCase):
@@ -161,25 +172,31 @@ class CommunicationTest(absltest.TestCase):
     self.assertAlmostEqual(comm[("all-gather", "FSDP gather of other weight leaves (fwd + bwd)")], 2 * total * 7 / 8)
     self.assertAlmostEqual(comm[("reduce-scatter", "gradients over the gather axes")], total * 7 / 8)
     self.assertEqual(comm[("all-reduce", "gradient shards over the replica axes")], 0)  # fsdp divides every leaf
-    # The expert-parallel region takes the router [D, E] whole (P()) and psums its gradient over every token axis;
-    # the router bias is gathered but gets no gradient.
-    router = sum(r.bytes for r in routers if r.trainable)
-    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of router leaves (fwd + bwd)")],
-                           2 * sum(r.bytes for r in routers) * 7 / 8)
+    # The expert-parallel region takes the router [D, E] whole (P()) and psums its gradient over every token axis.
+    # The routers [2, 64, 16] and [1, 64, 16] (float32) are split over fsdp on D = 64 and gathered; the router
+    # biases [2, 16] and [1, 16] are replicated (fsdp may go neither on the layers nor on the router's expert dim),
+    # so nothing is gathered for them, and they get no gradient.
+    self.assertEqual([r.shards for r in routers if not r.trainable], [1, 1])
+    router = 4 * (2 + 1) * 64 * 16
+    self.assertEqual(router, sum(r.bytes for r in routers if r.trainable))
+    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of router leaves (fwd + bwd)")], 2 * router * 7 / 8)
     self.assertAlmostEqual(comm[("all-reduce", "router gradients, psum in the expert-parallel region")],
                            2 * router * 7 / 8)
 
   def test_kimi_gradients_follow_the_param_specs_by_hand(self):
-    # fsdp:64 x expert:64 x context:4: context shards the parameters, so no matrix has a replica axis left.
+    # fsdp:64 x expert:64 x context:4: context shards the parameters, so no matrix but the embeddings has a replica
+    # axis left.
     cfg = kimi_k25.get_model_config()
     mesh = _shape(fsdp=64, expert=64, context=4)
     comm = plan.communication(cfg, mesh, plan.Workload(4096, 32768)).items
-    d, lm = 7168, 60
-    # Only the norm vectors (split over fsdp x context = 256) keep expert as a replica axis: their gradient shards
-    # are all-reduced over it. 61 decoder blocks + the MTP block, the final norm and the MTP enorm, hnorm, norm.
+    d, v, lm = 7168, 163840, 60
+    # The norm vectors and embed [V, D] / lm_head [D, V] (D split over fsdp x context = 256; expert takes neither
+    # 7168 / 256 nor the vocab) keep expert as a replica axis: their gradient shards are all-reduced over it.
+    # Vectors: 61 decoder blocks + the MTP block, the final norm and the MTP enorm, hnorm, norm.
     vectors = 2 * ((lm + 2) * (512 + 1536 + 2 * d) + 4 * d)
+    embeddings = 2 * 2 * v * d
     self.assertAlmostEqual(comm[("all-reduce", "gradient shards over the replica axes")],
-                           2 * vectors / 256 * 63 / 64, delta=1.0)
+                           2 * (vectors + embeddings) / 256 * 63 / 64, delta=1.0)
     # Routed experts (gate, up, down of 61 MoE blocks, bf16): the region keeps 6 of the 384 experts and gathers
     # the rest of the spec (fsdp x context = 256); their gradient is psummed over data x fsdp x context = 256.
     experts = 2 * (lm + 1) * 3 * 384 * d * 2048 / 64
@@ -187,9 +204,12 @@ class CommunicationTest(absltest.TestCase):
                            2 * experts * 255 / 256, delta=1.0)
     self.assertAlmostEqual(comm[("all-reduce", "expert weight gradients, psum in the expert-parallel region")],
                            2 * experts * 255 / 256, delta=1.0)
-    # Router [D, E] float32 whole, psum over all 16384 token ranks; kv_b [512, 64, 256] bf16 likewise in the
-    # context-parallel region.
+    # Router [D, E] float32, split over fsdp x context = 256 on D (expert may not take the router's 384), gathered
+    # whole for the region and psummed over all 16384 token ranks; its bias is replicated: nothing to gather.
+    # kv_b [512, 64, 256] bf16 (fsdp x context on 512, expert on 256) likewise in the context-parallel region.
     routers = 4 * (lm + 1) * d * 384
+    self.assertAlmostEqual(comm[("all-gather", "FSDP gather of router leaves (fwd + bwd)")],
+                           2 * routers * 255 / 256, delta=1.0)
     self.assertAlmostEqual(comm[("all-reduce", "router gradients, psum in the expert-parallel region")],
                            2 * routers * 16383 / 16384, delta=1.0)
     kv_b = 2 * (lm + 2) * 512 * 64 * 256
@@ -200,10 +220,13 @@ class CommunicationTest(absltest.TestCase):
     # Without context parallelism kv_b is an ordinary weight, and the data axis is a replica axis of every leaf.
     plain = plan.communication(cfg, _shape(data=2, fsdp=64, expert=64), plan.Workload(8192, 32768)).items
     self.assertNotIn(("all-reduce", "kv_b gradients, psum in the context-parallel region"), plain)
-    # The vectors (fsdp only) are all-reduced over data x expert = 128, every other leaf over data = 2.
-    local = sum(r.local_bytes for r in plan.param_rows(cfg, _shape(data=2, fsdp=64, expert=64)) if r.region is None)
+    # Outside the regions: the vectors and the embeddings (fsdp only, 64 ways) are all-reduced over
+    # data x expert = 128; the attention, dense-MLP, shared-expert and eh_proj matrices (fsdp x expert, 4096 ways)
+    # over data = 2.
+    attn = 7168 * 576 + 512 * 64 * 256 + 64 * 128 * 7168 + 7168 * 1536 + 1536 * 64 * 192
+    matrices = 2 * ((lm + 2) * attn + 3 * d * 18432 + (lm + 1) * 3 * d * 2048 + 2 * d * d)
     self.assertAlmostEqual(plain[("all-reduce", "gradient shards over the replica axes")],
-                           2 * (local - vectors / 64) * 1 / 2 + 2 * vectors / 64 * 127 / 128, delta=1.0)
+                           2 * matrices / 4096 * 1 / 2 + 2 * (vectors + embeddings) / 64 * 127 / 128, delta=1.0)
 
 
 _HLO = """HloModule test, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
