@@ -26,6 +26,7 @@ MESHES = {
     "fsdp2_expert4": MeshConfig(fsdp=2, expert=4),
     "fsdp2_expert2_context2": MeshConfig(fsdp=2, expert=2, context=2),
     "data2_context4": MeshConfig(data=2, context=4),
+    "expert2_context2_tensor2": MeshConfig(expert=2, context=2, tensor=2),
 }
 B, T = 8, 32
 
