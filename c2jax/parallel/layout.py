@@ -29,7 +29,7 @@ from c2jax.model.params import param_specs
 from c2jax.model.sharding import Layout
 from c2jax.parallel import context_parallel
 from c2jax.parallel import expert_parallel
-from c2jax.parallel.mesh import BATCH_AXES, CONTEXT, EXPERT, FSDP, TENSOR
+from c2jax.parallel.mesh import AXES, BATCH_AXES, CONTEXT, EXPERT, FSDP, TENSOR
 
 P = jax.sharding.PartitionSpec
 
@@ -150,6 +150,10 @@ def make_layout(cfg: ModelConfig, mesh: jax.sharding.Mesh, *, capacity_factor: f
     capacity_factor: None for dropless expert parallelism (the default); a number to cap each expert's slots
       per source device at capacity_factor x the balanced load, dropping (and counting) the excess.
   """
+  missing = [a for a in AXES if a not in mesh.shape]
+  if missing:
+    raise ValueError(f"The mesh has axes {tuple(mesh.axis_names)} but lacks {missing}; build it with "
+                     "c2jax.parallel.mesh.make_mesh (size-1 axes cost nothing).")
   shape = dict(mesh.shape)
   check_mesh(cfg, shape)
   cp = shape[CONTEXT]

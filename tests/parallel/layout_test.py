@@ -100,6 +100,11 @@ class CheckMeshTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "Batch size 6 is not divisible by data x fsdp x expert = 4"):
       layout_lib.check_mesh(tiny.get_model_config(), _shape(fsdp=2, expert=2), batch_size=6, seq_len=64)
 
+  def test_mesh_needs_the_five_axes(self):
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()).reshape(2, 4), ("fsdp", "expert"))
+    with self.assertRaisesRegex(ValueError, "lacks \\['data', 'context', 'tensor'\\]; build it with"):
+      layout_lib.make_layout(tiny.get_model_config(), mesh)
+
   def test_heads_must_divide(self):
     with self.assertRaisesRegex(ValueError, "4 attention heads cannot be split over a tensor axis of 8"):
       layout_lib.check_mesh(tiny.get_model_config(), _shape(tensor=8))
