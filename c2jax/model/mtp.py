@@ -24,10 +24,12 @@ from c2jax.model.norms import rms_norm
 
 @dataclasses.dataclass(frozen=True)
 class MtpOutput:
-  """logits [M, B, T, V] float32; expert_ids [M, B, T, K] int32 (zeros for dense MTP blocks)."""
+  """logits [M, B, T, V] float32; expert_ids [M, B, T, K] int32 (zeros for dense MTP blocks); dropped [M] float32
+  assignments dropped for lack of expert capacity (see `moe.MoeOutput`)."""
 
   logits: jax.Array
   expert_ids: jax.Array
+  dropped: jax.Array
 
 
 def shift_left(tokens: jax.Array, k: int) -> jax.Array:
@@ -44,7 +46,7 @@ def mtp_forward(params: dict, hidden: jax.Array, tokens: jax.Array, positions: j
   p_all = params["mtp"]
   emb_table = params["embed"].astype(hidden.dtype)
   h = hidden
-  logits, ids = [], []
+  logits, ids, dropped = [], [], []
   b, t, _ = hidden.shape
   for k in range(1, cfg.num_mtp_layers + 1):
     p = jax.tree.map(lambda a, k=k: a[k - 1], p_all)
@@ -55,4 +57,5 @@ def mtp_forward(params: dict, hidden: jax.Array, tokens: jax.Array, positions: j
                           forced_ids[k - 1], token_mask=token_mask)
     logits.append(lm_head(params, rms_norm(h, p["final_norm"], cfg.rms_norm_eps)))
     ids.append(moe_out.expert_ids if moe_out is not None else jnp.zeros((b, t, cfg.num_experts_per_tok), jnp.int32))
-  return MtpOutput(logits=jnp.stack(logits), expert_ids=jnp.stack(ids))
+    dropped.append(moe_out.dropped if moe_out is not None else jnp.zeros((), jnp.float32))
+  return MtpOutput(logits=jnp.stack(logits), expert_ids=jnp.stack(ids), dropped=jnp.stack(dropped))

@@ -65,6 +65,12 @@ class Layout:
   attention: AttentionFn | None = None
   sequence_order: Callable[[int], np.ndarray] | None = None
 
+  def __post_init__(self):
+    if self.sequence_order is not None and self.attention is None:
+      # The local attention skips keys after a query's index, which is only exact in natural order.
+      raise ValueError("A Layout with a sequence_order needs an attention that accepts it (context-parallel "
+                       "attention); set both or neither.")
+
   def spec(self, axes: tuple[str | None, ...]) -> jax.sharding.PartitionSpec:
     """PartitionSpec of an activation with these logical axis names (unknown names are replicated)."""
     table = dict(self.rules)

@@ -41,6 +41,7 @@ class ModelOutput:
     expert_dropped: [Lm] float32 per-layer assignments dropped for lack of capacity (0 when dropless).
     mtp_logits: [M, B, T, V] float32 or None; mtp_logits[k-1, :, i] predicts token i + k + 1.
     mtp_expert_ids: [M, B, T, K] int32 or None, routing of the MTP blocks.
+    mtp_expert_dropped: [M] float32 or None, the MTP blocks' dropped assignments.
   """
 
   logits: jax.Array
@@ -50,11 +51,13 @@ class ModelOutput:
   expert_dropped: jax.Array
   mtp_logits: jax.Array | None = None
   mtp_expert_ids: jax.Array | None = None
+  mtp_expert_dropped: jax.Array | None = None
 
 
 jax.tree_util.register_dataclass(
     ModelOutput,
-    data_fields=["logits", "hidden", "expert_ids", "expert_load", "expert_dropped", "mtp_logits", "mtp_expert_ids"],
+    data_fields=["logits", "hidden", "expert_ids", "expert_load", "expert_dropped", "mtp_logits", "mtp_expert_ids",
+                 "mtp_expert_dropped"],
     meta_fields=[])
 
 
@@ -181,5 +184,6 @@ def forward(params: Params, tokens: jax.Array, *, cfg: ModelConfig, positions: j
     block_fn = functools.partial(block, cfg=cfg) if order is None else _block_in_order(order, cfg)
     mtp_out = mtp_lib.mtp_forward(params, hidden, tokens, positions, segment_ids, cfg, block_fn,
                                   forced_mtp_expert_ids, token_mask)
-    out = dataclasses.replace(out, mtp_logits=mtp_out.logits, mtp_expert_ids=mtp_out.expert_ids)
+    out = dataclasses.replace(out, mtp_logits=mtp_out.logits, mtp_expert_ids=mtp_out.expert_ids,
+                              mtp_expert_dropped=mtp_out.dropped)
   return out

@@ -9,8 +9,10 @@ the model). Two rule tables map them to mesh axes:
 
 Parameter rules are resolved per array with divisibility in mind (`param_spec`): a mesh axis is used only where
 it divides the dimension, and a data-parallel axis (fsdp, expert, context) that found no named dimension is put
-on the largest dimension it divides (never a stacked-layer or vocab dim), so that 7168-wide weights still shard 4096 ways over fsdp x expert. The optimizer
-state mirrors the parameters' shardings (`state_shardings`).
+on the largest dimension it divides (never a stacked-layer or vocab dim). So Kimi's [7168, F] matrices still
+shard 4096 ways over fsdp x expert (7168 takes fsdp, F takes expert), while the embedding and LM head, whose only
+other dim is the vocab, shard over the axes that divide 7168 and are replicated over the rest (~0.5 GB per
+device at full size). The optimizer state mirrors the parameters' shardings (`state_shardings`).
 
 `make_layout` bundles the mesh, the activation rules, expert-parallel MoE (always, under a mesh: routing stays
 local to each device and only tokens move) and context-parallel attention (when the context axis is split, with

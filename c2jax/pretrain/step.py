@@ -90,7 +90,8 @@ def loss_fn(params: Params, batch: dict, cfg: ModelConfig, hp: StepConfig):
   metrics = {"ce": ce.mean, "tokens": ce.weight}
   if cfg.n_moe_layers:
     # Nonzero only under an expert-parallel layout given a capacity factor (dropless is the default).
-    metrics["moe_dropped"] = jnp.sum(out.expert_dropped)
+    metrics["moe_dropped"] = jnp.sum(out.expert_dropped) + (
+        0.0 if out.mtp_expert_dropped is None else jnp.sum(out.mtp_expert_dropped))
   if out.mtp_logits is not None and hp.mtp_weight > 0:
     mtp = losses.mtp_loss(out.mtp_logits, tokens, mask)
     loss = loss + hp.mtp_weight * mtp.mean

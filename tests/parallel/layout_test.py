@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from c2jax.model.params import param_specs
+from c2jax.model.sharding import Layout
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import AXES, MeshConfig, make_mesh
 from c2jax.pretrain.step import StepConfig
@@ -104,6 +105,11 @@ class CheckMeshTest(parameterized.TestCase):
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()).reshape(2, 4), ("fsdp", "expert"))
     with self.assertRaisesRegex(ValueError, "lacks \\['data', 'context', 'tensor'\\]; build it with"):
       layout_lib.make_layout(tiny.get_model_config(), mesh)
+
+  def test_sequence_order_needs_its_attention(self):
+    mesh = make_mesh(MeshConfig(context=8))
+    with self.assertRaisesRegex(ValueError, "needs an attention that accepts it"):
+      Layout(mesh=mesh, rules=layout_lib.ACTIVATION_RULES, sequence_order=lambda t: np.arange(t))
 
   def test_heads_must_divide(self):
     with self.assertRaisesRegex(ValueError, "4 attention heads cannot be split over a tensor axis of 8"):

@@ -36,9 +36,13 @@ class MultiProcessTest(absltest.TestCase):
       procs = [subprocess.Popen([sys.executable, _WORKER, "--num_processes=2", f"--process_id={i}", f"--port={port}",
                                  f"--out={multi}"], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                for i in range(2)]
-      ref = subprocess.run([sys.executable, _WORKER, "--num_processes=1", f"--out={single}"], env=_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
-      outs = [p.communicate(timeout=600)[0].decode() for p in procs]
+      try:
+        ref = subprocess.run([sys.executable, _WORKER, "--num_processes=1", f"--out={single}"], env=_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+        outs = [p.communicate(timeout=600)[0].decode() for p in procs]
+      finally:  # a worker whose peer died would wait in a collective forever
+        for p in procs:
+          p.kill()
       for p, out in zip(procs, outs):
         self.assertEqual(p.returncode, 0, out[-3000:])
       self.assertEqual(ref.returncode, 0, ref.stdout.decode()[-3000:])

@@ -51,7 +51,9 @@ def _packed_batch(cfg, seed=0):
       positions[row, a:b] = np.arange(b - a)
   loss_mask = np.ones((B, T), np.float32)
   loss_mask[0, T - 5:] = 0
-  return {"tokens": tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
+  token_mask = (rng.random((B, T)) > 0.2).astype(np.float32)  # tokens left out of the expert-load statistics
+  return {"tokens": tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask,
+          "token_mask": token_mask}
 
 
 def _outputs(params, batch, cfg, hp):
@@ -63,6 +65,7 @@ def _outputs(params, batch, cfg, hp):
 
 
 def _assert_tree_close(test, got, want, rtol):
+  test.assertEqual(jax.tree.structure(got), jax.tree.structure(want))
   flat_got = jax.tree_util.tree_flatten_with_path(got)[0]
   flat_want = jax.tree.leaves(want)
   for (path, g), w in zip(flat_got, flat_want):
@@ -104,7 +107,9 @@ class ShardedModelTest(parameterized.TestCase):
   def test_routing_replay_under_expert_parallelism(self):
     # Replay the single-device routing through the expert-parallel model (report section 4): same experts,
     # same logits, and the MTP block's replayed routing too.
-    mesh = make_mesh(MeshConfig(fsdp=2, expert=4))
+    # On a mesh with every kind of split, so that the replayed ids also go through the context-parallel sequence
+    # order (permuted in, restored out) in the main stack and in the MTP block.
+    mesh = make_mesh(MeshConfig(expert=2, context=2, tensor=2))
     layout = layout_lib.make_layout(self.cfg, mesh)
     params = jax.device_put(self.params, layout_lib.param_shardings(self.cfg, mesh))
     tokens = self.batch["tokens"]
@@ -131,10 +136,10 @@ class ShardedTrainerTest(absltest.TestCase):
     trainer = make_trainer(cfg, hp, mesh, batch_size=B, seq_len=T)
     state = trainer.init(jax.random.key(0))
     ref_state = init_state(cfg, hp, jax.random.key(0))
-    # Built straight into its shards: experts split over `expert` and `fsdp`, nothing whole on one device.
+    # Built straight into its shards: experts split over `expert` and their D over `fsdp` x `context`.
     gate = state.params["moe_layers"]["moe"]["experts"]["gate"]
     self.assertEqual(gate.sharding.spec, trainer.state_shardings.params["moe_layers"]["moe"]["experts"]["gate"].spec)
-    self.assertEqual(gate.addressable_shards[0].data.shape[1], cfg.n_routed_experts // 2)
+    self.assertEqual(gate.addressable_shards[0].data.shape[1:3], (cfg.n_routed_experts // 2, cfg.d_model // 4))
     _assert_tree_close(self, state.params, ref_state.params, rtol=1e-6)  # same random draws, fused differently
     ref_step = jax.jit(functools.partial(train_step, cfg=cfg, hp=hp))
     batch = _packed_batch(cfg, seed=1)
@@ -145,6 +150,7 @@ class ShardedTrainerTest(absltest.TestCase):
       np.testing.assert_allclose(metrics["grad_norm"], ref_metrics["grad_norm"], rtol=1e-4)
     # AdamW's g / sqrt(v) turns ulp-level differences of near-zero gradients into visible ones, so the updated
     # params are compared at 1% of the two steps' largest possible move (2 x lr).
+    self.assertEqual(jax.tree.structure(state.params), jax.tree.structure(ref_state.params))
     for (path, g), w in zip(jax.tree_util.tree_flatten_with_path(state.params)[0], jax.tree.leaves(ref_state.params)):
       np.testing.assert_allclose(g, w, rtol=0, atol=0.01 * 2 * hp.learning_rate, err_msg=jax.tree_util.keystr(path))
 
