@@ -157,12 +157,12 @@ def forward(params: Params, tokens: jax.Array, *, cfg: ModelConfig, positions: j
   # the heads, so the outputs do not depend on it.
   layout = current_layout()
   order = None if layout is None or layout.sequence_order is None else np.asarray(layout.sequence_order(t))
-  run_tokens, run_positions, run_segments, run_mask, run_forced = tokens, positions, segment_ids, token_mask, \
-      forced_expert_ids
-  if order is not None:
-    run_tokens, run_positions, run_segments, run_mask = (_take(a, order, 1) for a in (tokens, positions,
-                                                                                    segment_ids, token_mask))
-    run_forced = _take(forced_expert_ids, order, 2)
+  def in_order(a: jax.Array | None, axis: int = 1) -> jax.Array | None:
+    return a if order is None else _take(a, order, axis)
+
+  run_tokens, run_positions, run_segments, run_mask = (in_order(a) for a in (tokens, positions, segment_ids,
+                                                                             token_mask))
+  run_forced = in_order(forced_expert_ids, 2)
   h = embed(params, run_tokens, cfg)
   if cfg.n_dense_layers:
     h, _ = _scan_blocks(params["dense_layers"], h, run_positions, run_segments, cfg, None, run_mask)
