@@ -1,0 +1,353 @@
+"""The RL update: one pure, jitted policy-gradient step on a batch of rollouts (report section 4).
+
+  state = init_state(cfg, key)                        # or from pretrained params: init_state(cfg, key, params)
+  step = jax.jit(functools.partial(update_step, cfg=cfg), donate_argnums=0)
+  state, metrics = step(state, batch)                 # batch: c2jax/rl/batch.py
+
+What one step does, in order:
+  1. rewards      r_i = sum_j w_j term_j - lambda C_{k,q}(chain length)                      (`rewards`)
+  2. reference    log pi_ref of every action token, when the KL is on (no gradient; micro-batched)
+  3. KL in reward r_i -= beta sum_t k(log pi_ref - log mu) over the chain, for KlPlacement.IN_REWARD (`kl`)
+  4. advantages   A_i from the group of the row's prompt, each chain counted once              (`advantages`)
+  5. weights      w_{i,t} of each action token for the whole batch, before micro-batching      (`policy_loss`)
+  6. per micro-batch: forward with the actor's expert ids (routing replay), log pi_theta, the plausibility
+     filter, the per-token policy loss and the KL loss term; gradients summed over micro-batches
+  7. AdamW (`c2jax.pretrain.step.make_optimizer`); the reference params are carried unchanged.
+
+The step is a function of (state, batch) only: under a mesh (`c2jax.rl.trainer`) it runs unchanged with
+FSDP/EP/CP-sharded params and a batch sharded over rows and sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from c2jax.model.losses import token_log_probs
+from c2jax.model.params import Params, init_params
+from c2jax.model.transformer import forward
+from c2jax.pretrain.step import make_optimizer
+from c2jax.rl import advantages as advantages_lib
+from c2jax.rl import batch as batch_lib
+from c2jax.rl import filters
+from c2jax.rl import group_metrics
+from c2jax.rl import kl as kl_lib
+from c2jax.rl import policy_loss as policy_loss_lib
+from c2jax.rl import rewards as rewards_lib
+from c2jax.rl.config import Overlong, RLConfig, RoutingReplay, ZeroVarianceGroups
+from c2jax.rl.kl import KlPlacement
+from c2jax.rl.policy_loss import SequenceUnit
+
+
+@dataclasses.dataclass(frozen=True)
+class RLState:
+  """step: int32 scalar, the trainer's policy version (weights after `step` updates); params; opt_state;
+  ref_params: the frozen reference policy (None when the KL is off)."""
+
+  step: jax.Array
+  params: Params
+  opt_state: Any
+  ref_params: Params | None
+
+
+jax.tree_util.register_dataclass(RLState, data_fields=["step", "params", "opt_state", "ref_params"], meta_fields=[])
+
+
+def init_state(cfg: RLConfig, key: jax.Array, params: Params | None = None) -> RLState:
+  """A fresh state from `params` (e.g. the SFT checkpoint) or a random init; the reference policy is a copy."""
+  if params is None:
+    params = init_params(cfg.model, key)
+  ref = jax.tree.map(jnp.copy, params) if cfg.uses_reference else None
+  return RLState(step=jnp.zeros((), jnp.int32), params=params, opt_state=make_optimizer(cfg.optim).init(params),
+                 ref_params=ref)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLogProbs:
+  """The trainer's view of a batch: logp [B, T] (aligned to tokens, 0 at t = 0), entropy [B, T] of the next-token
+  distribution that produced token t, expert_ids [Lm, B, T, K] the routing used."""
+
+  logp: jax.Array
+  entropy: jax.Array
+  expert_ids: jax.Array
+
+
+def policy_log_probs(params: Params, batch: Mapping, cfg: RLConfig) -> TokenLogProbs:
+  """Runs the model on a batch (with routing replay when configured) and reads per-token log-probs."""
+  forced = None
+  if cfg.routing_replay is RoutingReplay.REPLAY and cfg.model.n_moe_layers:
+    if "expert_ids" not in batch:
+      raise ValueError("routing_replay=REPLAY needs the actor's expert_ids in the batch; record them in the actor or "
+                       "set routing_replay=OFF.")
+    forced = batch["expert_ids"]
+  tokens = batch["tokens"]
+  out = forward(params, tokens, cfg=cfg.model, positions=batch.get("positions"),
+                segment_ids=batch.get("segment_ids"), forced_expert_ids=forced,
+                token_mask=batch.get("token_mask"), with_mtp=False)
+  logits = out.logits[:, :-1]
+  lp = token_log_probs(logits, tokens[:, 1:])
+  logz = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  ent = -jnp.sum(jnp.exp(logz) * logz, axis=-1)
+  pad = lambda a: jnp.pad(a, ((0, 0), (1, 0)))
+  return TokenLogProbs(logp=pad(lp), entropy=pad(jax.lax.stop_gradient(ent)), expert_ids=out.expert_ids)
+
+
+def _split(tree: Any, n: int, axis_of: Any) -> Any:
+  """Splits every array's row axis into n micro-batches, stacked first: [.., B, ..] -> [n, .., B/n, ..].
+
+  Micro-batch j takes rows j, j + n, j + 2n, ...: rows sharded in contiguous blocks over devices then stay on
+  their devices (the reshape splits the row axis as [B/n, n]), so no micro-batch moves data between devices.
+  """
+
+  def split(x, axis):
+    b = x.shape[axis]
+    x = x.reshape(x.shape[:axis] + (b // n, n) + x.shape[axis + 1:])
+    return jnp.moveaxis(x, axis + 1, 0)
+
+  return jax.tree.map(split, tree, axis_of)
+
+
+def _model_inputs(batch: Mapping) -> dict:
+  keys = ("tokens", "positions", "segment_ids", "expert_ids", "token_mask")
+  return {k: batch[k] for k in keys if k in batch}
+
+
+def _row_axes(tree: Mapping) -> dict:
+  return {k: (1 if k == "expert_ids" else 0) for k in tree}
+
+
+def reference_log_probs(ref_params: Params, batch: Mapping, cfg: RLConfig) -> jax.Array:
+  """log pi_ref [B, T] of the batch's tokens (constant), computed micro-batch by micro-batch."""
+  inputs = _model_inputs(batch)
+  n = cfg.micro_batches
+  chunks = _split(inputs, n, _row_axes(inputs))
+  lp = jax.lax.map(lambda mb: policy_log_probs(ref_params, mb, cfg).logp, chunks)  # [n, B/n, T]
+  b, t = batch["tokens"].shape
+  return jax.lax.stop_gradient(jnp.moveaxis(lp, 0, 1).reshape(b, t))
+
+
+def _micro_loss(params: Params, mb: Mapping, cfg: RLConfig):
+  """Loss sum and metric sums of one micro-batch (everything pre-weighted for the whole batch)."""
+  view = policy_log_probs(params, mb, cfg)
+  logp, mask = view.logp, mb["mask"]
+  keep = filters.plausible(logp, mb["behaviour_logprobs"], mask, cfg.filter)
+  per_token, clipped = policy_loss_lib.POLICY_LOSSES.get(cfg.policy_loss)(
+      logp, mb["behaviour_logprobs"], mb["advantage"][:, None], eps_low=cfg.clip_eps_low,
+      eps_high=cfg.clip_eps_high, tis_cap=cfg.tis_cap)
+  w = mb["weight"] * keep
+  loss = jnp.sum(w * per_token)
+  sums = {}
+  if cfg.uses_reference:
+    if cfg.kl_placement in (KlPlacement.LOSS, KlPlacement.LOSS_STRAIGHT_THROUGH):
+      term = kl_lib.kl_loss_term(cfg.kl_estimator, cfg.kl_placement, logp, mb["ref_logprobs"],
+                                 mb["behaviour_logprobs"])
+      loss = loss + cfg.kl_coef * jnp.sum(w * term)
+    sg_logp = jax.lax.stop_gradient(logp)
+    sums["kl_ref_k1"] = jnp.sum(mask * kl_lib.kl_estimate("k1", sg_logp, mb["ref_logprobs"]))
+    sums["kl_ref_k3"] = jnp.sum(mask * kl_lib.kl_estimate("k3", sg_logp, mb["ref_logprobs"]))
+  sg_logp = jax.lax.stop_gradient(logp)
+  # Trainer-vs-actor mismatch: k3 of the behaviour policy against the trainer, the usual engine-mismatch gauge.
+  sums["kl_behaviour_k3"] = jnp.sum(mask * kl_lib.kl_estimate("k3", mb["behaviour_logprobs"], sg_logp))
+  sums["clip_fraction"] = jnp.sum(mask * keep * clipped)
+  sums["filtered_fraction"] = jnp.sum(mask * (1.0 - keep))
+  sums["entropy"] = jnp.sum(mask * view.entropy)
+  sums["ratio_mean"] = jnp.sum(mask * jnp.exp(sg_logp - mb["behaviour_logprobs"]))
+  sums["filtered_rows"] = jnp.sum((jnp.sum(mask * (1.0 - keep), axis=1) > 0).astype(jnp.float32))
+  # Routing agreement: with replay the trainer uses the actor's experts, so this is 1 exactly.
+  if "expert_ids" in mb and cfg.model.n_moe_layers:
+    same = jnp.all(view.expert_ids == mb["expert_ids"], axis=-1)  # [Lm, b, T]
+    sums["routing_agreement"] = jnp.sum(mask[None] * same) / cfg.model.n_moe_layers
+  return loss, sums
+
+
+def _accumulate_grads(params: Params, micro: Mapping, cfg: RLConfig):
+  """Sums loss, gradients and metric sums over the n stacked micro-batches (a scan: one compiled body)."""
+  grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+  n = cfg.micro_batches
+  if n == 1:
+    (loss, sums), grads = grad_fn(params, jax.tree.map(lambda x: x[0], micro), cfg)
+    return loss, sums, grads
+
+  def body(carry, mb):
+    (loss, sums), grads = grad_fn(params, mb, cfg)
+    acc_loss, acc_sums, acc_grads = carry
+    acc_grads = jax.tree.map(lambda a, g: a + g.astype(a.dtype), acc_grads, grads)
+    return (acc_loss + loss, jax.tree.map(jnp.add, acc_sums, sums), acc_grads), None
+
+  abstract = jax.eval_shape(functools.partial(grad_fn, cfg=cfg), params, jax.tree.map(lambda x: x[0], micro))
+  zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, jnp.float32), abstract)
+  (_, zero_sums), zero_grads = zeros
+  init = (jnp.zeros((), jnp.float32), zero_sums, zero_grads)
+  (loss, sums, grads), _ = jax.lax.scan(body, init, micro)
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+  return loss, sums, grads
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+  """The batch's per-row and per-token quantities that need no gradient (stages 1, 3, 4, 5), for the whole batch.
+
+  Attributes:
+    reward: `RewardOutput` of each row's chain (total [B] and the weighted parts).
+    shaped_reward: [B] the reward the advantages see (minus beta x the chain's KL for KlPlacement.IN_REWARD).
+    advantage: [B] A_i (0 on padding rows); segments of one chain share their chain's.
+    weight: [B, T] w_{i,t}, the aggregation weight of each action token.
+    mask: [B, T] the action tokens in the loss (after overlong and zero-variance masking).
+    full_mask: [B, T] all action tokens of real rows (for metrics).
+    first: [B] 1 on the first row of each chain (chain-level statistics count it once).
+    chain_tokens: [B] action tokens of the row's whole chain (the length-penalty x).
+    truncated: [B] 1 for overlong rows.
+    zero_variance: [B] 1 for rows of groups whose rewards are all equal.
+  """
+
+  reward: rewards_lib.RewardOutput
+  shaped_reward: jax.Array
+  advantage: jax.Array
+  weight: jax.Array
+  mask: jax.Array
+  full_mask: jax.Array
+  first: jax.Array
+  chain_tokens: jax.Array
+  truncated: jax.Array
+  zero_variance: jax.Array
+
+
+jax.tree_util.register_dataclass(
+    Prepared, data_fields=[f.name for f in dataclasses.fields(Prepared)], meta_fields=[])
+
+
+def prepare(batch: Mapping, ref_logp: jax.Array | None, cfg: RLConfig) -> Prepared:
+  """Rewards, the KL in the reward, advantages and token weights of a whole batch (no model involved).
+
+  Args:
+    batch: the RL batch (`c2jax.rl.batch`).
+    ref_logp: [B, T] log pi_ref of the tokens, or None when the KL is off.
+    cfg: the RL config.
+  """
+  b = batch["tokens"].shape[0]
+  valid = batch_lib.row_valid(batch)
+  full_mask = batch_lib.action_mask(batch)
+  truncated = batch["truncated"].astype(jnp.float32) * valid
+  _, first = batch_lib.chain_segments(batch["chain_id"], valid)
+  chain_tokens = batch_lib.segment_sum_by(batch["chain_id"], jnp.sum(full_mask, axis=1), valid)
+
+  # 1. Rewards of each chain (repeated on its rows).
+  reward_out = rewards_lib.compose_rewards(batch["reward_terms"], chain_tokens, cfg.reward)
+
+  # 3. The KL in the reward is taken at the sampled tokens with the behaviour log-probs (mu sampled them).
+  shaped = reward_out.total
+  if cfg.uses_reference and cfg.kl_placement is KlPlacement.IN_REWARD:
+    row_kl = jnp.sum(full_mask * kl_lib.kl_estimate(cfg.kl_estimator, batch["behaviour_logprobs"], ref_logp), axis=1)
+    shaped = shaped - cfg.kl_coef * batch_lib.segment_sum_by(batch["chain_id"], row_kl, valid)
+
+  # 4. Advantages over each group's chains.
+  adv, stats = advantages_lib.advantages(cfg.advantage, shaped, batch["group_id"], first, cfg.advantage_eps)
+  adv = adv * valid
+
+  # 5. Token weights for the whole batch.
+  mask = full_mask
+  if cfg.overlong is Overlong.MASK:
+    mask = mask * (1.0 - truncated)[:, None]
+  if cfg.zero_variance_groups is ZeroVarianceGroups.DROP:
+    mask = mask * (1.0 - stats.zero_variance)[:, None]
+  unit = batch["chain_id"] if cfg.sequence_unit is SequenceUnit.CHAIN else jnp.arange(b)
+  unit = jnp.where(valid > 0, unit, -1 - jnp.arange(b))  # padding rows never share a unit with real rows
+  weight = policy_loss_lib.AGGREGATIONS.get(cfg.aggregation)(mask, unit, cfg.loss_constant)
+  return Prepared(reward=reward_out, shaped_reward=shaped, advantage=adv, weight=weight, mask=mask,
+                  full_mask=full_mask, first=first, chain_tokens=chain_tokens, truncated=truncated,
+                  zero_variance=stats.zero_variance)
+
+
+def rl_gradients(params: Params, ref_params: Params | None, version: jax.Array, batch: Mapping,
+                 cfg: RLConfig) -> tuple[Params, dict]:
+  """Stages 1-6 of the update: the gradient of the RL loss on a batch, and the step's metrics.
+
+  Args:
+    params: the policy's params (differentiated).
+    ref_params: the reference policy's params (None when the KL is off).
+    version: int32 scalar, the trainer's policy version (for staleness).
+    batch: the RL batch (`c2jax.rl.batch`); B divisible by cfg.micro_batches.
+    cfg: the RL config (static).
+  Returns:
+    (grads with params' structure and dtypes, metrics: dict of float32 scalars).
+  """
+  model = cfg.model
+  batch_lib.check_batch(batch, model.n_moe_layers, model.num_experts_per_tok)
+  if batch["tokens"].shape[0] % cfg.micro_batches:
+    raise ValueError(f"Batch of {batch['tokens'].shape[0]} rows does not split into "
+                     f"micro_batches={cfg.micro_batches}.")
+  if cfg.uses_reference and ref_params is None:
+    raise ValueError("The KL to the reference policy is on but the state has no ref_params; build the state with "
+                     "c2jax.rl.update.init_state for this config, or set kl_coef=0.")
+  # 2. Reference log-probs (no gradient).
+  ref_logp = reference_log_probs(ref_params, batch, cfg) if cfg.uses_reference else None
+  prep = prepare(batch, ref_logp, cfg)
+
+  # 6. Loss and gradients, micro-batch by micro-batch.
+  per_row = {**_model_inputs(batch), "behaviour_logprobs": batch["behaviour_logprobs"], "mask": prep.mask,
+             "weight": prep.weight, "advantage": prep.advantage}
+  if ref_logp is not None:
+    per_row["ref_logprobs"] = ref_logp
+  micro = _split(per_row, cfg.micro_batches, _row_axes(per_row))
+  loss, sums, grads = _accumulate_grads(params, micro, cfg)
+  return grads, _metrics(cfg, batch, version, loss, sums, grads, prep)
+
+
+def update_step(state: RLState, batch: Mapping, *, cfg: RLConfig) -> tuple[RLState, dict]:
+  """One policy-gradient update on a batch of rollouts (see the module docstring for the stages).
+
+  Args:
+    state: the RL state (donate it under jit).
+    batch: the RL batch (`c2jax.rl.batch`); B divisible by cfg.micro_batches.
+    cfg: the RL config (static).
+  Returns:
+    (new state, metrics: dict of float32 scalars).
+  """
+  grads, metrics = rl_gradients(state.params, state.ref_params, state.step, batch, cfg)
+  updates, opt_state = make_optimizer(cfg.optim).update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  return RLState(step=state.step + 1, params=params, opt_state=opt_state, ref_params=state.ref_params), metrics
+
+
+def _metrics(cfg: RLConfig, batch: Mapping, version: jax.Array, loss: jax.Array, sums: dict, grads: Params,
+             prep: Prepared) -> dict:
+  """Scalar metrics of the step; token averages are over the action tokens of the batch, reward and length
+  statistics over chains (each counted once)."""
+  full_mask, first = prep.full_mask, prep.first
+  reward = prep.reward.total
+  n_tokens = jnp.maximum(jnp.sum(full_mask), 1.0)
+  m = {"loss": loss, "grad_norm": optax.tree.norm(grads), "tokens": jnp.sum(full_mask),
+       "tokens_in_loss": jnp.sum(prep.mask)}
+  for k, v in sums.items():
+    m[k] = v if k == "filtered_rows" else v / n_tokens
+  n_chains = jnp.maximum(jnp.sum(first), 1.0)
+  chain_mean = lambda x: jnp.sum(first * x) / n_chains
+  m["reward/mean"] = chain_mean(reward)
+  for name, part in prep.reward.parts.items():
+    m[f"reward/{name}"] = chain_mean(part)
+  m["advantage/mean"] = chain_mean(prep.advantage)
+  m["advantage/abs_mean"] = chain_mean(jnp.abs(prep.advantage))
+  group = group_metrics.group_reward_stats(reward, batch["group_id"], first)
+  m.update({f"groups/{k}": v for k, v in group.items()})
+  m["groups/zero_variance_rows"] = jnp.sum(first * prep.zero_variance)
+  outcome = batch["reward_terms"].get("outcome")
+  if outcome is not None:
+    success = (outcome >= cfg.success_threshold).astype(jnp.float32)
+    for k in cfg.pass_k:
+      m[f"pass@{k}"], _ = group_metrics.pass_at_k(success, batch["group_id"], first, k)
+      m[f"best_of_{k}"], _ = group_metrics.best_of_k(reward, batch["group_id"], first, k)
+    lengths = group_metrics.length_by_outcome(prep.chain_tokens, success, first)
+    m["length/correct"] = lengths["mean_length_success"]
+    m["length/incorrect"] = lengths["mean_length_failure"]
+  m["length/mean"] = chain_mean(prep.chain_tokens)
+  m["truncated_fraction"] = chain_mean(prep.truncated)
+  # Staleness: how many updates behind the trainer each action token's policy was (PipelineRL's lag).
+  lag = (version - batch["policy_version"]).astype(jnp.float32)
+  m["staleness/mean"] = jnp.sum(full_mask * lag) / n_tokens
+  m["staleness/max"] = jnp.max(jnp.where(full_mask > 0, lag, 0.0))
+  return {k: jnp.asarray(v, jnp.float32) for k, v in m.items()}
