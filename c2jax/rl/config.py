@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Any, Mapping
 
 from c2jax.model.config import ModelConfig
 from c2jax.pretrain.step import StepConfig
@@ -134,3 +135,64 @@ class RLConfig:
   def uses_reference(self) -> bool:
     """Whether the update needs the reference policy's log-probs (and the state its params)."""
     return self.kl_placement is not KlPlacement.NONE and self.kl_coef > 0
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# ml_collections <-> RLConfig: a run config holds the recipe as plain data (`c.rl`), so every field is a
+# command-line override: --config.rl.kl_placement=loss, --config.rl.filter.mode=sequence,
+# --config.rl.reward.weights.style=0.1, --config.rl.optim.learning_rate=1e-6.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _to_plain(value: Any) -> Any:
+  if isinstance(value, enum.Enum):
+    return value.value
+  if isinstance(value, RewardConfig):
+    return {"weights": dict(value.weights), "length_penalty": _to_plain(value.length_penalty)}
+  if dataclasses.is_dataclass(value):
+    return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+  return value
+
+
+def _from_plain(default: Any, value: Any, where: str) -> Any:
+  """`value` converted to the type of `default` (enums by value, case-insensitive; dataclasses field by field)."""
+  if isinstance(default, enum.Enum):
+    choices = {m.value: m for m in type(default)}
+    key = value.value if isinstance(value, enum.Enum) else str(value).lower()
+    if key not in choices:
+      raise ValueError(f"{where}={value!r} is not one of {', '.join(choices)}.")
+    return choices[key]
+  if isinstance(default, RewardConfig):
+    return RewardConfig.from_dict(value)
+  if dataclasses.is_dataclass(default):
+    if dataclasses.is_dataclass(value):
+      return value
+    known = {f.name for f in dataclasses.fields(default)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+      raise ValueError(f"{where} has unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+    return dataclasses.replace(default, **{k: _from_plain(getattr(default, k), v, f"{where}.{k}")
+                                           for k, v in value.items()})
+  if isinstance(default, tuple):
+    return tuple(value)
+  if isinstance(default, float) and isinstance(value, int):
+    return float(value)
+  return value
+
+
+def to_config_dict(cfg: RLConfig) -> "ml_collections.ConfigDict":
+  """The recipe of `cfg` (everything but the architecture) as an ml_collections ConfigDict of plain values."""
+  import ml_collections  # a run-config concern; the update itself never needs it
+
+  plain = _to_plain(cfg)
+  del plain["model"]
+  return ml_collections.ConfigDict(plain)
+
+
+def from_config_dict(d: Mapping[str, Any], model: ModelConfig) -> RLConfig:
+  """The `RLConfig` of a run config's `rl` section (a ConfigDict or dict; missing fields keep their defaults)."""
+  if hasattr(d, "to_dict"):
+    d = d.to_dict()
+  if "model" in d:
+    raise ValueError("rl.model: the architecture comes from the run config's model section, not from rl.")
+  return _from_plain(RLConfig(model=model), dict(d), "rl")
