@@ -329,7 +329,9 @@ def _metrics(cfg: RLConfig, batch: Mapping, version: jax.Array, loss: jax.Array,
   chain_mean = lambda x: jnp.sum(first * x) / n_chains
   m["reward/mean"] = chain_mean(reward)
   for name, part in prep.reward.parts.items():
-    m[f"reward/{name}"] = chain_mean(part)
+    m[f"reward/{name}"] = chain_mean(part)  # weighted contribution to the reward
+  for name, raw in prep.reward.raw.items():
+    m[f"reward_raw/{name}"] = chain_mean(raw)  # the environment's signal, weighted or not
   m["advantage/mean"] = chain_mean(prep.advantage)
   m["advantage/abs_mean"] = chain_mean(jnp.abs(prep.advantage))
   group = group_metrics.group_reward_stats(reward, batch["group_id"], first)
