@@ -80,6 +80,11 @@ def rloo(stats: GroupStats, reward: jax.Array, eps: float) -> jax.Array:
 
 def advantages(name: str, reward: jax.Array, group_id: jax.Array, weight: jax.Array,
                eps: float = 1e-6) -> tuple[jax.Array, GroupStats]:
-  """(A [B], GroupStats) with the estimator registered as `name`."""
+  """(A [B], GroupStats) with the estimator registered as `name`.
+
+  A group whose rewards are all equal gets exactly zero advantage: in float32 its mean can be an ulp off the
+  common value, which grpo's division by (std + eps) with std = 0 would blow up into a systematic push.
+  """
   stats = group_stats(reward, group_id, weight)
-  return ADVANTAGES.get(name)(stats, reward, eps), stats
+  adv = ADVANTAGES.get(name)(stats, reward, eps)
+  return jnp.where(stats.zero_variance > 0, 0.0, adv), stats

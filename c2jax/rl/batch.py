@@ -70,12 +70,12 @@ def check_batch(batch: Mapping, n_moe_layers: int | None = None, experts_per_tok
 
 def row_valid(batch: Mapping) -> jax.Array:
   """[B] float32: 1 for real rows, 0 for padding rows (group_id < 0)."""
-  return (batch["group_id"] >= 0).astype(jnp.float32)
+  return (jnp.asarray(batch["group_id"]) >= 0).astype(jnp.float32)
 
 
 def action_mask(batch: Mapping) -> jax.Array:
   """[B, T] float32: the loss mask with position 0 (never a target) and padding rows cleared."""
-  mask = batch["loss_mask"].astype(jnp.float32) * row_valid(batch)[:, None]
+  mask = jnp.asarray(batch["loss_mask"], jnp.float32) * row_valid(batch)[:, None]
   return mask.at[:, 0].set(0.0)
 
 

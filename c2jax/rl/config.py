@@ -86,6 +86,9 @@ class RLConfig:
     kl_coef: beta; 0 turns the KL (and the reference forward) off.
     filter: the plausibility filter.
     routing_replay: REPLAY or OFF.
+    sampling_temperature: the actors' sampling temperature; the trainer's log-probs are those of
+      softmax(logits / temperature), the distribution the behaviour log-probs come from. (Top-k / top-p
+      truncation cannot be reproduced by the trainer: sample RL rollouts without it.)
     reward: reward terms and length penalty.
     success_threshold: a trajectory counts as solved (pass@k, lengths of correct samples) when its outcome term
       is >= this.
@@ -111,6 +114,7 @@ class RLConfig:
   kl_coef: float = 1e-3
   filter: PlausibilityFilter = PlausibilityFilter()
   routing_replay: RoutingReplay = RoutingReplay.REPLAY
+  sampling_temperature: float = 1.0
   reward: RewardConfig = RewardConfig()
   success_threshold: float = 1.0
   pass_k: tuple[int, ...] = (1, 4)
@@ -128,6 +132,10 @@ class RLConfig:
       raise ValueError(f"Clip range [1 - {self.clip_eps_low}, 1 + {self.clip_eps_high}] is empty or negative.")
     if self.tis_cap <= 0 or self.kl_coef < 0:
       raise ValueError("tis_cap must be > 0 and kl_coef >= 0.")
+    object.__setattr__(self, "pass_k", tuple(int(k) for k in self.pass_k))  # hashable even if given a list
+    if self.sampling_temperature <= 0:
+      raise ValueError(f"sampling_temperature={self.sampling_temperature} must be > 0 (greedy rollouts have no "
+                       "sampling distribution to train on).")
     if not self.pass_k or min(self.pass_k) < 1:
       raise ValueError(f"pass_k={self.pass_k} must list positive k.")
 

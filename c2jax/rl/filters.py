@@ -68,9 +68,10 @@ def plausible(logp: jax.Array, behaviour_logp: jax.Array, mask: jax.Array, f: Pl
     return jnp.ones_like(mask)
   logp = jax.lax.stop_gradient(logp)
   log_ratio = logp - behaviour_logp
-  bad = (log_ratio < math.log(f.min_ratio)) | (log_ratio > math.log(f.max_ratio))
+  # Written as "not inside" so that NaN log-probs (a broken actor row) count as implausible.
+  bad = ~((log_ratio >= math.log(f.min_ratio)) & (log_ratio <= math.log(f.max_ratio)))
   if f.min_prob > 0:
-    bad = bad | (logp < math.log(f.min_prob))
+    bad = bad | ~(logp >= math.log(f.min_prob))
   bad = bad & (mask > 0)
   if f.mode is FilterMode.TOKEN:
     return 1.0 - bad.astype(jnp.float32)

@@ -86,6 +86,6 @@ def kl_loss_term(name: str, placement: KlPlacement, logp: jax.Array, ref_logp: j
   if placement is KlPlacement.LOSS:
     return k
   if placement is KlPlacement.LOSS_STRAIGHT_THROUGH:
-    rho = jax.lax.stop_gradient(jnp.exp(logp - behaviour_logp))
+    rho = jax.lax.stop_gradient(jnp.exp(jnp.clip(logp - behaviour_logp, -20.0, 20.0)))
     return rho * (k + jax.lax.stop_gradient(k) * (logp - jax.lax.stop_gradient(logp)))
   raise ValueError(f"kl_loss_term is for the LOSS placements, not {placement}.")

@@ -59,7 +59,10 @@ jax.tree_util.register_dataclass(RLState, data_fields=["step", "params", "opt_st
 
 
 def init_state(cfg: RLConfig, key: jax.Array, params: Params | None = None) -> RLState:
-  """A fresh state from `params` (e.g. the SFT checkpoint) or a random init; the reference policy is a copy."""
+  """A fresh state from `params` (e.g. the SFT checkpoint) or a random init; the reference policy is a copy.
+
+  The state takes `params` over: a step that donates the state also frees them (copy them first to keep them).
+  """
   if params is None:
     params = init_params(cfg.model, key)
   ref = jax.tree.map(jnp.copy, params) if cfg.uses_reference else None
@@ -77,8 +80,15 @@ class TokenLogProbs:
   expert_ids: jax.Array
 
 
+jax.tree_util.register_dataclass(TokenLogProbs, data_fields=["logp", "entropy", "expert_ids"], meta_fields=[])
+
+
 def policy_log_probs(params: Params, batch: Mapping, cfg: RLConfig) -> TokenLogProbs:
-  """Runs the model on a batch (with routing replay when configured) and reads per-token log-probs."""
+  """Runs the model on a batch (with routing replay when configured) and reads per-token log-probs.
+
+  Log-probs are those of softmax(logits / cfg.sampling_temperature), the distribution the actor sampled from, so
+  that the importance ratio compares like with like.
+  """
   forced = None
   if cfg.routing_replay is RoutingReplay.REPLAY and cfg.model.n_moe_layers:
     if "expert_ids" not in batch:
@@ -90,6 +100,8 @@ def policy_log_probs(params: Params, batch: Mapping, cfg: RLConfig) -> TokenLogP
                 segment_ids=batch.get("segment_ids"), forced_expert_ids=forced,
                 token_mask=batch.get("token_mask"), with_mtp=False)
   logits = out.logits[:, :-1]
+  if cfg.sampling_temperature != 1.0:
+    logits = logits / cfg.sampling_temperature
   lp = token_log_probs(logits, tokens[:, 1:])
   logz = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   ent = -jnp.sum(jnp.exp(logz) * logz, axis=-1)
@@ -122,7 +134,12 @@ def _row_axes(tree: Mapping) -> dict:
 
 
 def reference_log_probs(ref_params: Params, batch: Mapping, cfg: RLConfig) -> jax.Array:
-  """log pi_ref [B, T] of the batch's tokens (constant), computed micro-batch by micro-batch."""
+  """log pi_ref [B, T] of the batch's tokens (constant), computed micro-batch by micro-batch.
+
+  The reference model routes with its own router: routing replay exists to make the *trained* policy compute
+  what the actor computed, while pi_ref is a different model that no actor ran.
+  """
+  cfg = dataclasses.replace(cfg, routing_replay=RoutingReplay.OFF)
   inputs = _model_inputs(batch)
   n = cfg.micro_batches
   chunks = _split(inputs, n, _row_axes(inputs))
@@ -131,37 +148,54 @@ def reference_log_probs(ref_params: Params, batch: Mapping, cfg: RLConfig) -> ja
   return jax.lax.stop_gradient(jnp.moveaxis(lp, 0, 1).reshape(b, t))
 
 
+# Log-ratios beyond this are clamped before exp: a token e^20 times likelier under one engine than the other is
+# a mismatch (the plausibility filter's business), and exp must not overflow into inf * 0 = NaN gradients.
+_MAX_LOG_RATIO = 20.0
+
+
 def _micro_loss(params: Params, mb: Mapping, cfg: RLConfig):
-  """Loss sum and metric sums of one micro-batch (everything pre-weighted for the whole batch)."""
+  """Loss sum and metric sums of one micro-batch (everything pre-weighted for the whole batch).
+
+  Metric sums: diagnostics of the policies (entropy, KLs, ratio, filtered tokens) over all action tokens
+  (`full_mask`), the clip fraction over the tokens in the loss (`mask`, after overlong / zero-variance masking).
+  """
   view = policy_log_probs(params, mb, cfg)
-  logp, mask = view.logp, mb["mask"]
-  keep = filters.plausible(logp, mb["behaviour_logprobs"], mask, cfg.filter)
+  logp, mask, full_mask = view.logp, mb["mask"], mb["full_mask"]
+  keep = filters.plausible(logp, mb["behaviour_logprobs"], full_mask, cfg.filter)
+  in_loss = mask * keep
+  # Tokens outside the loss get the trainer's own log-prob as behaviour (ratio 1), so that a -inf or NaN there
+  # cannot reach the gradient through a zero weight.
+  sg_logp = jax.lax.stop_gradient(logp)
+  behaviour = jnp.where(in_loss > 0, mb["behaviour_logprobs"], sg_logp)
+  behaviour = jnp.clip(behaviour, sg_logp - _MAX_LOG_RATIO, sg_logp + _MAX_LOG_RATIO)
   per_token, clipped = policy_loss_lib.POLICY_LOSSES.get(cfg.policy_loss)(
-      logp, mb["behaviour_logprobs"], mb["advantage"][:, None], eps_low=cfg.clip_eps_low,
-      eps_high=cfg.clip_eps_high, tis_cap=cfg.tis_cap)
+      logp, behaviour, mb["advantage"][:, None], eps_low=cfg.clip_eps_low, eps_high=cfg.clip_eps_high,
+      tis_cap=cfg.tis_cap)
   w = mb["weight"] * keep
   loss = jnp.sum(w * per_token)
   sums = {}
   if cfg.uses_reference:
+    ref = mb["ref_logprobs"]
     if cfg.kl_placement in (KlPlacement.LOSS, KlPlacement.LOSS_STRAIGHT_THROUGH):
-      term = kl_lib.kl_loss_term(cfg.kl_estimator, cfg.kl_placement, logp, mb["ref_logprobs"],
-                                 mb["behaviour_logprobs"])
+      term = kl_lib.kl_loss_term(cfg.kl_estimator, cfg.kl_placement, logp, ref, behaviour)
       loss = loss + cfg.kl_coef * jnp.sum(w * term)
-    sg_logp = jax.lax.stop_gradient(logp)
-    sums["kl_ref_k1"] = jnp.sum(mask * kl_lib.kl_estimate("k1", sg_logp, mb["ref_logprobs"]))
-    sums["kl_ref_k3"] = jnp.sum(mask * kl_lib.kl_estimate("k3", sg_logp, mb["ref_logprobs"]))
-  sg_logp = jax.lax.stop_gradient(logp)
-  # Trainer-vs-actor mismatch: k3 of the behaviour policy against the trainer, the usual engine-mismatch gauge.
-  sums["kl_behaviour_k3"] = jnp.sum(mask * kl_lib.kl_estimate("k3", mb["behaviour_logprobs"], sg_logp))
-  sums["clip_fraction"] = jnp.sum(mask * keep * clipped)
-  sums["filtered_fraction"] = jnp.sum(mask * (1.0 - keep))
-  sums["entropy"] = jnp.sum(mask * view.entropy)
-  sums["ratio_mean"] = jnp.sum(mask * jnp.exp(sg_logp - mb["behaviour_logprobs"]))
-  sums["filtered_rows"] = jnp.sum((jnp.sum(mask * (1.0 - keep), axis=1) > 0).astype(jnp.float32))
-  # Routing agreement: with replay the trainer uses the actor's experts, so this is 1 exactly.
-  if "expert_ids" in mb and cfg.model.n_moe_layers:
+    sums["kl_ref_k1"] = jnp.sum(full_mask * kl_lib.kl_estimate("k1", sg_logp, ref))
+    sums["kl_ref_k3"] = jnp.sum(full_mask * kl_lib.kl_estimate("k3", sg_logp, ref))
+  # Trainer-vs-actor mismatch on the action tokens the actor reported finite log-probs for: k3 of the behaviour
+  # policy against the trainer (the usual engine-mismatch gauge), and the mean ratio (1 when they agree).
+  finite = full_mask * jnp.isfinite(mb["behaviour_logprobs"])
+  diag_behaviour = jnp.where(finite > 0, mb["behaviour_logprobs"], sg_logp)
+  log_ratio = jnp.clip(sg_logp - diag_behaviour, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+  sums["kl_behaviour_k3"] = jnp.sum(finite * kl_lib.KL_ESTIMATORS.get("k3")(log_ratio))  # KL(mu || pi_theta)
+  sums["ratio_mean"] = jnp.sum(finite * jnp.exp(log_ratio))
+  sums["entropy"] = jnp.sum(full_mask * view.entropy)
+  sums["filtered_fraction"] = jnp.sum(full_mask * (1.0 - keep))
+  sums["filtered_rows"] = jnp.sum((jnp.sum(full_mask * (1.0 - keep), axis=1) > 0).astype(jnp.float32))
+  sums["clip_fraction"] = jnp.sum(in_loss * clipped)
+  if cfg.routing_replay is RoutingReplay.OFF and "expert_ids" in mb and cfg.model.n_moe_layers:
+    # Without replay: how often the trainer's routing matches the actor's (under replay it is the actor's).
     same = jnp.all(view.expert_ids == mb["expert_ids"], axis=-1)  # [Lm, b, T]
-    sums["routing_agreement"] = jnp.sum(mask[None] * same) / cfg.model.n_moe_layers
+    sums["routing_agreement"] = jnp.sum(full_mask[None] * same) / cfg.model.n_moe_layers
   return loss, sums
 
 
@@ -232,7 +266,9 @@ def prepare(batch: Mapping, ref_logp: jax.Array | None, cfg: RLConfig) -> Prepar
   b = batch["tokens"].shape[0]
   valid = batch_lib.row_valid(batch)
   full_mask = batch_lib.action_mask(batch)
-  truncated = batch["truncated"].astype(jnp.float32) * valid
+  # Overlong is a property of the chain: any truncated segment makes the whole chain truncated.
+  truncated = (batch_lib.segment_sum_by(batch["chain_id"], batch["truncated"].astype(jnp.float32), valid) > 0)
+  truncated = truncated.astype(jnp.float32) * valid
   _, first = batch_lib.chain_segments(batch["chain_id"], valid)
   chain_tokens = batch_lib.segment_sum_by(batch["chain_id"], jnp.sum(full_mask, axis=1), valid)
 
@@ -245,22 +281,24 @@ def prepare(batch: Mapping, ref_logp: jax.Array | None, cfg: RLConfig) -> Prepar
     row_kl = jnp.sum(full_mask * kl_lib.kl_estimate(cfg.kl_estimator, batch["behaviour_logprobs"], ref_logp), axis=1)
     shaped = shaped - cfg.kl_coef * batch_lib.segment_sum_by(batch["chain_id"], row_kl, valid)
 
-  # 4. Advantages over each group's chains.
-  adv, stats = advantages_lib.advantages(cfg.advantage, shaped, batch["group_id"], first, cfg.advantage_eps)
+  # 4. Advantages over each group's chains. A group without signal is judged on the task's reward, before the KL
+  # shaping (which would make every group's rewards differ by a little).
+  adv, _ = advantages_lib.advantages(cfg.advantage, shaped, batch["group_id"], first, cfg.advantage_eps)
   adv = adv * valid
+  zero_variance = advantages_lib.group_stats(reward_out.total, batch["group_id"], first).zero_variance
 
   # 5. Token weights for the whole batch.
   mask = full_mask
   if cfg.overlong is Overlong.MASK:
     mask = mask * (1.0 - truncated)[:, None]
   if cfg.zero_variance_groups is ZeroVarianceGroups.DROP:
-    mask = mask * (1.0 - stats.zero_variance)[:, None]
+    mask = mask * (1.0 - zero_variance)[:, None]
   unit = batch["chain_id"] if cfg.sequence_unit is SequenceUnit.CHAIN else jnp.arange(b)
   unit = jnp.where(valid > 0, unit, -1 - jnp.arange(b))  # padding rows never share a unit with real rows
   weight = policy_loss_lib.AGGREGATIONS.get(cfg.aggregation)(mask, unit, cfg.loss_constant)
   return Prepared(reward=reward_out, shaped_reward=shaped, advantage=adv, weight=weight, mask=mask,
                   full_mask=full_mask, first=first, chain_tokens=chain_tokens, truncated=truncated,
-                  zero_variance=stats.zero_variance)
+                  zero_variance=zero_variance)
 
 
 def rl_gradients(params: Params, ref_params: Params | None, version: jax.Array, batch: Mapping,
@@ -290,7 +328,7 @@ def rl_gradients(params: Params, ref_params: Params | None, version: jax.Array, 
 
   # 6. Loss and gradients, micro-batch by micro-batch.
   per_row = {**_model_inputs(batch), "behaviour_logprobs": batch["behaviour_logprobs"], "mask": prep.mask,
-             "weight": prep.weight, "advantage": prep.advantage}
+             "full_mask": prep.full_mask, "weight": prep.weight, "advantage": prep.advantage}
   if ref_logp is not None:
     per_row["ref_logprobs"] = ref_logp
   micro = _split(per_row, cfg.micro_batches, _row_axes(per_row))
@@ -323,8 +361,9 @@ def _metrics(cfg: RLConfig, batch: Mapping, version: jax.Array, loss: jax.Array,
   n_tokens = jnp.maximum(jnp.sum(full_mask), 1.0)
   m = {"loss": loss, "grad_norm": optax.tree.norm(grads), "tokens": jnp.sum(full_mask),
        "tokens_in_loss": jnp.sum(prep.mask)}
+  n_in_loss = jnp.maximum(jnp.sum(prep.mask), 1.0)
   for k, v in sums.items():
-    m[k] = v if k == "filtered_rows" else v / n_tokens
+    m[k] = v if k == "filtered_rows" else v / (n_in_loss if k == "clip_fraction" else n_tokens)
   n_chains = jnp.maximum(jnp.sum(first), 1.0)
   chain_mean = lambda x: jnp.sum(first * x) / n_chains
   m["reward/mean"] = chain_mean(reward)

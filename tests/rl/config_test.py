@@ -21,7 +21,7 @@ GOLDEN = {
     "optim.weight_decay": 0.0, "optim.z_loss_weight": 0.0, "overlong": "keep", "pass_k": (1, 4),
     "policy_loss": "ppo_clip", "reward.length_penalty.k": 1.0, "reward.length_penalty.q": 0.5,
     "reward.length_penalty.scale": 1000.0, "reward.length_penalty.weight": 0.0, "reward.weights.outcome": 1.0,
-    "routing_replay": "replay", "sequence_unit": "chain", "success_threshold": 1.0, "tis_cap": 2.0,
+    "routing_replay": "replay", "sampling_temperature": 1.0, "sequence_unit": "chain", "success_threshold": 1.0, "tis_cap": 2.0,
     "zero_variance_groups": "keep",
 }
 

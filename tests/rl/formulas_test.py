@@ -59,6 +59,12 @@ class AdvantagesTest(parameterized.TestCase):
     # Both segments of the chain get the chain's advantage.
     self.assertAlmostEqual(float(got[6]), float(got[7]), places=6)
 
+  @parameterized.parameters("dr_grpo", "grpo", "rloo")
+  def test_equal_rewards_give_exactly_zero(self, name):
+    # 0.1 is not dyadic: the float32 mean of seven of them is an ulp off, which grpo's 1/(std + eps) would blow up.
+    got, _ = advantages.advantages(name, jnp.full(7, 0.1), jnp.zeros(7, jnp.int32), jnp.ones(7))
+    np.testing.assert_array_equal(got, np.zeros(7))
+
   def test_unknown_name_lists_choices(self):
     with self.assertRaisesRegex(ValueError, "Unknown advantage estimator 'ppo'; known: dr_grpo, grpo, rloo"):
       advantages.advantages("ppo", jnp.zeros(2), jnp.zeros(2, jnp.int32), jnp.ones(2))
@@ -220,6 +226,10 @@ class FilterTest(absltest.TestCase):
                                    sequence_max_fraction=0.7)  # 2 of 3 filtered = 0.67 <= 0.7: kept
     keep = np.asarray(filters.plausible(jnp.asarray(logp), jnp.asarray(blogp), jnp.asarray(mask), f))
     np.testing.assert_array_equal(keep, np.ones((2, 4)))
+    nan_row = np.where(np.arange(4) == 2, np.nan, blogp[1])[None].astype(np.float32)
+    f = filters.PlausibilityFilter(mode=filters.FilterMode.TOKEN)
+    keep = np.asarray(filters.plausible(jnp.asarray(blogp[1:]), jnp.asarray(nan_row), jnp.ones((1, 4)), f))
+    np.testing.assert_array_equal(keep, [[1, 1, 0, 1]])  # a NaN behaviour log-prob is implausible
     f = filters.PlausibilityFilter(mode=filters.FilterMode.NONE)
     keep = np.asarray(filters.plausible(jnp.asarray(logp), jnp.asarray(blogp), jnp.asarray(mask), f))
     np.testing.assert_array_equal(keep, np.ones((2, 4)))

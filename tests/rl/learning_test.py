@@ -48,9 +48,10 @@ class LearningTest(absltest.TestCase):
                                      reward_terms={"outcome": reward}, policy_version=i)
       state, metrics = step(state, batch)
       rewards.append(float(reward.mean()))
-      # The trainer sees the rollouts exactly as the sampler produced them: nothing filtered, same experts.
+      # The trainer sees the rollouts as the sampler produced them (same weights, replayed experts): nothing is
+      # filtered and the trainer/actor KL is float32 rounding.
       self.assertEqual(float(metrics["filtered_fraction"]), 0.0)
-      self.assertEqual(float(metrics["routing_agreement"]), 1.0)
+      self.assertLess(float(metrics["kl_behaviour_k3"]), 1e-6)
     print("mean reward per step:", " ".join(f"{r:.2f}" for r in rewards))
     self.assertLess(np.mean(rewards[:5]), 0.3)
     self.assertGreater(np.mean(rewards[-5:]), 0.8)

@@ -5,6 +5,7 @@ import dataclasses
 import functools
 
 from absl.testing import absltest, parameterized
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,7 +134,9 @@ class DrGrpoTest(absltest.TestCase):
     self.assertGreater(np.abs(no_baseline["lm_head"] - want["lm_head"]).max(), 0.1 * np.abs(want["lm_head"]).max())
 
 
-MICRO_CFG = dict(aggregation="token_mean", kl_placement=KlPlacement.LOSS_STRAIGHT_THROUGH, kl_coef=0.1)
+# Shared by the micro-batch, metrics and mesh tests (one compile each): every masking option on.
+MICRO_CFG = dict(aggregation="token_mean", kl_placement=KlPlacement.LOSS_STRAIGHT_THROUGH, kl_coef=0.1,
+                 overlong=Overlong.MASK, zero_variance_groups=ZeroVarianceGroups.DROP)
 
 
 class MicroBatchTest(absltest.TestCase):
@@ -171,7 +174,9 @@ class RoutingReplayTest(absltest.TestCase):
     # The router still learns under replay: the gates are recomputed from it.
     grads, metrics = _grads(_cfg(kl_coef=0.0), batch, params=moved)
     self.assertGreater(float(jnp.abs(grads["moe_layers"]["moe"]["router"]).max()), 0.0)
-    self.assertEqual(float(metrics["routing_agreement"]), 1.0)
+    self.assertNotIn("routing_agreement", metrics)  # under replay the trainer routes as the actor did
+    _, metrics_off = _grads(_cfg(kl_coef=0.0, routing_replay=RoutingReplay.OFF), _batch(), params=params)
+    self.assertEqual(float(metrics_off["routing_agreement"]), 1.0)  # same weights: same routing
 
   def test_replay_without_ids_is_a_clear_error(self):
     batch = _batch()
@@ -253,6 +258,23 @@ class ChainTest(parameterized.TestCase):
     chain_kl = np.array([row_kl[batch["chain_id"] == c].sum() for c in batch["chain_id"]])
     np.testing.assert_allclose(prep.shaped_reward, batch["reward_terms"]["outcome"] - 0.5 * chain_kl, rtol=1e-5)
 
+  def test_zero_variance_is_judged_before_the_kl_shaping(self):
+    batch, _ = _chain_batch()
+    cfg = _cfg(zero_variance_groups=ZeroVarianceGroups.DROP)  # the default k1 KL in the reward is on
+    ref_logp = np.log(np.random.default_rng(1).uniform(0.1, 0.9, (B, T))).astype(np.float32)
+    prep = jax.device_get(jax.jit(functools.partial(prepare, cfg=cfg))(batch, ref_logp))
+    self.assertGreater(np.ptp(prep.shaped_reward[4:]), 0)  # the KL makes group 1's rewards differ...
+    np.testing.assert_array_equal(prep.zero_variance, [0, 0, 0, 0, 1, 1, 1, 1])  # ...but it has no task signal
+    self.assertEqual(float(prep.mask[4:].sum()), 0)
+
+  def test_truncation_is_a_chain_property(self):
+    batch, _ = _chain_batch()
+    batch["truncated"] = np.array([0, 0, 1, 0, 0, 0, 0, 0], np.float32)  # the last segment of chain 10
+    prep = jax.device_get(jax.jit(functools.partial(prepare, cfg=_cfg(kl_coef=0.0, overlong=Overlong.MASK)))(
+        batch, None))
+    np.testing.assert_array_equal(prep.truncated, [1, 0, 1, 0, 0, 0, 0, 0])
+    self.assertEqual(float(prep.mask[[0, 2]].sum()), 0)
+
   def test_overlong_and_zero_variance_masking(self):
     batch, _ = _chain_batch()
     batch["truncated"] = np.array([0, 1, 0, 0, 0, 0, 0, 0], np.float32)
@@ -283,10 +305,33 @@ class MetricsTest(absltest.TestCase):
     outcome = batch["reward_terms"]["outcome"][:7]
     np.testing.assert_allclose(m["reward/mean"], outcome.mean(), rtol=1e-6)
     np.testing.assert_allclose(m["pass@1"], np.mean([outcome[:4].mean(), outcome[4:].mean()]), rtol=1e-6)
+    # Policy diagnostics over all action tokens, whatever the loss masks (overlong and zero-variance are on).
+    view = jax.device_get(jax.jit(lambda p, b: policy_log_probs(p, b, _cfg()))(_params(), batch))
+    log_ratio = view.logp - batch["behaviour_logprobs"]
+    mean = lambda x: float((mask * x).sum() / mask.sum())
+    np.testing.assert_allclose(m["ratio_mean"], mean(np.exp(log_ratio)), rtol=1e-5)
+    np.testing.assert_allclose(m["kl_behaviour_k3"], mean(np.exp(log_ratio) - 1 - log_ratio), rtol=1e-4)
+    np.testing.assert_allclose(m["entropy"], mean(view.entropy), rtol=1e-5)
+    self.assertLess(float(m["tokens_in_loss"]), float(m["tokens"]))  # the truncated row is out of the loss
     for key in ("pass@4", "best_of_4", "entropy", "kl_behaviour_k3", "length/mean", "truncated_fraction",
                 "groups/zero_variance_fraction", "grad_norm", "reward/outcome", "length/correct"):
       self.assertIn(key, m)
       self.assertTrue(np.isfinite(float(m[key])), key)
+
+  def test_non_finite_behaviour_log_probs_do_not_poison_the_update(self):
+    # An actor row of -inf log-probs on a padding row, a token the actor reported at log-prob -100 and a NaN:
+    # the filter drops the real ones, and nothing reaches the gradient through a zero weight.
+    batch = _batch()
+    b = batch["behaviour_logprobs"].copy()
+    b[-1, PROMPT:] = -np.inf  # the padding row
+    b[0, PROMPT] = -100.0
+    b[2, PROMPT + 1] = np.nan
+    batch["behaviour_logprobs"] = b
+    batch["loss_mask"][-1, PROMPT:] = 1.0
+    grads, m = _grads(_cfg(kl_coef=0.0), batch)
+    chex.assert_tree_all_finite(grads)
+    self.assertTrue(np.isfinite(float(m["loss"])))
+    self.assertEqual(float(m["filtered_rows"]), 2.0)
 
   def test_chain_metrics_count_each_chain_once(self):
     batch, lengths = _chain_batch()
@@ -312,7 +357,7 @@ class MeshTest(absltest.TestCase):
     self.assertEqual(state.ref_params["lm_head"].sharding.spec, trainer.state_shardings.params["lm_head"].spec)
     gate = state.params["moe_layers"]["moe"]["experts"]["gate"]
     self.assertEqual(gate.addressable_shards[0].data.shape[1], MODEL.n_routed_experts // 2)  # experts split
-    state = dataclasses.replace(state, ref_params=jax.device_put(_params(1), trainer.state_shardings.ref_params))
+    state = dataclasses.replace(state, ref_params=jax.device_put(_copy(_params(1)), trainer.state_shardings.ref_params))
     state, metrics = trainer.step(state, trainer.put_batch(batch))
 
     grads, ref_metrics = _grads(cfg, batch, version=0)
@@ -320,7 +365,7 @@ class MeshTest(absltest.TestCase):
     updates, _ = make_optimizer(cfg.optim).update(grads, ref_state.opt_state, ref_state.params)
     want = optax.apply_updates(ref_state.params, updates)
     for k in ("loss", "grad_norm", "kl_ref_k1", "entropy", "filtered_fraction", "clip_fraction", "pass@1",
-              "staleness/mean", "routing_agreement"):
+              "staleness/mean", "ratio_mean", "tokens_in_loss"):
       np.testing.assert_allclose(metrics[k], ref_metrics[k], rtol=1e-4, atol=1e-7, err_msg=k)
     self.assertGreater(float(metrics["filtered_fraction"]), 0.0)
     # AdamW's first step moves each weight by ~lr x sign(g): compare at 1% of that move.
