@@ -5,8 +5,9 @@ c_kv [Lkv] per token, expanded per head by kv_b; a small decoupled rope key k_ro
 Only c_kv and k_rope (Lkv + R numbers per token and layer) need caching or communicating, which the sampler's
 KV cache and context parallelism exploit.
 
-This is the training-side (expanded) form; a decoder with a latent KV cache would use the absorbed-weights form
-(kv_b folded into the query and output projections), which is not implemented here.
+Two forms: the training-side expanded form (`attend`: K and V built per head from c_kv), and the absorbed-weights
+form for decoding from a latent KV cache (`attend_cached`: kv_b folded into the query and the output, so the
+cache holds only c_kv and k_rope).
 """
 
 from __future__ import annotations
@@ -218,6 +219,37 @@ def attend_reference(p: dict, lat: Latents, mask: jax.Array, cfg: ModelConfig) -
             jnp.einsum("btnr,bsr->bnts", lat.q_rope, lat.k_rope, preferred_element_type=jnp.float32))
   logits = jnp.where(mask, logits * cfg.attention_scale, jnp.finfo(jnp.float32).min)
   return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1).astype(dt), v)
+
+
+def attend_cached(p: dict, lat: Latents, q_positions: jax.Array, c_kv: jax.Array, k_rope: jax.Array,
+                  cfg: ModelConfig) -> jax.Array:
+  """Absorbed-weights attention of new queries over a latent KV cache (DeepSeek-V2 section 2.1.2).
+
+  With kv_b = [W_UK | W_UV] per head, q_nope . (W_UK c) = (W_UK^T q_nope) . c: the query is moved into the latent
+  space once per token, scores are taken against the cached latents directly, and the latent-space output is
+  expanded by W_UV afterwards. Per key this costs Lkv + R multiply-adds per head instead of materializing K and V.
+
+  Args:
+    p: attention params.
+    lat: `Latents` of the t new tokens (their c_kv / k_rope already written into the cache).
+    q_positions: [B, t] absolute positions of the new tokens; a query sees cache slots s <= its position.
+    c_kv: [B, S, Lkv] the cached normalized latents (slot s holds position s).
+    k_rope: [B, S, R] the cached rotated rope keys.
+    cfg: model config.
+  Returns:
+    per-head values [B, t, N, Hv].
+  """
+  dt = c_kv.dtype
+  w = p["kv_b"].astype(dt)
+  w_uk, w_uv = w[..., :cfg.qk_nope_head_dim], w[..., cfg.qk_nope_head_dim:]
+  q_lat = jnp.einsum("btnh,lnh->btnl", lat.q_nope, w_uk)
+  logits = (jnp.einsum("btnl,bsl->bnts", q_lat, c_kv, preferred_element_type=jnp.float32) +
+            jnp.einsum("btnr,bsr->bnts", lat.q_rope, k_rope, preferred_element_type=jnp.float32))
+  visible = jnp.arange(c_kv.shape[1])[None, None, None, :] <= q_positions[:, None, :, None]
+  logits = jnp.where(visible, logits * cfg.attention_scale, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(dt)
+  out_lat = jnp.einsum("bnts,bsl->btnl", probs, c_kv)
+  return jnp.einsum("btnl,lnh->btnh", out_lat, w_uv)
 
 
 def output_projection(p: dict, values: jax.Array) -> jax.Array:

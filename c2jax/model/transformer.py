@@ -66,6 +66,12 @@ def block(p: dict, h: jax.Array, positions: jax.Array, segment_ids: jax.Array | 
   """One pre-norm decoder block on h [B, T, D]. Returns (h, MoeOutput or None)."""
   a = mla_lib.mla(p["attn"], rms_norm(h, p["attn_norm"], cfg.rms_norm_eps), positions, segment_ids, cfg)
   h = constrain(h + a, ("batch", "seq", "embed"))
+  return ffn_residual(p, h, cfg, forced_ids, token_mask)
+
+
+def ffn_residual(p: dict, h: jax.Array, cfg: ModelConfig, forced_ids: jax.Array | None = None,
+                 token_mask: jax.Array | None = None):
+  """The second half of a block: h + FFN(rms_norm(h)) with a SwiGLU MLP or the MoE. Returns (h, MoeOutput | None)."""
   x = rms_norm(h, p["mlp_norm"], cfg.rms_norm_eps)
   if "moe" in p:
     out = moe_lib.moe_ffn(p["moe"], x, cfg, forced_ids, token_mask)

@@ -1,0 +1,352 @@
+"""The actors' sampler: jitted prefill and decode over an MLA latent KV cache, with MTP speculative decoding
+(report sections 4 and 6: actors generate most of the tokens in RL; Composer 2 serves with MTP drafts).
+
+  out = generate(params, prompts, prompt_lengths, key, cfg=cfg, sampling=SamplingConfig(max_new_tokens=128))
+  out.samples          # tokens, loss_mask, logprobs (sampling distribution), expert_ids, lengths, stopped
+  out.policy_version   # [B, T] the weights version that produced each token
+
+Or chunk by chunk, swapping weights in between as an actor does with in-flight updates (PipelineRL: the cache
+computed by older weights is kept):
+
+  state = prefill(params_v0, prompts, prompt_lengths, key, version=0, cfg=cfg, sampling=sampling)
+  state = decode(params_v0, state, version=0, steps=32, cfg=cfg, sampling=sampling)
+  state = decode(params_v1, state, version=1, steps=32, cfg=cfg, sampling=sampling)   # new weights, same cache
+  out = finish(params_v1, state, cfg=cfg)
+
+Sampling matches `c2jax.actors.reference_sampler` token for token (same per-row keys: row b's i-th token draws
+with fold_in(fold_in(key, b), i)), and reports the same per-token quantities: the log-prob under the sampling
+distribution, and every MoE layer's expert ids for routing replay.
+
+Speculative decoding (`SamplingConfig`-independent, `speculative=k`): the MTP module drafts k tokens (module 1,
+reused recursively on its own hidden state for drafts 2..k), the main model scores the k + 1 positions in one
+cached step, and the standard rejection rule (Leviathan et al. 2023; Chen et al. 2023) accepts draft j with
+probability min(1, p_j(d_j) / q_j(d_j)), resampling a rejected position from norm(max(0, p_j - q_j)) and drawing a
+bonus token from p_{k+1} when all are accepted. The output distribution is exactly the main model's sampling
+distribution; under greedy decoding the output is identical to plain decoding.
+
+Shapes: B rows, P prompt buffer, N = max_new_tokens, T = P + N, V vocab, Lm MoE layers, K experts per token,
+D model width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from c2jax.actors.sampling import SamplingConfig, check_inputs, draw, row_keys, sampling_logits
+from c2jax.actors.reference_sampler import Samples
+from c2jax.model import decode as decode_lib
+from c2jax.model.config import ModelConfig
+from c2jax.model.params import Params
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeState:
+  """Everything a generation in progress carries between jitted chunks (a pytree).
+
+  Attributes:
+    cache: the latent KV cache (main model and MTP modules), T slots (+ k for speculative drafts).
+    tokens: [B, T] int32 prompt + generated tokens (pad_id elsewhere).
+    logprobs: [B, T] float32 sampling log-probs of generated tokens.
+    versions: [B, T] int32 policy version of each generated token.
+    expert_ids: [Lm, B, T, K] int32 routing of every fed position.
+    prompt_lengths: [B] int32.
+    pos: [B] int32 position of each row's newest token (sampled, not yet fed to the model).
+    hidden: [B, D] main model's final normed hidden state at pos - 1 (the MTP drafter's input).
+    lengths: [B] int32 generated tokens so far.
+    done / stopped: [B] bool: the row ended (stop token or budget) / ended on a stop token.
+    step: int32 draw counter (plain decoding: the index of the next token to draw).
+    keys: [B] typed per-row PRNG keys.
+    knobs: [3] float32 temperature, top_k, top_p (traced: one program serves every setting).
+    drafted / accepted: int32 totals of draft tokens proposed and accepted (speculative decoding).
+  """
+
+  cache: decode_lib.KVCache
+  tokens: jax.Array
+  logprobs: jax.Array
+  versions: jax.Array
+  expert_ids: jax.Array
+  prompt_lengths: jax.Array
+  pos: jax.Array
+  hidden: jax.Array
+  lengths: jax.Array
+  done: jax.Array
+  stopped: jax.Array
+  step: jax.Array
+  keys: jax.Array
+  knobs: jax.Array
+  drafted: jax.Array
+  accepted: jax.Array
+
+
+jax.tree_util.register_dataclass(DecodeState, data_fields=[f.name for f in dataclasses.fields(DecodeState)],
+                                 meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerOutput:
+  """samples: `Samples` (the reference sampler's type); policy_version: [B, T] int32; drafted / accepted: int32
+  speculative totals (acceptance rate = accepted / drafted)."""
+
+  samples: Samples
+  policy_version: jax.Array
+  drafted: jax.Array
+  accepted: jax.Array
+
+  @property
+  def acceptance_rate(self) -> float:
+    return float(self.accepted) / max(float(self.drafted), 1.0)
+
+
+jax.tree_util.register_dataclass(SamplerOutput, data_fields=["samples", "policy_version", "drafted", "accepted"],
+                                 meta_fields=[])
+
+
+def _structure(sampling: SamplingConfig) -> SamplingConfig:
+  """The static part of a sampling config (the knobs travel as traced scalars)."""
+  return dataclasses.replace(sampling, temperature=1.0, top_k=0, top_p=1.0)
+
+
+def _knobs(sampling: SamplingConfig) -> jax.Array:
+  return jnp.asarray([sampling.temperature, sampling.top_k, sampling.top_p], jnp.float32)
+
+
+def _unpack(knobs: jax.Array):
+  return knobs[0], knobs[1].astype(jnp.int32), knobs[2]
+
+
+def _stop_hit(token: jax.Array, sampling: SamplingConfig) -> jax.Array:
+  stops = jnp.asarray(sampling.stop_tokens, jnp.int32)
+  return jnp.any(token[..., None] == stops, axis=-1)
+
+
+def prefill(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: jax.Array, *, cfg: ModelConfig,
+            sampling: SamplingConfig, version: int | jax.Array = 0, speculative: int = 0) -> DecodeState:
+  """Runs the prompts [B, P] (left-aligned, per-row lengths in [1, P]) through the model, fills the cache and draws
+  each row's first token. `speculative` reserves cache slots for that many draft tokens."""
+  prompts, prompt_lengths = jnp.asarray(prompts), jnp.asarray(prompt_lengths)
+  check_inputs(prompts, prompt_lengths)
+  if speculative and not cfg.num_mtp_layers:
+    raise ValueError("Speculative decoding drafts with the MTP modules, and this model has none (num_mtp_layers=0).")
+  return _prefill(params, prompts, prompt_lengths.astype(jnp.int32), row_keys(key, prompts.shape[0]),
+                  _knobs(sampling), jnp.asarray(version, jnp.int32), cfg=cfg, sampling=_structure(sampling),
+                  speculative=speculative)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "speculative"))
+def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, sampling, speculative):
+  b, p = prompts.shape
+  n = sampling.max_new_tokens
+  t = p + n
+  rows = jnp.arange(b)
+  in_prompt = jnp.arange(p)[None, :] < prompt_lengths[:, None]
+  prompts = jnp.where(in_prompt, prompts.astype(jnp.int32), sampling.pad_id)
+  cache = decode_lib.init_cache(cfg, b, t + speculative)
+  out = decode_lib.extend(params, cache, prompts, jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p)), cfg=cfg)
+  last = prompt_lengths - 1
+  logits = out.logits[rows, last]  # [B, V]
+  token, logprob = draw(logits, keys, jnp.int32(0), *_unpack(knobs))
+  tokens = jnp.full((b, t), sampling.pad_id, jnp.int32).at[:, :p].set(prompts).at[rows, prompt_lengths].set(token)
+  expert_ids = jnp.zeros((cfg.n_moe_layers, b, t, cfg.num_experts_per_tok), jnp.int32).at[:, :, :p].set(
+      out.expert_ids)
+  stopped = _stop_hit(token, sampling)
+  return DecodeState(
+      cache=out.cache, tokens=tokens, logprobs=jnp.zeros((b, t), jnp.float32).at[rows, prompt_lengths].set(logprob),
+      versions=jnp.zeros((b, t), jnp.int32).at[rows, prompt_lengths].set(version), expert_ids=expert_ids,
+      prompt_lengths=prompt_lengths, pos=prompt_lengths, hidden=out.hidden[rows, last],
+      lengths=jnp.ones((b,), jnp.int32), done=stopped | (n <= 1), stopped=stopped, step=jnp.int32(1), keys=keys,
+      knobs=knobs, drafted=jnp.int32(0), accepted=jnp.int32(0))
+
+
+def decode(params: Params, state: DecodeState, *, cfg: ModelConfig, sampling: SamplingConfig, steps: int,
+           version: int | jax.Array = 0, speculative: int = 0) -> DecodeState:
+  """Up to `steps` more decoding steps (fewer if every row ends), stamping new tokens with `version`.
+
+  `params` may differ from the previous chunk's (an in-flight weight update): the cache is kept. With
+  `speculative=k` each step drafts k tokens with the MTP module and emits 1 to k + 1 tokens per row.
+  """
+  return _decode(params, state, jnp.asarray(version, jnp.int32), cfg=cfg, sampling=_structure(sampling),
+                 steps=steps, speculative=speculative)
+
+
+def _write_rows(buf: jax.Array, positions: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
+  """buf [B, T] with values [B, j] written at positions [B, j] where valid [B, j] (others untouched)."""
+  rows = jnp.arange(buf.shape[0])[:, None]
+  positions = jnp.where(valid, positions, buf.shape[1])  # out of range: dropped
+  return buf.at[rows, positions].set(values.astype(buf.dtype), mode="drop")
+
+
+def _write_ids(ids: jax.Array, positions: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
+  """ids [Lm, B, T, K] with values [Lm, B, j, K] written at positions [B, j] where valid [B, j]."""
+  rows = jnp.arange(ids.shape[1])[:, None]
+  positions = jnp.where(valid, positions, ids.shape[2])
+  return ids.at[:, rows, positions].set(values, mode="drop")
+
+
+def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig) -> DecodeState:
+  """Feeds each row's newest token, draws the next one."""
+  b, t = s.tokens.shape
+  rows = jnp.arange(b)
+  feed_pos = jnp.minimum(s.pos, t - 1)
+  out = decode_lib.extend(params, s.cache, s.tokens[rows, feed_pos][:, None], feed_pos[:, None], cfg=cfg)
+  token, logprob = draw(out.logits[:, 0], s.keys, s.step, *_unpack(s.knobs))
+  active = ~s.done
+  new_pos = s.pos + 1
+  write = (active & (new_pos < t))[:, None]
+  hit = active & _stop_hit(token, sampling)
+  lengths = s.lengths + active.astype(jnp.int32)
+  # The fed token's routing is final: positions up to a row's end are fed exactly once while it is active (the
+  # last one by `finish`).
+  return dataclasses.replace(
+      s, cache=out.cache,
+      tokens=_write_rows(s.tokens, new_pos[:, None], token[:, None], write),
+      logprobs=_write_rows(s.logprobs, new_pos[:, None], logprob[:, None], write),
+      versions=_write_rows(s.versions, new_pos[:, None], jnp.broadcast_to(version, (b, 1)), write),
+      expert_ids=_write_ids(s.expert_ids, feed_pos[:, None], out.expert_ids, active[:, None]),
+      pos=jnp.where(active, new_pos, s.pos), hidden=jnp.where(active[:, None], out.hidden[:, 0], s.hidden),
+      lengths=lengths, done=s.done | hit | (lengths >= sampling.max_new_tokens), stopped=s.stopped | hit,
+      step=s.step + 1)
+
+
+def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig,
+                      k: int) -> DecodeState:
+  """Drafts k tokens with the MTP module, verifies them with one main-model step, emits 1..k+1 tokens per row."""
+  b, t = s.tokens.shape
+  rows = jnp.arange(b)
+  temperature, top_k, top_p = _unpack(s.knobs)
+  greedy = temperature == 0
+  safe_temp = jnp.where(greedy, 1.0, temperature)
+  dist = lambda logits: jax.nn.log_softmax(sampling_logits(logits, safe_temp, top_k, top_p), axis=-1)
+  # Randomness: one key per row and step, split for the drafts, the acceptance tests and the final draw.
+  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(s.keys, s.step)
+  draft_keys, accept_keys, final_keys = (jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(step_keys)
+                                         for i in range(3))
+
+  # 1. Drafts: module 1 at position pos - 1 sees (h_{pos-1}, x_pos) and predicts x_{pos+1}; drafts 2..k reuse it on
+  # its own output hidden state (their cache slots are rewritten in step 4).
+  feed_pos = jnp.minimum(s.pos, t - 1)
+  last = s.tokens[rows, feed_pos]
+  cache, h_prev, tok = s.cache, s.hidden, last
+  drafts, draft_logq = [], []
+  for j in range(k):
+    mtp = decode_lib.extend_mtp(params, cache, h_prev[:, None], tok[None, :, None], (s.pos - 1 + j)[:, None],
+                                cfg=cfg)
+    cache = mtp.cache
+    logq = dist(mtp.logits[0, :, 0])
+    d = jnp.where(greedy, jnp.argmax(mtp.logits[0, :, 0], axis=-1),
+                  jax.vmap(jax.random.categorical)(jax.vmap(jax.random.fold_in, in_axes=(0, None))(draft_keys, j),
+                                                   logq)).astype(jnp.int32)
+    drafts.append(d)
+    draft_logq.append(logq)
+    h_prev, tok = mtp.hidden[:, 0], d
+  drafts = jnp.stack(drafts, axis=1)  # [B, k]
+  logq = jnp.stack(draft_logq, axis=1)  # [B, k, V]
+
+  # 2. Verify: the main model on [x_pos, d_1..d_k] at pos..pos+k in one cached step.
+  fed = jnp.concatenate([last[:, None], drafts], axis=1)  # [B, k + 1]
+  positions = feed_pos[:, None] + jnp.arange(k + 1)[None, :]
+  out = decode_lib.extend(params, cache, fed, positions, cfg=cfg)
+  logp = dist(out.logits)  # [B, k + 1, V]
+  model_logp = jax.nn.log_softmax(out.logits.astype(jnp.float32), axis=-1)
+
+  # 3. Accept a prefix of the drafts; then one more token: the residual draw at the first rejection, or a bonus.
+  p_d = jnp.take_along_axis(logp[:, :k], drafts[..., None], axis=-1)[..., 0]
+  q_d = jnp.take_along_axis(logq, drafts[..., None], axis=-1)[..., 0]
+  u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(accept_keys)
+  ok_sampled = jnp.log(u) < p_d - q_d  # u < p / q
+  ok_greedy = drafts == jnp.argmax(out.logits[:, :k], axis=-1)
+  ok = jnp.where(greedy, ok_greedy, ok_sampled)
+  n_acc = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)  # [B] accepted prefix length a
+  at = jnp.minimum(n_acc, k)
+  p_at = logp[rows, at]  # [B, V] target at the first rejected position (or the bonus position)
+  q_at = jnp.where((n_acc < k)[:, None], logq[rows, jnp.minimum(at, k - 1)], -jnp.inf)
+  residual = jnp.log(jnp.maximum(jnp.exp(p_at) - jnp.exp(q_at), 0.0))
+  # If p <= q everywhere (only possible by rounding when p == q) fall back to p itself.
+  residual = jnp.where(jnp.any(residual > -jnp.inf, axis=-1, keepdims=True), residual, p_at)
+  extra = jnp.where(greedy, jnp.argmax(out.logits[rows, at], axis=-1),
+                    jax.vmap(jax.random.categorical)(final_keys, residual)).astype(jnp.int32)
+  new = jnp.concatenate([drafts, jnp.zeros((b, 1), jnp.int32)], axis=1).at[rows, at].set(extra)  # [B, k + 1]
+  # Tokens emitted this step: the accepted drafts and the extra token, cut at a stop token and at the budget.
+  emit = jnp.arange(k + 1)[None, :] <= n_acc[:, None]
+  stop = _stop_hit(new, sampling) & emit
+  first_stop = jnp.argmax(stop, axis=1)
+  emit = emit & ((jnp.arange(k + 1)[None, :] <= first_stop[:, None]) | ~jnp.any(stop, axis=1)[:, None])
+  budget = sampling.max_new_tokens - s.lengths
+  emit = emit & (jnp.arange(k + 1)[None, :] < budget[:, None]) & ~s.done[:, None]
+  n_emit = jnp.sum(emit, axis=1)
+  # Log-probs under the sampling distribution (the untempered model's for greedy, as in plain decoding).
+  report = jnp.where(greedy, model_logp, logp)
+  new_logp = jnp.take_along_axis(report, new[..., None], axis=-1)[..., 0]
+  new_pos = s.pos[:, None] + 1 + jnp.arange(k + 1)[None, :]
+  write = emit & (new_pos < t)
+  # Routing of the fed positions pos..pos+n_emit-1 is final (their inputs were accepted).
+  fed_final = (jnp.arange(k + 1)[None, :] < n_emit[:, None])
+  hit = jnp.any(stop & emit, axis=1)
+  lengths = s.lengths + n_emit
+  active = ~s.done
+  pos = s.pos + n_emit
+  last_fed = jnp.maximum(n_emit - 1, 0)
+
+  # 4. Rewrite the MTP slots pos..pos+k-1 from the true hidden states and tokens (the drafts' recursion wrote
+  # approximate ones); slots past the accepted prefix are rewritten again before they are read.
+  # The token after fed position pos + j is new[:, j]: d_{j+1} while accepted, then the extra token.
+  fix = decode_lib.extend_mtp(params, out.cache, out.hidden[:, :k], new[None, :, :k], positions[:, :k], cfg=cfg)
+
+  return dataclasses.replace(
+      s, cache=fix.cache,
+      tokens=_write_rows(s.tokens, new_pos, new, write),
+      logprobs=_write_rows(s.logprobs, new_pos, new_logp, write),
+      versions=_write_rows(s.versions, new_pos, jnp.broadcast_to(version, (b, k + 1)), write),
+      expert_ids=_write_ids(s.expert_ids, positions, out.expert_ids, fed_final & active[:, None]),
+      pos=pos, hidden=jnp.where(active[:, None], out.hidden[rows, last_fed], s.hidden), lengths=lengths,
+      done=s.done | hit | (lengths >= sampling.max_new_tokens), stopped=s.stopped | hit, step=s.step + 1,
+      drafted=s.drafted + jnp.sum(jnp.where(active, k, 0)),
+      accepted=s.accepted + jnp.sum(jnp.where(active, jnp.minimum(n_acc, n_emit), 0)))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "steps", "speculative"))
+def _decode(params, state, version, *, cfg, sampling, steps, speculative):
+  if speculative:
+    body = lambda s: _speculative_step(params, s, version, cfg, sampling, speculative)
+  else:
+    body = lambda s: _plain_step(params, s, version, cfg, sampling)
+
+  def cond(carry):
+    i, s = carry
+    return (i < steps) & ~jnp.all(s.done)
+
+  _, state = jax.lax.while_loop(cond, lambda c: (c[0] + 1, body(c[1])), (jnp.int32(0), state))
+  return state
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def finish(params: Params, state: DecodeState, *, cfg: ModelConfig) -> SamplerOutput:
+  """Feeds each row's last token once more for its routing (the trainer's forward replays every position), and
+  packs the result."""
+  b, t = state.tokens.shape
+  rows = jnp.arange(b)
+  feed_pos = jnp.minimum(state.pos, t - 1)
+  out = decode_lib.extend(params, state.cache, state.tokens[rows, feed_pos][:, None], feed_pos[:, None], cfg=cfg)
+  expert_ids = _write_ids(state.expert_ids, feed_pos[:, None], out.expert_ids, (state.pos < t)[:, None])
+  positions = jnp.arange(t)[None, :]
+  generated = ((positions >= state.prompt_lengths[:, None]) &
+               (positions < (state.prompt_lengths + state.lengths)[:, None]))
+  # Tokens outside prompts and generations are still prefill's pad_id: only emitted tokens are ever written.
+  samples = Samples(tokens=state.tokens, loss_mask=generated.astype(jnp.float32),
+                    logprobs=jnp.where(generated, state.logprobs, 0.0), expert_ids=expert_ids,
+                    lengths=state.lengths, stopped=state.stopped)
+  return SamplerOutput(samples=samples, policy_version=jnp.where(generated, state.versions, 0),
+                       drafted=state.drafted, accepted=state.accepted)
+
+
+def generate(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: jax.Array, *, cfg: ModelConfig,
+             sampling: SamplingConfig, version: int = 0, speculative: int = 0) -> SamplerOutput:
+  """Prefill, decode to the end, finish: the whole generation with one set of weights."""
+  state = prefill(params, prompts, prompt_lengths, key, cfg=cfg, sampling=sampling, version=version,
+                  speculative=speculative)
+  state = decode(params, state, cfg=cfg, sampling=sampling, steps=sampling.max_new_tokens, version=version,
+                 speculative=speculative)
+  return finish(params, state, cfg=cfg)

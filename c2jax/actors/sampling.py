@@ -1,0 +1,125 @@
+"""Token sampling shared by the samplers: the sampling distribution (temperature, top-k, top-p), per-row keys,
+and the draw of one token per row with its log-prob (report section 4: actors stamp each token with the log-prob
+of the distribution it was drawn from, the behaviour policy of the RL update).
+
+Shapes: B rows, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """How tokens are drawn; hashable, so it is a static jit argument.
+
+  The sampling distribution is softmax(logits / temperature), truncated to the top-k logits, then to the nucleus
+  (top-p) of that renormalized distribution, then renormalized (the order of HF `generate` and vLLM).
+
+  Attributes:
+    max_new_tokens: N, the number of generation steps (the response budget of every row).
+    temperature: divides the logits; 0 means greedy (argmax of the logits; top_k / top_p then change nothing).
+    top_k: keep the k largest logits (ties with the k-th are all kept); 0 (or k >= V) disables.
+    top_p: keep the smallest set of most probable tokens whose cumulative probability is >= top_p (always at
+      least the most probable token; ties with the last kept probability are all kept); 1 disables.
+    stop_tokens: a row ends after it emits one of these; the stop token is kept and counts as generated.
+    pad_id: written after the end of every row.
+  """
+
+  max_new_tokens: int
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  stop_tokens: tuple[int, ...] = ()
+  pad_id: int = 0
+
+  def __post_init__(self):
+    if self.max_new_tokens < 1:
+      raise ValueError(f"SamplingConfig: max_new_tokens={self.max_new_tokens} must be >= 1.")
+    if self.temperature < 0:
+      raise ValueError(f"SamplingConfig: temperature={self.temperature} must be >= 0 (0 means greedy).")
+    if self.top_k < 0:
+      raise ValueError(f"SamplingConfig: top_k={self.top_k} must be >= 0 (0 disables top-k).")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"SamplingConfig: top_p={self.top_p} must lie in (0, 1] (1 disables nucleus sampling).")
+    # A list would make the config unhashable, and so unusable as a static jit argument.
+    object.__setattr__(self, "stop_tokens", tuple(int(s) for s in self.stop_tokens))
+
+
+def sampling_logits(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+  """The sampling distribution's logits: [B, V] model logits -> [B, V] float32, -inf outside the kept set.
+
+  log_softmax of the result is the truncated, renormalized sampling distribution: softmax(logits / temperature)
+  cut to the top_k largest logits, then to the nucleus of that renormalized distribution. The knobs are scalars
+  (Python numbers or traced arrays: one compiled program serves every temperature, top_k and top_p), with the
+  meanings of `SamplingConfig`; temperature must be > 0. Ties at a cut (equal logits at the k-th place, equal
+  probabilities at the nucleus edge) are all kept: the kept set is defined by a threshold value, which needs no
+  tie-breaking index and is equally valid.
+  """
+  x = logits.astype(jnp.float32) / temperature
+  v = x.shape[-1]
+  neg_inf = jnp.float32(-jnp.inf)
+  sorted_x = jnp.sort(x, axis=-1)[..., ::-1]  # [B, V] descending
+  k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
+  kth = jax.lax.dynamic_index_in_dim(sorted_x, k - 1, axis=-1)  # [B, 1]; the smallest kept logit
+  sorted_x = jnp.where(sorted_x >= kth, sorted_x, neg_inf)
+  probs = jax.nn.softmax(sorted_x, axis=-1)
+  # Token i is kept while the mass before it is < top_p: the smallest prefix whose mass reaches top_p, and always
+  # the first token (the mass before it is exactly 0). top_p = 1 bypasses the test, because a float32 cumsum can
+  # reach 1 before the tail and would drop its tokens.
+  mass_before = jnp.cumsum(probs, axis=-1) - probs
+  kept = ((mass_before < top_p) | (top_p >= 1)) & (sorted_x > neg_inf)
+  threshold = jnp.min(jnp.where(kept, sorted_x, jnp.inf), axis=-1, keepdims=True)
+  return jnp.where(x >= threshold, x, neg_inf)
+
+
+def row_keys(key: jax.Array, b: int) -> jax.Array:
+  """[B] typed keys, one per row, from a single key () or per-row keys [B] (typed, or raw uint32 [..., 2])."""
+  if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    key = jax.random.wrap_key_data(key)
+  if key.shape == ():
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(b, dtype=jnp.uint32))
+  if key.shape != (b,):
+    raise ValueError(f"sample: key has shape {key.shape}; give one key () or one key per row [B] = ({b},).")
+  return key
+
+
+def check_inputs(prompts: jax.Array, prompt_lengths: jax.Array) -> None:
+  if prompts.ndim != 2:
+    raise ValueError(f"sample: prompts has shape {prompts.shape}; expected a left-aligned [B, P] token buffer.")
+  b, p = prompts.shape
+  if tuple(prompt_lengths.shape) != (b,):
+    raise ValueError(f"sample: prompt_lengths has shape {tuple(prompt_lengths.shape)}; expected [B] = ({b},).")
+  for name, a in (("prompts", prompts), ("prompt_lengths", prompt_lengths)):
+    if not jnp.issubdtype(a.dtype, jnp.integer):
+      raise ValueError(f"sample: {name} has dtype {a.dtype}; give integer token ids and lengths.")
+  if isinstance(prompt_lengths, jax.core.Tracer):
+    return  # Under an outer jit the values are unknown; eager calls (the usual way in) are checked below.
+  lengths = np.asarray(prompt_lengths)
+  if lengths.size and (lengths.min() < 1 or lengths.max() > p):
+    raise ValueError(f"sample: prompt_lengths must lie in [1, P={p}] (generation starts after the prompt's last "
+                     f"token), got min {lengths.min()} and max {lengths.max()}.")
+
+
+def draw(logits: jax.Array, keys: jax.Array, step: jax.Array, temperature: jax.Array, top_k: jax.Array,
+         top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Draws one token per row: logits [B, V] -> (token [B] int32, its log-prob under the sampling distribution [B]).
+
+  Row b's draw uses fold_in(keys[b], step): a row's randomness depends on its own key and how many tokens it has
+  generated, never on the other rows (so differently batched samplers agree token for token). Greedy
+  (temperature 0) takes the argmax and reports the untempered model's log-prob (its own distribution is a point
+  mass).
+  """
+  greedy = temperature == 0
+  # Both branches are computed and one is selected: cheap next to the forward, and the knob stays traced.
+  x = sampling_logits(logits, jnp.where(greedy, 1.0, temperature), top_k, top_p)
+  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+  drawn = jax.vmap(jax.random.categorical)(step_keys, x)
+  token = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
+  log_dist = jax.nn.log_softmax(jnp.where(greedy, logits.astype(jnp.float32), x), axis=-1)
+  return token, jnp.take_along_axis(log_dist, token[:, None], axis=-1)[:, 0]
