@@ -41,6 +41,7 @@ from c2jax.actors.reference_sampler import Samples
 from c2jax.model import decode as decode_lib
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
+from c2jax.model.sharding import Layout, use_layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,20 +124,53 @@ def _stop_hit(token: jax.Array, sampling: SamplingConfig) -> jax.Array:
   return jnp.any(token[..., None] == stops, axis=-1)
 
 
+def _check_layout(layout: Layout | None, batch: int) -> None:
+  if layout is None:
+    return
+  if layout.attention is not None or layout.sequence_order is not None:
+    raise ValueError("The sampler decodes token by token and cannot split the sequence: use a mesh with context=1 "
+                     "(data, fsdp and expert axes shard rows and experts).")
+  shards = 1
+  for axis in ("data", "fsdp", "expert"):
+    shards *= layout.mesh.shape[axis]
+  if batch % shards:
+    raise ValueError(f"Batch of {batch} rows is not divisible by data x fsdp x expert = {shards} of the mesh.")
+
+
 def prefill(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: jax.Array, *, cfg: ModelConfig,
-            sampling: SamplingConfig, version: int | jax.Array = 0, speculative: int = 0) -> DecodeState:
+            sampling: SamplingConfig, version: int | jax.Array = 0, speculative: int = 0,
+            layout: Layout | None = None) -> DecodeState:
   """Runs the prompts [B, P] (left-aligned, per-row lengths in [1, P]) through the model, fills the cache and draws
-  each row's first token. `speculative` reserves cache slots for that many draft tokens."""
+  each row's first token. `speculative` reserves cache slots for that many draft tokens.
+
+  Under a mesh, pass its `Layout` (`c2jax.parallel.layout.make_layout`, context=1) and params placed with
+  `param_shardings`: rows are split over data x fsdp x expert, experts over `expert` (expert-parallel MoE).
+  """
   prompts, prompt_lengths = jnp.asarray(prompts), jnp.asarray(prompt_lengths)
   check_inputs(prompts, prompt_lengths)
+  _check_layout(layout, prompts.shape[0])
   if speculative and not cfg.num_mtp_layers:
     raise ValueError("Speculative decoding drafts with the MTP modules, and this model has none (num_mtp_layers=0).")
   return _prefill(params, prompts, prompt_lengths.astype(jnp.int32), row_keys(key, prompts.shape[0]),
                   _knobs(sampling), jnp.asarray(version, jnp.int32), cfg=cfg, sampling=_structure(sampling),
-                  speculative=speculative)
+                  speculative=speculative, layout=layout)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "speculative"))
+def _in_layout(fn):
+  """Runs a jitted body under its static `layout` argument (the model reads it while tracing)."""
+
+  # Not functools.wraps: jit reads the signature, which must include `layout`.
+  def wrapped(*args, layout, **kwargs):
+    with use_layout(layout):
+      return fn(*args, **kwargs)
+
+  wrapped.__name__ = fn.__name__
+  wrapped.__doc__ = fn.__doc__
+  return wrapped
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "speculative", "layout"))
+@_in_layout
 def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, sampling, speculative):
   b, p = prompts.shape
   n = sampling.max_new_tokens
@@ -162,14 +196,14 @@ def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, samp
 
 
 def decode(params: Params, state: DecodeState, *, cfg: ModelConfig, sampling: SamplingConfig, steps: int,
-           version: int | jax.Array = 0, speculative: int = 0) -> DecodeState:
+           version: int | jax.Array = 0, speculative: int = 0, layout: Layout | None = None) -> DecodeState:
   """Up to `steps` more decoding steps (fewer if every row ends), stamping new tokens with `version`.
 
   `params` may differ from the previous chunk's (an in-flight weight update): the cache is kept. With
   `speculative=k` each step drafts k tokens with the MTP module and emits 1 to k + 1 tokens per row.
   """
   return _decode(params, state, jnp.asarray(version, jnp.int32), cfg=cfg, sampling=_structure(sampling),
-                 steps=steps, speculative=speculative)
+                 steps=steps, speculative=speculative, layout=layout)
 
 
 def _write_rows(buf: jax.Array, positions: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
@@ -307,7 +341,8 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
       accepted=s.accepted + jnp.sum(jnp.where(active, jnp.minimum(n_acc, n_emit), 0)))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "steps", "speculative"))
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "steps", "speculative", "layout"))
+@_in_layout
 def _decode(params, state, version, *, cfg, sampling, steps, speculative):
   if speculative:
     body = lambda s: _speculative_step(params, s, version, cfg, sampling, speculative)
@@ -322,8 +357,14 @@ def _decode(params, state, version, *, cfg, sampling, steps, speculative):
   return state
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def finish(params: Params, state: DecodeState, *, cfg: ModelConfig) -> SamplerOutput:
+def finish(params: Params, state: DecodeState, *, cfg: ModelConfig, layout: Layout | None = None) -> SamplerOutput:
+  """Feeds each row's last token once more for its routing and packs the result (see `_finish`)."""
+  return _finish(params, state, cfg=cfg, layout=layout)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "layout"))
+@_in_layout
+def _finish(params: Params, state: DecodeState, *, cfg: ModelConfig) -> SamplerOutput:
   """Feeds each row's last token once more for its routing (the trainer's forward replays every position), and
   packs the result."""
   b, t = state.tokens.shape
@@ -343,10 +384,11 @@ def finish(params: Params, state: DecodeState, *, cfg: ModelConfig) -> SamplerOu
 
 
 def generate(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: jax.Array, *, cfg: ModelConfig,
-             sampling: SamplingConfig, version: int = 0, speculative: int = 0) -> SamplerOutput:
+             sampling: SamplingConfig, version: int = 0, speculative: int = 0,
+             layout: Layout | None = None) -> SamplerOutput:
   """Prefill, decode to the end, finish: the whole generation with one set of weights."""
   state = prefill(params, prompts, prompt_lengths, key, cfg=cfg, sampling=sampling, version=version,
-                  speculative=speculative)
+                  speculative=speculative, layout=layout)
   state = decode(params, state, cfg=cfg, sampling=sampling, steps=sampling.max_new_tokens, version=version,
-                 speculative=speculative)
-  return finish(params, state, cfg=cfg)
+                 speculative=speculative, layout=layout)
+  return finish(params, state, cfg=cfg, layout=layout)

@@ -16,6 +16,8 @@ from c2jax.actors.sampling import SamplingConfig
 from c2jax.model.losses import token_log_probs
 from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
+from c2jax.parallel import layout as layout_lib
+from c2jax.parallel.mesh import MeshConfig, make_mesh
 from configs.model import tiny
 
 CFG = dataclasses.replace(tiny.get_model_config(), n_layers=2, scan_unroll=1)  # dense + MoE layer, one MTP module
@@ -173,6 +175,33 @@ class SpeculativeTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "num_mtp_layers=0"):
       sampler.prefill(_params(), _prompts(), LENGTHS, jax.random.key(0), cfg=dataclasses.replace(CFG, num_mtp_layers=0),
                       sampling=SamplingConfig(max_new_tokens=2), speculative=1)
+
+
+class MeshSamplerTest(absltest.TestCase):
+
+  def test_sharded_generation_equals_one_device(self):
+    # Data-parallel replicas x FSDP x expert-sharded weights (the MoE runs expert-parallel): same tokens, log-probs
+    # and routing as on one device.
+    rows = 8
+    prompts, lengths = _prompts(rows, seed=4), np.array([6, 2, 4, 1, 5, 3, 6, 2], np.int32)
+    sampling = SamplingConfig(max_new_tokens=4, temperature=1.0)
+    want = jax.device_get(sampler.generate(_params(), prompts, lengths, jax.random.key(2), cfg=CFG,
+                                           sampling=sampling))
+    for mesh_config in (MeshConfig(data=2, fsdp=2, expert=2),):
+      mesh = make_mesh(mesh_config)
+      layout = layout_lib.make_layout(CFG, mesh)
+      params = jax.device_put(_params(), layout_lib.param_shardings(CFG, mesh))
+      got = jax.device_get(sampler.generate(params, prompts, lengths, jax.random.key(2), cfg=CFG, sampling=sampling,
+                                            layout=layout))
+      np.testing.assert_array_equal(got.samples.tokens, want.samples.tokens)
+      np.testing.assert_allclose(got.samples.logprobs, want.samples.logprobs, rtol=0, atol=2e-5)
+      np.testing.assert_array_equal(got.samples.expert_ids, want.samples.expert_ids)
+
+  def test_context_parallel_mesh_is_refused(self):
+    layout = layout_lib.make_layout(CFG, make_mesh(MeshConfig(data=2, context=4)))
+    with self.assertRaisesRegex(ValueError, "use a mesh with context=1"):
+      sampler.generate(_params(), _prompts(8), np.full(8, P, np.int32), jax.random.key(0), cfg=CFG,
+                       sampling=SamplingConfig(max_new_tokens=2), layout=layout)
 
 
 if __name__ == "__main__":
