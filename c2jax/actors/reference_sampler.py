@@ -21,7 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from c2jax.actors.sampling import SamplingConfig, check_inputs, draw, row_keys
+from c2jax.actors.sampling import SamplingConfig, check_inputs, draw, row_keys, stop_hit
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
 from c2jax.model.transformer import forward
@@ -104,7 +104,6 @@ def _sample(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, keys:
   in_prompt = jnp.arange(p)[None, :] < prompt_lengths[:, None]
   tokens = jnp.full((b, t), sampling.pad_id, jnp.int32).at[:, :p].set(
       jnp.where(in_prompt, prompts.astype(jnp.int32), sampling.pad_id))
-  stop_tokens = jnp.asarray(sampling.stop_tokens, jnp.int32)
 
   def step(carry):
     i, tokens, logprobs, lengths, done, stopped = carry
@@ -119,7 +118,7 @@ def _sample(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, keys:
     tokens = tokens.at[rows, pos].set(jnp.where(active, token, tokens[rows, pos]))
     logprobs = logprobs.at[rows, pos].set(jnp.where(active, token_logprob, 0.0))
     lengths = lengths + active.astype(jnp.int32)
-    hit_stop = active & jnp.any(token[:, None] == stop_tokens[None, :], axis=-1)
+    hit_stop = active & stop_hit(tokens, pos, prompt_lengths, sampling)
     return i + 1, tokens, logprobs, lengths, done | hit_stop, stopped | hit_stop
 
   def not_finished(carry):

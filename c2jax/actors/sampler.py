@@ -36,7 +36,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from c2jax.actors.sampling import SamplingConfig, check_inputs, draw, row_keys, sampling_logits
+from c2jax.actors.sampling import SamplingConfig, check_inputs, draw, row_keys, sampling_logits, stop_hit
 from c2jax.actors.reference_sampler import Samples
 from c2jax.model import decode as decode_lib
 from c2jax.model.config import ModelConfig
@@ -119,11 +119,6 @@ def _unpack(knobs: jax.Array):
   return knobs[0], knobs[1].astype(jnp.int32), knobs[2]
 
 
-def _stop_hit(token: jax.Array, sampling: SamplingConfig) -> jax.Array:
-  stops = jnp.asarray(sampling.stop_tokens, jnp.int32)
-  return jnp.any(token[..., None] == stops, axis=-1)
-
-
 def _check_layout(layout: Layout | None, batch: int) -> None:
   if layout is None:
     return
@@ -186,7 +181,7 @@ def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, samp
   tokens = jnp.full((b, t), sampling.pad_id, jnp.int32).at[:, :p].set(prompts).at[rows, prompt_lengths].set(token)
   expert_ids = jnp.zeros((cfg.n_moe_layers, b, t, cfg.num_experts_per_tok), jnp.int32).at[:, :, :p].set(
       out.expert_ids)
-  stopped = _stop_hit(token, sampling)
+  stopped = stop_hit(tokens, prompt_lengths, prompt_lengths, sampling)
   return DecodeState(
       cache=out.cache, tokens=tokens, logprobs=jnp.zeros((b, t), jnp.float32).at[rows, prompt_lengths].set(logprob),
       versions=jnp.zeros((b, t), jnp.int32).at[rows, prompt_lengths].set(version), expert_ids=expert_ids,
@@ -202,8 +197,8 @@ def decode(params: Params, state: DecodeState, *, cfg: ModelConfig, sampling: Sa
   `params` may differ from the previous chunk's (an in-flight weight update): the cache is kept. With
   `speculative=k` each step drafts k tokens with the MTP module and emits 1 to k + 1 tokens per row.
   """
-  return _decode(params, state, jnp.asarray(version, jnp.int32), cfg=cfg, sampling=_structure(sampling),
-                 steps=steps, speculative=speculative, layout=layout)
+  return _decode(params, state, jnp.asarray(version, jnp.int32), jnp.asarray(steps, jnp.int32), cfg=cfg,
+                 sampling=_structure(sampling), speculative=speculative, layout=layout)
 
 
 def _write_rows(buf: jax.Array, positions: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
@@ -230,13 +225,14 @@ def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: Sam
   active = ~s.done
   new_pos = s.pos + 1
   write = (active & (new_pos < t))[:, None]
-  hit = active & _stop_hit(token, sampling)
+  tokens = _write_rows(s.tokens, new_pos[:, None], token[:, None], write)
+  hit = active & stop_hit(tokens, new_pos, s.prompt_lengths, sampling)
   lengths = s.lengths + active.astype(jnp.int32)
   # The fed token's routing is final: positions up to a row's end are fed exactly once while it is active (the
   # last one by `finish`).
   return dataclasses.replace(
       s, cache=out.cache,
-      tokens=_write_rows(s.tokens, new_pos[:, None], token[:, None], write),
+      tokens=tokens,
       logprobs=_write_rows(s.logprobs, new_pos[:, None], logprob[:, None], write),
       versions=_write_rows(s.versions, new_pos[:, None], jnp.broadcast_to(version, (b, 1)), write),
       expert_ids=_write_ids(s.expert_ids, feed_pos[:, None], out.expert_ids, active[:, None]),
@@ -304,8 +300,12 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
                     jax.vmap(jax.random.categorical)(final_keys, residual)).astype(jnp.int32)
   new = jnp.concatenate([drafts, jnp.zeros((b, 1), jnp.int32)], axis=1).at[rows, at].set(extra)  # [B, k + 1]
   # Tokens emitted this step: the accepted drafts and the extra token, cut at a stop token and at the budget.
-  emit = jnp.arange(k + 1)[None, :] <= n_acc[:, None]
-  stop = _stop_hit(new, sampling) & emit
+  emit = (jnp.arange(k + 1)[None, :] <= n_acc[:, None]) & ~s.done[:, None]
+  new_pos = s.pos[:, None] + 1 + jnp.arange(k + 1)[None, :]
+  # Stop checks on the buffer with every candidate written: the check at a position reads only tokens up to it.
+  tentative = _write_rows(s.tokens, new_pos, new, emit & (new_pos < t))
+  stop = jnp.stack([stop_hit(tentative, new_pos[:, e], s.prompt_lengths, sampling) for e in range(k + 1)],
+                   axis=1) & emit
   first_stop = jnp.argmax(stop, axis=1)
   emit = emit & ((jnp.arange(k + 1)[None, :] <= first_stop[:, None]) | ~jnp.any(stop, axis=1)[:, None])
   budget = sampling.max_new_tokens - s.lengths
@@ -314,7 +314,6 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
   # Log-probs under the sampling distribution (the untempered model's for greedy, as in plain decoding).
   report = jnp.where(greedy, model_logp, logp)
   new_logp = jnp.take_along_axis(report, new[..., None], axis=-1)[..., 0]
-  new_pos = s.pos[:, None] + 1 + jnp.arange(k + 1)[None, :]
   write = emit & (new_pos < t)
   # Routing of the fed positions pos..pos+n_emit-1 is final (their inputs were accepted).
   fed_final = (jnp.arange(k + 1)[None, :] < n_emit[:, None])
@@ -341,9 +340,9 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
       accepted=s.accepted + jnp.sum(jnp.where(active, jnp.minimum(n_acc, n_emit), 0)))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "steps", "speculative", "layout"))
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "speculative", "layout"))
 @_in_layout
-def _decode(params, state, version, *, cfg, sampling, steps, speculative):
+def _decode(params, state, version, steps, *, cfg, sampling, speculative):
   if speculative:
     body = lambda s: _speculative_step(params, s, version, cfg, sampling, speculative)
   else:

@@ -28,6 +28,9 @@ class SamplingConfig:
     top_p: keep the smallest set of most probable tokens whose cumulative probability is >= top_p (always at
       least the most probable token; ties with the last kept probability are all kept); 1 disables.
     stop_tokens: a row ends after it emits one of these; the stop token is kept and counts as generated.
+    stop_sequences: a row ends once its generated tokens end with one of these token sequences (a stop string's
+      tokens, e.g. `ByteTokenizer.encode("\n```")`); kept and counted as generated, like stop tokens. A sequence
+      must lie entirely within the generated tokens.
     pad_id: written after the end of every row.
   """
 
@@ -36,6 +39,7 @@ class SamplingConfig:
   top_k: int = 0
   top_p: float = 1.0
   stop_tokens: tuple[int, ...] = ()
+  stop_sequences: tuple[tuple[int, ...], ...] = ()
   pad_id: int = 0
 
   def __post_init__(self):
@@ -49,6 +53,10 @@ class SamplingConfig:
       raise ValueError(f"SamplingConfig: top_p={self.top_p} must lie in (0, 1] (1 disables nucleus sampling).")
     # A list would make the config unhashable, and so unusable as a static jit argument.
     object.__setattr__(self, "stop_tokens", tuple(int(s) for s in self.stop_tokens))
+    sequences = tuple(tuple(int(t) for t in seq) for seq in self.stop_sequences)
+    if any(not seq for seq in sequences):
+      raise ValueError("SamplingConfig: stop_sequences must not contain an empty sequence.")
+    object.__setattr__(self, "stop_sequences", sequences)
 
 
 def sampling_logits(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -123,3 +131,19 @@ def draw(logits: jax.Array, keys: jax.Array, step: jax.Array, temperature: jax.A
   token = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
   log_dist = jax.nn.log_softmax(jnp.where(greedy, logits.astype(jnp.float32), x), axis=-1)
   return token, jnp.take_along_axis(log_dist, token[:, None], axis=-1)[:, 0]
+
+
+def stop_hit(tokens: jax.Array, end: jax.Array, start: jax.Array, sampling: SamplingConfig) -> jax.Array:
+  """Whether each row's generation stops at position `end`: tokens [B, T], end / start [B] (start: the first
+  generated position) -> [B] bool. True when tokens[end] is a stop token, or tokens[.. end] ends with a stop
+  sequence lying at or after `start`."""
+  b, t = tokens.shape
+  rows = jnp.arange(b)
+  last = tokens[rows, jnp.clip(end, 0, t - 1)]
+  hit = jnp.any(last[:, None] == jnp.asarray(sampling.stop_tokens, jnp.int32)[None, :], axis=-1)
+  for seq in sampling.stop_sequences:
+    n = len(seq)
+    idx = end[:, None] - (n - 1) + jnp.arange(n)[None, :]
+    window = jnp.take_along_axis(tokens, jnp.clip(idx, 0, t - 1), axis=1)
+    hit = hit | (jnp.all(window == jnp.asarray(seq, jnp.int32)[None, :], axis=1) & (end - (n - 1) >= start))
+  return hit

@@ -37,6 +37,15 @@ def _prompts(b=B, seed=0):
   return rng.integers(3, CFG.vocab_size, (b, P)).astype(np.int32)
 
 
+def _stop_config():
+  """Greedy with a stop token (row 0's third greedy token) and a stop sequence (row 1's second and third)."""
+  greedy = jax.device_get(sampler.generate(_params(), _prompts(), LENGTHS, jax.random.key(0), cfg=CFG,
+                                           sampling=SamplingConfig(max_new_tokens=N, temperature=0.0))).samples
+  stop = int(greedy.tokens[0, LENGTHS[0] + 2])
+  sequence = tuple(int(x) for x in greedy.tokens[1, LENGTHS[1] + 1:LENGTHS[1] + 3])
+  return SamplingConfig(max_new_tokens=N, temperature=0.0, stop_tokens=(stop,), stop_sequences=(sequence,))
+
+
 class SamplerTest(absltest.TestCase):
 
   def _both(self, sampling, prompts=None, lengths=LENGTHS, key=7, **kw):
@@ -111,32 +120,33 @@ class SamplerTest(absltest.TestCase):
       np.testing.assert_array_equal(swapped.tokens[b, :LENGTHS[b] + 3], whole.samples.tokens[b, :LENGTHS[b] + 3])
     self.assertFalse(np.array_equal(swapped.tokens, whole.samples.tokens))
 
-  def test_stop_tokens(self):
-    greedy = jax.device_get(sampler.generate(_params(), _prompts(), LENGTHS, jax.random.key(0), cfg=CFG,
-                                             sampling=SamplingConfig(max_new_tokens=N, temperature=0.0))).samples
-    stop = int(greedy.tokens[0, LENGTHS[0] + 2])  # row 0's third token
-    fast, ref = self._both(SamplingConfig(max_new_tokens=N, temperature=0.0, stop_tokens=(stop,)), key=0)
+  def test_stop_tokens_and_sequences(self):
+    fast, ref = self._both(_stop_config(), key=0)
     self._assert_same(fast, ref)
-    self.assertTrue(fast.samples.stopped[0])
+    self.assertTrue(fast.samples.stopped[0] and fast.samples.stopped[1])
     self.assertLessEqual(int(fast.samples.lengths[0]), 3)
+    self.assertLessEqual(int(fast.samples.lengths[1]), 3)
 
 
 class SpeculativeTest(absltest.TestCase):
 
   def test_greedy_speculative_equals_plain(self):
-    sampling = SamplingConfig(max_new_tokens=8, temperature=0.0)
+    # With stop tokens and sequences, so that multi-token steps are cut where plain decoding stops.
+    sampling = _stop_config()
     plain = jax.device_get(sampler.generate(_params(), _prompts(), LENGTHS, jax.random.key(0), cfg=CFG,
                                             sampling=sampling))
-    for k in (1, 3):
-      spec = jax.device_get(sampler.generate(_params(), _prompts(), LENGTHS, jax.random.key(0), cfg=CFG,
-                                             sampling=sampling, speculative=k))
-      np.testing.assert_array_equal(spec.samples.tokens, plain.samples.tokens)
-      np.testing.assert_allclose(spec.samples.logprobs, plain.samples.logprobs, rtol=0, atol=2e-5)
-      for b in range(B):
-        end = LENGTHS[b] + plain.samples.lengths[b]
-        np.testing.assert_array_equal(spec.samples.expert_ids[:, b, :end], plain.samples.expert_ids[:, b, :end])
-      self.assertGreater(int(spec.drafted), 0)
-      self.assertBetween(spec.acceptance_rate, 0.0, 1.0)
+    spec = jax.device_get(sampler.generate(_params(), _prompts(), LENGTHS, jax.random.key(0), cfg=CFG,
+                                           sampling=sampling, speculative=2))
+    np.testing.assert_array_equal(spec.samples.tokens, plain.samples.tokens)
+    np.testing.assert_array_equal(spec.samples.lengths, plain.samples.lengths)
+    np.testing.assert_array_equal(spec.samples.stopped, plain.samples.stopped)
+    self.assertTrue(plain.samples.stopped[0] and plain.samples.stopped[1])
+    np.testing.assert_allclose(spec.samples.logprobs, plain.samples.logprobs, rtol=0, atol=2e-5)
+    for b in range(B):
+      end = LENGTHS[b] + plain.samples.lengths[b]
+      np.testing.assert_array_equal(spec.samples.expert_ids[:, b, :end], plain.samples.expert_ids[:, b, :end])
+    self.assertGreater(int(spec.drafted), 0)
+    self.assertBetween(spec.acceptance_rate, 0.0, 1.0)
 
   def test_sampled_speculative_preserves_the_distribution(self):
     # Many rows with one prompt: the second generated token is the first that a draft decides. Its distribution
@@ -180,28 +190,25 @@ class SpeculativeTest(absltest.TestCase):
 class MeshSamplerTest(absltest.TestCase):
 
   def test_sharded_generation_equals_one_device(self):
-    # Data-parallel replicas x FSDP x expert-sharded weights (the MoE runs expert-parallel): same tokens, log-probs
-    # and routing as on one device.
-    rows = 8
-    prompts, lengths = _prompts(rows, seed=4), np.array([6, 2, 4, 1, 5, 3, 6, 2], np.int32)
-    sampling = SamplingConfig(max_new_tokens=4, temperature=1.0)
-    want = jax.device_get(sampler.generate(_params(), prompts, lengths, jax.random.key(2), cfg=CFG,
+    # Data-parallel replicas x expert-sharded weights (the MoE runs expert-parallel) on 4 devices: same tokens,
+    # log-probs and routing as on one device.
+    sampling = SamplingConfig(max_new_tokens=N)
+    want = jax.device_get(sampler.generate(_params(), _prompts(), LENGTHS, jax.random.key(3), cfg=CFG,
                                            sampling=sampling))
-    for mesh_config in (MeshConfig(data=2, fsdp=2, expert=2),):
-      mesh = make_mesh(mesh_config)
-      layout = layout_lib.make_layout(CFG, mesh)
-      params = jax.device_put(_params(), layout_lib.param_shardings(CFG, mesh))
-      got = jax.device_get(sampler.generate(params, prompts, lengths, jax.random.key(2), cfg=CFG, sampling=sampling,
-                                            layout=layout))
-      np.testing.assert_array_equal(got.samples.tokens, want.samples.tokens)
-      np.testing.assert_allclose(got.samples.logprobs, want.samples.logprobs, rtol=0, atol=2e-5)
-      np.testing.assert_array_equal(got.samples.expert_ids, want.samples.expert_ids)
+    mesh = make_mesh(MeshConfig(data=2, expert=2), jax.devices()[:4])
+    layout = layout_lib.make_layout(CFG, mesh)
+    params = jax.device_put(_params(), layout_lib.param_shardings(CFG, mesh))
+    got = jax.device_get(sampler.generate(params, _prompts(), LENGTHS, jax.random.key(3), cfg=CFG, sampling=sampling,
+                                          layout=layout))
+    np.testing.assert_array_equal(got.samples.tokens, want.samples.tokens)
+    np.testing.assert_allclose(got.samples.logprobs, want.samples.logprobs, rtol=0, atol=2e-5)
+    np.testing.assert_array_equal(got.samples.expert_ids, want.samples.expert_ids)
 
   def test_context_parallel_mesh_is_refused(self):
     layout = layout_lib.make_layout(CFG, make_mesh(MeshConfig(data=2, context=4)))
     with self.assertRaisesRegex(ValueError, "use a mesh with context=1"):
       sampler.generate(_params(), _prompts(8), np.full(8, P, np.int32), jax.random.key(0), cfg=CFG,
-                       sampling=SamplingConfig(max_new_tokens=2), layout=layout)
+                       sampling=SamplingConfig(max_new_tokens=N), layout=layout)
 
 
 if __name__ == "__main__":
