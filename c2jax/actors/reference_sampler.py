@@ -21,7 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from c2jax.actors.sampling import SamplingConfig, check_inputs, draw, row_keys, stop_hit
+from c2jax.actors.sampling import DrawMode, SamplingConfig, check_inputs, draw, row_keys, stop_hit
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
 from c2jax.model.transformer import forward
@@ -63,7 +63,7 @@ def sample(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: j
 
   Jittable with `cfg` and `sampling` static. An eager call validates its inputs and runs a cached compiled
   program; temperature, top_k and top_p enter it as traced scalars, so the program is shared by every setting of
-  them (a temperature sweep, or greedy and sampled decoding, compile once per cfg, shapes, max_new_tokens,
+  them with the same `DrawMode` (a temperature sweep compiles once per cfg, shapes, max_new_tokens,
   stop_tokens and pad_id).
 
   Randomness is per row and per generated token: row b's i-th generated token draws from
@@ -85,16 +85,16 @@ def sample(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: j
   prompts, prompt_lengths = jnp.asarray(prompts), jnp.asarray(prompt_lengths)
   check_inputs(prompts, prompt_lengths)
   # Only the shape-giving fields stay static; the numeric knobs travel as traced scalars (see above).
-  structure = dataclasses.replace(sampling, temperature=1.0, top_k=0, top_p=1.0)
+  structure = sampling.structure()
   return _sample(params, prompts, prompt_lengths, row_keys(key, prompts.shape[0]),
                  jnp.float32(sampling.temperature), jnp.int32(sampling.top_k), jnp.float32(sampling.top_p), cfg=cfg,
-                 sampling=structure)
+                 sampling=structure, mode=sampling.mode)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sampling"))
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode"))
 def _sample(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, keys: jax.Array,
             temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, *, cfg: ModelConfig,
-            sampling: SamplingConfig) -> Samples:
+            sampling: SamplingConfig, mode: DrawMode) -> Samples:
   """`sample` after validation: keys [B] typed per-row keys; the scalar knobs replace those of `sampling`."""
   b, p = prompts.shape
   n = sampling.max_new_tokens
@@ -112,7 +112,7 @@ def _sample(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, keys:
     # reach the logits at pos - 1.
     all_logits = forward(params, tokens, cfg=cfg, with_mtp=False).logits  # [B, T, V]
     logits = jnp.take_along_axis(all_logits, (pos - 1)[:, None, None], axis=1)[:, 0]  # [B, V]
-    token, token_logprob = draw(logits, keys, i, temperature, top_k, top_p)
+    token, token_logprob = draw(logits, keys, i, temperature, top_k, top_p, mode)
     active = ~done
     # Finished rows keep their pad: they write their current value back.
     tokens = tokens.at[rows, pos].set(jnp.where(active, token, tokens[rows, pos]))

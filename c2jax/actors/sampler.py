@@ -36,7 +36,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from c2jax.actors.sampling import SamplingConfig, check_inputs, draw, row_keys, sampling_logits, stop_hit
+from c2jax.actors.sampling import DrawMode, SamplingConfig, check_inputs, draw, log_distribution, row_keys, stop_hit
 from c2jax.actors.reference_sampler import Samples
 from c2jax.model import decode as decode_lib
 from c2jax.model.config import ModelConfig
@@ -61,7 +61,7 @@ class DecodeState:
     done / stopped: [B] bool: the row ended (stop token or budget) / ended on a stop token.
     step: int32 draw counter (plain decoding: the index of the next token to draw).
     keys: [B] typed per-row PRNG keys.
-    knobs: [3] float32 temperature, top_k, top_p (traced: one program serves every setting).
+    knobs: [3] float32 temperature, top_k, top_p (traced: one program serves every setting of a `DrawMode`).
     drafted / accepted: int32 totals of draft tokens proposed and accepted (speculative decoding).
   """
 
@@ -106,11 +106,6 @@ jax.tree_util.register_dataclass(SamplerOutput, data_fields=["samples", "policy_
                                  meta_fields=[])
 
 
-def _structure(sampling: SamplingConfig) -> SamplingConfig:
-  """The static part of a sampling config (the knobs travel as traced scalars)."""
-  return dataclasses.replace(sampling, temperature=1.0, top_k=0, top_p=1.0)
-
-
 def _knobs(sampling: SamplingConfig) -> jax.Array:
   return jnp.asarray([sampling.temperature, sampling.top_k, sampling.top_p], jnp.float32)
 
@@ -147,7 +142,8 @@ def prefill(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: 
   if speculative and not cfg.num_mtp_layers:
     raise ValueError("Speculative decoding drafts with the MTP modules, and this model has none (num_mtp_layers=0).")
   return _prefill(params, prompts, prompt_lengths.astype(jnp.int32), row_keys(key, prompts.shape[0]),
-                  _knobs(sampling), jnp.asarray(version, jnp.int32), cfg=cfg, sampling=_structure(sampling),
+                  _knobs(sampling), jnp.asarray(version, jnp.int32), cfg=cfg, sampling=sampling.structure(),
+                  mode=sampling.mode,
                   speculative=speculative, layout=layout)
 
 
@@ -164,9 +160,9 @@ def _in_layout(fn):
   return wrapped
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "speculative", "layout"))
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "speculative", "layout"))
 @_in_layout
-def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, sampling, speculative):
+def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, sampling, mode, speculative):
   b, p = prompts.shape
   n = sampling.max_new_tokens
   t = p + n
@@ -177,7 +173,7 @@ def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, samp
   out = decode_lib.extend(params, cache, prompts, jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p)), cfg=cfg)
   last = prompt_lengths - 1
   logits = out.logits[rows, last]  # [B, V]
-  token, logprob = draw(logits, keys, jnp.int32(0), *_unpack(knobs))
+  token, logprob = draw(logits, keys, jnp.int32(0), *_unpack(knobs), mode)
   tokens = jnp.full((b, t), sampling.pad_id, jnp.int32).at[:, :p].set(prompts).at[rows, prompt_lengths].set(token)
   expert_ids = jnp.zeros((cfg.n_moe_layers, b, t, cfg.num_experts_per_tok), jnp.int32).at[:, :, :p].set(
       out.expert_ids)
@@ -198,7 +194,7 @@ def decode(params: Params, state: DecodeState, *, cfg: ModelConfig, sampling: Sa
   `speculative=k` each step drafts k tokens with the MTP module and emits 1 to k + 1 tokens per row.
   """
   return _decode(params, state, jnp.asarray(version, jnp.int32), jnp.asarray(steps, jnp.int32), cfg=cfg,
-                 sampling=_structure(sampling), speculative=speculative, layout=layout)
+                 sampling=sampling.structure(), mode=sampling.mode, speculative=speculative, layout=layout)
 
 
 def _write_rows(buf: jax.Array, positions: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
@@ -215,13 +211,14 @@ def _write_ids(ids: jax.Array, positions: jax.Array, values: jax.Array, valid: j
   return ids.at[:, rows, positions].set(values, mode="drop")
 
 
-def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig) -> DecodeState:
+def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig,
+                mode: DrawMode) -> DecodeState:
   """Feeds each row's newest token, draws the next one."""
   b, t = s.tokens.shape
   rows = jnp.arange(b)
   feed_pos = jnp.minimum(s.pos, t - 1)
   out = decode_lib.extend(params, s.cache, s.tokens[rows, feed_pos][:, None], feed_pos[:, None], cfg=cfg)
-  token, logprob = draw(out.logits[:, 0], s.keys, s.step, *_unpack(s.knobs))
+  token, logprob = draw(out.logits[:, 0], s.keys, s.step, *_unpack(s.knobs), mode)
   active = ~s.done
   new_pos = s.pos + 1
   write = (active & (new_pos < t))[:, None]
@@ -241,15 +238,14 @@ def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: Sam
       step=s.step + 1)
 
 
-def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig,
+def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig, mode: DrawMode,
                       k: int) -> DecodeState:
   """Drafts k tokens with the MTP module, verifies them with one main-model step, emits 1..k+1 tokens per row."""
   b, t = s.tokens.shape
   rows = jnp.arange(b)
   temperature, top_k, top_p = _unpack(s.knobs)
-  greedy = temperature == 0
-  safe_temp = jnp.where(greedy, 1.0, temperature)
-  dist = lambda logits: jax.nn.log_softmax(sampling_logits(logits, safe_temp, top_k, top_p), axis=-1)
+  greedy = mode is DrawMode.GREEDY
+  dist = lambda logits: log_distribution(logits, temperature, top_k, top_p, mode)
   # Randomness: one key per row and step, split for the drafts, the acceptance tests and the final draw.
   step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(s.keys, s.step)
   draft_keys, accept_keys, final_keys = (jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(step_keys)
@@ -266,9 +262,11 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
                                 cfg=cfg)
     cache = mtp.cache
     logq = dist(mtp.logits[0, :, 0])
-    d = jnp.where(greedy, jnp.argmax(mtp.logits[0, :, 0], axis=-1),
-                  jax.vmap(jax.random.categorical)(jax.vmap(jax.random.fold_in, in_axes=(0, None))(draft_keys, j),
-                                                   logq)).astype(jnp.int32)
+    if greedy:
+      d = jnp.argmax(mtp.logits[0, :, 0], axis=-1).astype(jnp.int32)
+    else:
+      d = jax.vmap(jax.random.categorical)(jax.vmap(jax.random.fold_in, in_axes=(0, None))(draft_keys, j),
+                                           logq).astype(jnp.int32)
     drafts.append(d)
     draft_logq.append(logq)
     h_prev, tok = mtp.hidden[:, 0], d
@@ -279,25 +277,27 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
   fed = jnp.concatenate([last[:, None], drafts], axis=1)  # [B, k + 1]
   positions = feed_pos[:, None] + jnp.arange(k + 1)[None, :]
   out = decode_lib.extend(params, cache, fed, positions, cfg=cfg)
-  logp = dist(out.logits)  # [B, k + 1, V]
-  model_logp = jax.nn.log_softmax(out.logits.astype(jnp.float32), axis=-1)
+  logp = dist(out.logits)  # [B, k + 1, V] (greedy: the untempered model's, as plain decoding reports)
 
   # 3. Accept a prefix of the drafts; then one more token: the residual draw at the first rejection, or a bonus.
-  p_d = jnp.take_along_axis(logp[:, :k], drafts[..., None], axis=-1)[..., 0]
-  q_d = jnp.take_along_axis(logq, drafts[..., None], axis=-1)[..., 0]
-  u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(accept_keys)
-  ok_sampled = jnp.log(u) < p_d - q_d  # u < p / q
-  ok_greedy = drafts == jnp.argmax(out.logits[:, :k], axis=-1)
-  ok = jnp.where(greedy, ok_greedy, ok_sampled)
+  if greedy:
+    ok = drafts == jnp.argmax(out.logits[:, :k], axis=-1)
+  else:
+    p_d = jnp.take_along_axis(logp[:, :k], drafts[..., None], axis=-1)[..., 0]
+    q_d = jnp.take_along_axis(logq, drafts[..., None], axis=-1)[..., 0]
+    u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(accept_keys)
+    ok = jnp.log(u) < p_d - q_d  # u < p / q
   n_acc = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)  # [B] accepted prefix length a
   at = jnp.minimum(n_acc, k)
-  p_at = logp[rows, at]  # [B, V] target at the first rejected position (or the bonus position)
-  q_at = jnp.where((n_acc < k)[:, None], logq[rows, jnp.minimum(at, k - 1)], -jnp.inf)
-  residual = jnp.log(jnp.maximum(jnp.exp(p_at) - jnp.exp(q_at), 0.0))
-  # If p <= q everywhere (only possible by rounding when p == q) fall back to p itself.
-  residual = jnp.where(jnp.any(residual > -jnp.inf, axis=-1, keepdims=True), residual, p_at)
-  extra = jnp.where(greedy, jnp.argmax(out.logits[rows, at], axis=-1),
-                    jax.vmap(jax.random.categorical)(final_keys, residual)).astype(jnp.int32)
+  if greedy:
+    extra = jnp.argmax(out.logits[rows, at], axis=-1).astype(jnp.int32)
+  else:
+    p_at = logp[rows, at]  # [B, V] target at the first rejected position (or the bonus position)
+    q_at = jnp.where((n_acc < k)[:, None], logq[rows, jnp.minimum(at, k - 1)], -jnp.inf)
+    residual = jnp.log(jnp.maximum(jnp.exp(p_at) - jnp.exp(q_at), 0.0))
+    # If p <= q everywhere (only possible by rounding when p == q) fall back to p itself.
+    residual = jnp.where(jnp.any(residual > -jnp.inf, axis=-1, keepdims=True), residual, p_at)
+    extra = jax.vmap(jax.random.categorical)(final_keys, residual).astype(jnp.int32)
   new = jnp.concatenate([drafts, jnp.zeros((b, 1), jnp.int32)], axis=1).at[rows, at].set(extra)  # [B, k + 1]
   # Tokens emitted this step: the accepted drafts and the extra token, cut at a stop token and at the budget.
   emit = (jnp.arange(k + 1)[None, :] <= n_acc[:, None]) & ~s.done[:, None]
@@ -311,9 +311,7 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
   budget = sampling.max_new_tokens - s.lengths
   emit = emit & (jnp.arange(k + 1)[None, :] < budget[:, None]) & ~s.done[:, None]
   n_emit = jnp.sum(emit, axis=1)
-  # Log-probs under the sampling distribution (the untempered model's for greedy, as in plain decoding).
-  report = jnp.where(greedy, model_logp, logp)
-  new_logp = jnp.take_along_axis(report, new[..., None], axis=-1)[..., 0]
+  new_logp = jnp.take_along_axis(logp, new[..., None], axis=-1)[..., 0]
   write = emit & (new_pos < t)
   # Routing of the fed positions pos..pos+n_emit-1 is final (their inputs were accepted).
   fed_final = (jnp.arange(k + 1)[None, :] < n_emit[:, None])
@@ -340,13 +338,13 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
       accepted=s.accepted + jnp.sum(jnp.where(active, jnp.minimum(n_acc, n_emit), 0)))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "speculative", "layout"))
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "speculative", "layout"))
 @_in_layout
-def _decode(params, state, version, steps, *, cfg, sampling, speculative):
+def _decode(params, state, version, steps, *, cfg, sampling, mode, speculative):
   if speculative:
-    body = lambda s: _speculative_step(params, s, version, cfg, sampling, speculative)
+    body = lambda s: _speculative_step(params, s, version, cfg, sampling, mode, speculative)
   else:
-    body = lambda s: _plain_step(params, s, version, cfg, sampling)
+    body = lambda s: _plain_step(params, s, version, cfg, sampling, mode)
 
   def cond(carry):
     i, s = carry

@@ -8,10 +8,20 @@ Shapes: B rows, V vocab.
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+class DrawMode(enum.Enum):
+  """Which work a draw needs, decided when compiling: GREEDY takes the argmax (no sort, no random draw), SAMPLE
+  draws from softmax(logits / temperature), SAMPLE_TRUNCATED first cuts to top-k / top-p (a sort over V)."""
+
+  GREEDY = "greedy"
+  SAMPLE = "sample"
+  SAMPLE_TRUNCATED = "sample_truncated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +67,17 @@ class SamplingConfig:
     if any(not seq for seq in sequences):
       raise ValueError("SamplingConfig: stop_sequences must not contain an empty sequence.")
     object.__setattr__(self, "stop_sequences", sequences)
+
+  @property
+  def mode(self) -> DrawMode:
+    if self.temperature == 0:
+      return DrawMode.GREEDY
+    return DrawMode.SAMPLE_TRUNCATED if (self.top_k > 0 or self.top_p < 1) else DrawMode.SAMPLE
+
+  def structure(self) -> "SamplingConfig":
+    """The compile-time part: the knobs (temperature, top-k, top-p) travel as traced scalars, and `mode` says
+    which of them matter."""
+    return dataclasses.replace(self, temperature=1.0, top_k=0, top_p=1.0)
 
 
 def sampling_logits(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -114,22 +135,32 @@ def check_inputs(prompts: jax.Array, prompt_lengths: jax.Array) -> None:
                      f"token), got min {lengths.min()} and max {lengths.max()}.")
 
 
+def log_distribution(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array,
+                     mode: DrawMode) -> jax.Array:
+  """[..., V] float32 log-probs of the sampling distribution (GREEDY: of the untempered model, which is what a
+  greedy token's log-prob is reported under; its own distribution is a point mass)."""
+  if mode is DrawMode.GREEDY:
+    return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  if mode is DrawMode.SAMPLE:
+    return jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+  return jax.nn.log_softmax(sampling_logits(logits, temperature, top_k, top_p), axis=-1)
+
+
 def draw(logits: jax.Array, keys: jax.Array, step: jax.Array, temperature: jax.Array, top_k: jax.Array,
-         top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
+         top_p: jax.Array, mode: DrawMode) -> tuple[jax.Array, jax.Array]:
   """Draws one token per row: logits [B, V] -> (token [B] int32, its log-prob under the sampling distribution [B]).
 
   Row b's draw uses fold_in(keys[b], step): a row's randomness depends on its own key and how many tokens it has
-  generated, never on the other rows (so differently batched samplers agree token for token). Greedy
-  (temperature 0) takes the argmax and reports the untempered model's log-prob (its own distribution is a point
-  mass).
+  generated, never on the other rows (so differently batched samplers agree token for token). Greedy takes the
+  argmax and reports the untempered model's log-prob. SAMPLE and SAMPLE_TRUNCATED with top_k = 0, top_p = 1 draw
+  the same tokens (the truncation keeps everything), so `mode` changes cost, never results.
   """
-  greedy = temperature == 0
-  # Both branches are computed and one is selected: cheap next to the forward, and the knob stays traced.
-  x = sampling_logits(logits, jnp.where(greedy, 1.0, temperature), top_k, top_p)
-  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
-  drawn = jax.vmap(jax.random.categorical)(step_keys, x)
-  token = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
-  log_dist = jax.nn.log_softmax(jnp.where(greedy, logits.astype(jnp.float32), x), axis=-1)
+  log_dist = log_distribution(logits, temperature, top_k, top_p, mode)
+  if mode is DrawMode.GREEDY:
+    token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  else:
+    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+    token = jax.vmap(jax.random.categorical)(step_keys, log_dist).astype(jnp.int32)
   return token, jnp.take_along_axis(log_dist, token[:, None], axis=-1)[:, 0]
 
 

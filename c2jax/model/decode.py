@@ -68,41 +68,42 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: str | None = N
   return KVCache(dense=stack(cfg.n_dense_layers), moe=stack(cfg.n_moe_layers), mtp=stack(cfg.num_mtp_layers))
 
 
-def _write(cache: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:
-  """cache [B, S, X] with new [B, t, X] written at positions [B, t] (positions >= S are dropped)."""
-  rows = jnp.arange(cache.shape[0])[:, None]
-  return cache.at[rows, positions].set(new.astype(cache.dtype), mode="drop")
+def cached_block(p: dict, h: jax.Array, positions: jax.Array, cache: LayerCache, layer: jax.Array | int,
+                 cfg: ModelConfig, forced_ids: jax.Array | None = None):
+  """Decoder block `layer` of a stack on new tokens h [B, t, D] at positions [B, t], against the stack's cache.
 
-
-def cached_block(p: dict, h: jax.Array, positions: jax.Array, c_kv: jax.Array, k_rope: jax.Array, cfg: ModelConfig,
-                 forced_ids: jax.Array | None = None):
-  """One decoder block on new tokens h [B, t, D] at positions [B, t] against one layer's cache [B, S, ...].
-
-  Returns (h [B, t, D], MoeOutput or None, c_kv, k_rope) with the new tokens' latents written into the cache.
+  The new tokens' latents are scattered into the stacked cache in place (t entries per layer, not a copy of the
+  layer's S slots), then the layer's slots are read by the absorbed attention. Returns (h [B, t, D], MoeOutput or
+  None, cache).
   """
   x = rms_norm(h, p["attn_norm"], cfg.rms_norm_eps)
   cos, sin = rope_lib.rope_angles(positions, cfg.rope, cfg.qk_rope_head_dim)
   lat = mla_lib.project_latents(p["attn"], x, cos, sin, cfg)
-  c_kv = _write(c_kv, lat.c_kv, positions)
-  k_rope = _write(k_rope, lat.k_rope, positions)
-  values = mla_lib.attend_cached(p["attn"], lat, positions, c_kv, k_rope, cfg)
+  rows = jnp.arange(h.shape[0])[:, None]
+  # Positions past the cache (a finished row still stepping) are dropped rather than clamped onto real slots.
+  c_kv = cache.c_kv.at[layer, rows, positions].set(lat.c_kv.astype(cache.c_kv.dtype), mode="drop")
+  k_rope = cache.k_rope.at[layer, rows, positions].set(lat.k_rope.astype(cache.k_rope.dtype), mode="drop")
+  values = mla_lib.attend_cached(p["attn"], lat, positions, c_kv[layer], k_rope[layer], cfg)
   h = h + mla_lib.output_projection(p["attn"], values)
   h, moe_out = ffn_residual(p, h, cfg, forced_ids)
-  return h, moe_out, c_kv, k_rope
+  return h, moe_out, LayerCache(c_kv=c_kv, k_rope=k_rope)
 
 
 def _scan_cached(stacked: dict, cache: LayerCache, h: jax.Array, positions: jax.Array, cfg: ModelConfig,
                  forced_ids: jax.Array | None):
-  """Scans `cached_block` over a stack; returns (h, new LayerCache, expert ids [L, B, t, K] or None)."""
+  """Scans `cached_block` over a stack (the cache in the carry, updated in place); returns (h, new LayerCache,
+  expert ids [L, B, t, K] or None)."""
   is_moe = "moe" in stacked
+  n = cache.c_kv.shape[0]
 
   def step(carry, xs):
-    p, c_kv, k_rope, forced = xs
-    out_h, moe_out, c_kv, k_rope = cached_block(p, carry, positions, c_kv, k_rope, cfg, forced)
-    return out_h, (c_kv, k_rope, moe_out.expert_ids if is_moe else None)
+    h, c = carry
+    p, forced, layer = xs
+    h, moe_out, c = cached_block(p, h, positions, c, layer, cfg, forced)
+    return (h, c), (moe_out.expert_ids if is_moe else None)
 
-  h, (c_kv, k_rope, ids) = jax.lax.scan(step, h, (stacked, cache.c_kv, cache.k_rope, forced_ids))
-  return h, LayerCache(c_kv=c_kv, k_rope=k_rope), ids
+  (h, cache), ids = jax.lax.scan(step, (h, cache), (stacked, forced_ids, jnp.arange(n)))
+  return h, cache, ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,16 +183,13 @@ def extend_mtp(params: Params, cache: KVCache, hidden: jax.Array, next_tokens: j
   p_all = params["mtp"]
   emb_table = params["embed"].astype(hidden.dtype)
   h = hidden
-  c_kv, k_rope = cache.mtp.c_kv, cache.mtp.k_rope
-  logits, new_c, new_r = [], [], []
+  mtp = cache.mtp
+  logits = []
   for k in range(1, cfg.num_mtp_layers + 1):
     p = jax.tree.map(lambda a, k=k: a[k - 1], p_all)
     e = emb_table[next_tokens[k - 1]]
     x = jnp.concatenate([rms_norm(e, p["enorm"], cfg.rms_norm_eps), rms_norm(h, p["hnorm"], cfg.rms_norm_eps)],
                         axis=-1) @ p["eh_proj"].astype(h.dtype)
-    h, _, ck, kr = cached_block(p["block"], x, positions, c_kv[k - 1], k_rope[k - 1], cfg)
-    new_c.append(ck)
-    new_r.append(kr)
+    h, _, mtp = cached_block(p["block"], x, positions, mtp, k - 1, cfg)
     logits.append(lm_head(params, rms_norm(h, p["final_norm"], cfg.rms_norm_eps)))
-  mtp = LayerCache(c_kv=jnp.stack(new_c), k_rope=jnp.stack(new_r))
   return MtpExtendOutput(logits=jnp.stack(logits), hidden=h, cache=dataclasses.replace(cache, mtp=mtp))
