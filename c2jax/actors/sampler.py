@@ -56,7 +56,9 @@ class DecodeState:
     expert_ids: [Lm, B, T, K] int32 routing of every fed position.
     prompt_lengths: [B] int32.
     pos: [B] int32 position of each row's newest token (sampled, not yet fed to the model).
-    hidden: [B, D] main model's final normed hidden state at pos - 1 (the MTP drafter's input).
+    draft_logits: [B, V] float32 speculative decoding: MTP module 1's logits for the token after pos (its first
+      draft), computed with the previous step's MTP pass; zeros [B, 0] otherwise.
+    draft_hidden: [B, D] speculative decoding: that module's output hidden state (the input of drafts 2..k).
     lengths: [B] int32 generated tokens so far.
     done / stopped: [B] bool: the row ended (stop token or budget) / ended on a stop token.
     step: int32 draw counter (plain decoding: the index of the next token to draw).
@@ -72,7 +74,8 @@ class DecodeState:
   expert_ids: jax.Array
   prompt_lengths: jax.Array
   pos: jax.Array
-  hidden: jax.Array
+  draft_logits: jax.Array
+  draft_hidden: jax.Array
   lengths: jax.Array
   done: jax.Array
   stopped: jax.Array
@@ -178,10 +181,19 @@ def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, samp
   expert_ids = jnp.zeros((cfg.n_moe_layers, b, t, cfg.num_experts_per_tok), jnp.int32).at[:, :, :p].set(
       out.expert_ids)
   stopped = stop_hit(tokens, prompt_lengths, prompt_lengths, sampling)
+  cache = out.cache
+  draft_logits = jnp.zeros((b, 0), jnp.float32)
+  draft_hidden = jnp.zeros((b, 0), out.hidden.dtype)
+  if speculative:
+    # The MTP modules' cache over the prompt (module 1 at position i sees h_i and token i + 1), which also gives the
+    # first draft: at position len - 1 the next token is the one just drawn.
+    mtp = decode_lib.extend_mtp(params, cache, out.hidden, tokens[None, :, 1:p + 1],
+                                jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p)), cfg=cfg)
+    cache, draft_logits, draft_hidden = mtp.cache, mtp.logits[0, rows, last], mtp.hidden[rows, last]
   return DecodeState(
-      cache=out.cache, tokens=tokens, logprobs=jnp.zeros((b, t), jnp.float32).at[rows, prompt_lengths].set(logprob),
+      cache=cache, tokens=tokens, logprobs=jnp.zeros((b, t), jnp.float32).at[rows, prompt_lengths].set(logprob),
       versions=jnp.zeros((b, t), jnp.int32).at[rows, prompt_lengths].set(version), expert_ids=expert_ids,
-      prompt_lengths=prompt_lengths, pos=prompt_lengths, hidden=out.hidden[rows, last],
+      prompt_lengths=prompt_lengths, pos=prompt_lengths, draft_logits=draft_logits, draft_hidden=draft_hidden,
       lengths=jnp.ones((b,), jnp.int32), done=stopped | (n <= 1), stopped=stopped, step=jnp.int32(1), keys=keys,
       knobs=knobs, drafted=jnp.int32(0), accepted=jnp.int32(0))
 
@@ -233,7 +245,7 @@ def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: Sam
       logprobs=_write_rows(s.logprobs, new_pos[:, None], logprob[:, None], write),
       versions=_write_rows(s.versions, new_pos[:, None], jnp.broadcast_to(version, (b, 1)), write),
       expert_ids=_write_ids(s.expert_ids, feed_pos[:, None], out.expert_ids, active[:, None]),
-      pos=jnp.where(active, new_pos, s.pos), hidden=jnp.where(active[:, None], out.hidden[:, 0], s.hidden),
+      pos=jnp.where(active, new_pos, s.pos),
       lengths=lengths, done=s.done | hit | (lengths >= sampling.max_new_tokens), stopped=s.stopped | hit,
       step=s.step + 1)
 
@@ -251,25 +263,26 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
   draft_keys, accept_keys, final_keys = (jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(step_keys)
                                          for i in range(3))
 
-  # 1. Drafts: module 1 at position pos - 1 sees (h_{pos-1}, x_pos) and predicts x_{pos+1}; drafts 2..k reuse it on
-  # its own output hidden state (their cache slots are rewritten in step 4).
+  # 1. Drafts: module 1 at position pos - 1 sees (h_{pos-1}, x_pos) and predicts x_{pos+1}: those logits came with
+  # the previous step's MTP pass. Drafts 2..k reuse the module on its own output hidden state (their cache slots
+  # are rewritten in step 4).
   feed_pos = jnp.minimum(s.pos, t - 1)
   last = s.tokens[rows, feed_pos]
-  cache, h_prev, tok = s.cache, s.hidden, last
+  cache, h_prev, logits_q = s.cache, s.draft_hidden, s.draft_logits
   drafts, draft_logq = [], []
   for j in range(k):
-    mtp = decode_lib.extend_mtp(params, cache, h_prev[:, None], tok[None, :, None], (s.pos - 1 + j)[:, None],
-                                cfg=cfg)
-    cache = mtp.cache
-    logq = dist(mtp.logits[0, :, 0])
+    if j:
+      mtp = decode_lib.extend_mtp(params, cache, h_prev[:, None], drafts[-1][None, :, None],
+                                  (s.pos - 1 + j)[:, None], cfg=cfg)
+      cache, h_prev, logits_q = mtp.cache, mtp.hidden[:, 0], mtp.logits[0, :, 0]
+    logq = dist(logits_q)
     if greedy:
-      d = jnp.argmax(mtp.logits[0, :, 0], axis=-1).astype(jnp.int32)
+      d = jnp.argmax(logits_q, axis=-1).astype(jnp.int32)
     else:
       d = jax.vmap(jax.random.categorical)(jax.vmap(jax.random.fold_in, in_axes=(0, None))(draft_keys, j),
                                            logq).astype(jnp.int32)
     drafts.append(d)
     draft_logq.append(logq)
-    h_prev, tok = mtp.hidden[:, 0], d
   drafts = jnp.stack(drafts, axis=1)  # [B, k]
   logq = jnp.stack(draft_logq, axis=1)  # [B, k, V]
 
@@ -321,10 +334,11 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
   pos = s.pos + n_emit
   last_fed = jnp.maximum(n_emit - 1, 0)
 
-  # 4. Rewrite the MTP slots pos..pos+k-1 from the true hidden states and tokens (the drafts' recursion wrote
-  # approximate ones); slots past the accepted prefix are rewritten again before they are read.
+  # 4. The MTP pass over pos..pos+k from the true hidden states and tokens: it rewrites the slots the drafts'
+  # recursion wrote approximately (slots past the emitted tokens are rewritten again before they are read), and
+  # at the new frontier's position pos' - 1 = pos + n_emit - 1 it gives the next step's first draft.
   # The token after fed position pos + j is new[:, j]: d_{j+1} while accepted, then the extra token.
-  fix = decode_lib.extend_mtp(params, out.cache, out.hidden[:, :k], new[None, :, :k], positions[:, :k], cfg=cfg)
+  fix = decode_lib.extend_mtp(params, out.cache, out.hidden, new[None], positions, cfg=cfg)
 
   return dataclasses.replace(
       s, cache=fix.cache,
@@ -332,7 +346,8 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
       logprobs=_write_rows(s.logprobs, new_pos, new_logp, write),
       versions=_write_rows(s.versions, new_pos, jnp.broadcast_to(version, (b, k + 1)), write),
       expert_ids=_write_ids(s.expert_ids, positions, out.expert_ids, fed_final & active[:, None]),
-      pos=pos, hidden=jnp.where(active[:, None], out.hidden[rows, last_fed], s.hidden), lengths=lengths,
+      pos=pos, draft_logits=jnp.where(active[:, None], fix.logits[0, rows, last_fed], s.draft_logits),
+      draft_hidden=jnp.where(active[:, None], fix.hidden[rows, last_fed], s.draft_hidden), lengths=lengths,
       done=s.done | hit | (lengths >= sampling.max_new_tokens), stopped=s.stopped | hit, step=s.step + 1,
       drafted=s.drafted + jnp.sum(jnp.where(active, k, 0)),
       accepted=s.accepted + jnp.sum(jnp.where(active, jnp.minimum(n_acc, n_emit), 0)))
