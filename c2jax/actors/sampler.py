@@ -17,12 +17,13 @@ Sampling matches `c2jax.actors.reference_sampler` token for token (same per-row 
 with fold_in(fold_in(key, b), i)), and reports the same per-token quantities: the log-prob under the sampling
 distribution, and every MoE layer's expert ids for routing replay.
 
-Speculative decoding (`SamplingConfig`-independent, `speculative=k`): the MTP module drafts k tokens (module 1,
+Speculative decoding (`speculative=k`, any sampling settings): the MTP module drafts k tokens (module 1,
 reused recursively on its own hidden state for drafts 2..k), the main model scores the k + 1 positions in one
 cached step, and the standard rejection rule (Leviathan et al. 2023; Chen et al. 2023) accepts draft j with
 probability min(1, p_j(d_j) / q_j(d_j)), resampling a rejected position from norm(max(0, p_j - q_j)) and drawing a
 bonus token from p_{k+1} when all are accepted. The output distribution is exactly the main model's sampling
-distribution; under greedy decoding the output is identical to plain decoding.
+distribution; under greedy decoding the output is identical to plain decoding. (On CPU at the tiny sizes it is
+still slower than plain decoding: see WORKSPACE_NOTES.md.)
 
 Shapes: B rows, P prompt buffer, N = max_new_tokens, T = P + N, V vocab, Lm MoE layers, K experts per token,
 D model width.
