@@ -210,18 +210,25 @@ def decode(params: Params, state: DecodeState, *, cfg: ModelConfig, sampling: Sa
                  sampling=sampling.structure(), mode=sampling.mode, speculative=speculative, layout=layout)
 
 
+def _slot_mask(positions: jax.Array, valid: jax.Array, t: int) -> jax.Array:
+  """[B, j, T] bool: update j of row b goes to slot positions[b, j] (if valid and < T)."""
+  return (jnp.arange(t)[None, None, :] == positions[..., None]) & valid[..., None]
+
+
+# Buffers are updated by a dense select over [B, j, T] rather than a scatter: XLA:CPU runs small scatters as serial
+# loops with bounds checks, which cost more than the model's own work per decode step at small sizes.
 def _write_rows(buf: jax.Array, positions: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
   """buf [B, T] with values [B, j] written at positions [B, j] where valid [B, j] (others untouched)."""
-  rows = jnp.arange(buf.shape[0])[:, None]
-  positions = jnp.where(valid, positions, buf.shape[1])  # out of range: dropped
-  return buf.at[rows, positions].set(values.astype(buf.dtype), mode="drop")
+  mask = _slot_mask(positions, valid, buf.shape[1])
+  written = jnp.sum(jnp.where(mask, values[..., None].astype(buf.dtype), 0), axis=1).astype(buf.dtype)
+  return jnp.where(jnp.any(mask, axis=1), written, buf)
 
 
 def _write_ids(ids: jax.Array, positions: jax.Array, values: jax.Array, valid: jax.Array) -> jax.Array:
   """ids [Lm, B, T, K] with values [Lm, B, j, K] written at positions [B, j] where valid [B, j]."""
-  rows = jnp.arange(ids.shape[1])[:, None]
-  positions = jnp.where(valid, positions, ids.shape[2])
-  return ids.at[:, rows, positions].set(values, mode="drop")
+  mask = _slot_mask(positions, valid, ids.shape[2])  # [B, j, T]
+  written = jnp.sum(jnp.where(mask[None, :, :, :, None], values[:, :, :, None, :], 0), axis=2).astype(ids.dtype)
+  return jnp.where(jnp.any(mask, axis=1)[None, :, :, None], written, ids)
 
 
 def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig,
