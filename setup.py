@@ -33,6 +33,7 @@ setup(
             "torch==2.13.0",
             "transformers>=5.0,<6",
             "safetensors>=0.4",
+            "moto[server]>=5.0",  # a local S3-compatible server for the rollout buffer's S3 test
         ],
     },
 )

@@ -1,0 +1,84 @@
+"""Admission control: actors do not start a group more than `max_lag` policy versions ahead of the trainer
+(PipelineRL's staleness budget; report section 6, asynchronous RL).
+
+  status = read_status("runs/rl/buffer")
+  if admit(status, weights_version=v, max_lag=2):
+    ticket = writer.begin({"task_id": task})    # counts as pending from here on
+    ...
+
+Groups are trained in commit order, `groups_per_step` per update. Versions are the weight store's counter, which
+jumps when a trainer restarts (it resumes past the last published version), so the target is counted from the
+trainer's own progress: trainer.json holds its current weights version and the groups its updates have consumed.
+committed + pending - consumed started groups wait for updates ahead of a new group, so it lands in the update
+that starts from weights version
+
+  target = trainer_version + max(0, committed + pending - consumed) // groups_per_step
+
+(the max: head.json and trainer.json are read at different moments, so consumed may briefly exceed the rest).
+
+An actor holding weights version v may start it iff `target - v <= max_lag`. The trainer publishes trainer.json
+only after an update and its weights publish, so trainer_version is always loadable; with max_lag = 0 a group is
+started only by the weights that will train on it (synchronous RL).
+
+Bound on overshoot: there is no lock. Actors that read the same status concurrently may all be admitted before
+any of their `begin` records lands, so with N actors the buffer can run ahead of the budget by fewer than N groups
+(each actor overshoots by at most its one in-flight decision). Pending tickets count as started groups, so a
+crashed actor's tickets hold their slots until it re-runs or cancels them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from c2jax.rollouts.buffer import shard_ids
+from c2jax.rollouts.storage import Store, join
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferStatus:
+  """What admission needs to know, read from storage.
+
+  Attributes:
+    committed: groups committed across all shards (their head.json).
+    pending: groups begun but not committed across all shards.
+    consumed: groups the trainer has handed to updates (trainer.json).
+    trainer_version: the trainer's weights version, i.e. updates done (trainer.json; 0 before it starts).
+    groups_per_step: groups per update (trainer.json).
+  """
+
+  committed: int
+  pending: int
+  consumed: int
+  trainer_version: int
+  groups_per_step: int
+
+
+def read_status(url: str, default_groups_per_step: int = 1) -> BufferStatus:
+  """Sums the shards' head.json and reads trainer.json (absent: trainer not started, version 0, nothing consumed,
+  and `default_groups_per_step`; 1 is the conservative choice, the trainer should publish at start-up)."""
+  root = Store(url)
+  committed = pending = 0
+  for sid in shard_ids(root):
+    try:
+      head = Store(join(url, "shards", sid)).read_json("head.json") or {}
+      committed += int(head.get("committed", 0))
+      pending += int(head.get("pending", 0))
+    except (ValueError, TypeError, AttributeError):
+      continue  # an unreadable head counts as empty; the reader reports broken shards
+  trainer = root.read_json("trainer.json") or {}
+  return BufferStatus(committed=committed, pending=pending, consumed=int(trainer.get("groups_consumed", 0)),
+                      trainer_version=int(trainer.get("version", 0)),
+                      groups_per_step=max(1, int(trainer.get("groups_per_step", default_groups_per_step))))
+
+
+def target_version(status: BufferStatus) -> int:
+  """The weights version that will train on the next group started (see the module docstring)."""
+  ahead = max(0, status.committed + status.pending - status.consumed)
+  return status.trainer_version + ahead // status.groups_per_step
+
+
+def admit(status: BufferStatus, weights_version: int, max_lag: int) -> bool:
+  """Whether an actor holding `weights_version` may start a group now: target_version - weights_version <= max_lag."""
+  if max_lag < 0:
+    raise ValueError(f"max_lag must be >= 0 (0 is synchronous RL), got {max_lag}.")
+  return target_version(status) - weights_version <= max_lag

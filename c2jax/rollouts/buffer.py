@@ -1,0 +1,762 @@
+"""The rollout buffer: many actor processes append groups, the trainer consumes each group exactly once (report
+sections 4 and 6: trainer and rollout workers run independently and meet only in storage).
+
+  writer = RolloutWriter("runs/rl/buffer", "actor-3", spec)          # or s3://bucket/run/buffer, gs://...
+  ticket = writer.begin({"task_id": "t17", "seed": 5})               # intent: survives a crash of the actor
+  seq = writer.commit(group, {"task_id": "t17", "start_version": 4}, ticket)
+  seqs = writer.commit_many(groups, metas, tickets)                   # a sampler call's groups: ~ the cost of one
+
+  reader = RolloutReader("runs/rl/buffer", spec, cursor=ckpt.get("buffer_cursor"))
+  groups = reader.take(8, timeout_s=60)                              # blocks until 8 committed groups
+  ckpt["buffer_cursor"] = reader.cursor                              # exactly the groups handed out
+  reader.publish_progress(version=step + 1, groups_per_step=8)       # feeds the actors' admission control
+
+No coordinator: each writer owns one append-only shard (layout in c2jax/rollouts/schema.py). A commit writes the
+group's rows into the shard's zarr3 arrays first and its commit record last; a commit record is one atomic object
+(a renamed file locally, one PUT on S3/GCS), so a reader sees a group whole or not at all. Rows written by a writer
+that died before its commit record are invisible, and the restarted writer (same id) overwrites them. Each shard
+must have one live writer at a time: two processes with the same writer id would overwrite each other's rows.
+
+Cost: every stored object costs a file (or a PUT) and, in FSYNC mode, an fsync, which for groups of a few hundred
+KB outweigh the bytes. `commit_many` therefore writes the rows of all its groups with one write per array (into
+shards of SHARD_ROWS rows: whole objects when an actor commits 8 groups of 8 rows at once), then all their commit
+records concurrently, then head.json once.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import json
+import time
+from typing import Any, Mapping, Sequence
+
+from absl import logging
+import numpy as np
+import tensorstore as ts
+
+from c2jax.rollouts import schema as schema_lib
+from c2jax.rollouts.schema import BufferSpec
+from c2jax.rollouts.storage import Store, join
+
+# Rows per chunk of the [R, T] arrays (and of each MoE layer of the expert ids): the unit a reader decodes, so one
+# group of G = 8 rows is one chunk.
+TOKEN_CHUNK_ROWS = 8
+# Rows per stored object (a zarr3 shard of chunks, and the chunk of the small [R] arrays): one actor commit of
+# 8 groups x 8 rows (`commit_many`) writes whole objects, one per array. Each object costs a file (or PUT) and, in
+# FSYNC mode, an fsync, which dominate the write time of small groups; a smaller commit rewrites the object's
+# existing chunks (copied, not recompressed).
+SHARD_ROWS = 64
+# Rows of a new shard's arrays before the first resize (a metadata rewrite of every array, fsynced in FSYNC mode).
+INITIAL_ROWS = 16 * SHARD_ROWS
+# zstd level 1: on rollouts (random-ish tokens, log-probs, zero padding) it stores within a few percent of level 3
+# at about twice the speed, and compression is most of a commit's CPU time.
+_ZARR_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}},
+                {"name": "zstd", "configuration": {"level": 1}},
+                {"name": "crc32c"}]  # after the compressor: checks the stored bytes, so corruption fails the read
+_IO_CONCURRENCY = 32
+_SHARD_INDEX_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+
+
+class Durability(enum.Enum):
+  """When a writer's local files reach the disk (object stores make every PUT durable either way).
+
+  FSYNC: every array object, commit record and ticket is fsynced before the next step (the rows before the
+    commit records), so a commit survives a machine crash once `commit` / `commit_many` returns. Ticket deletions
+    are not fsynced: a ticket whose group committed is dropped when the writer reopens.
+  BUFFERED: no fsync; the OS writes back in its own time (several times faster on local disks). A commit survives
+    the writer's crash (the page cache outlives the process); a machine crash can lose the latest commits, and
+    readers skip, with a warning, any group it left damaged (checksums, missing chunks).
+  head.json is advisory (rebuilt when a writer reopens) and is never fsynced.
+  """
+
+  FSYNC = "fsync"
+  BUFFERED = "buffered"
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """One committed group as the reader yields it.
+
+  Attributes:
+    data: the group's arrays (schema in c2jax/rollouts/schema.py), in-memory dtypes.
+    meta: the commit record: "task_id", "shard" (the writer id), "seq" (its index in the shard), "rows", "row0",
+      "time" (commit wall time), plus the writer's extra meta.
+  """
+
+  data: dict
+  meta: dict
+
+
+def commit_key(seq: int) -> str:
+  return f"commits/{seq:012d}.json"
+
+
+def shard_ids(root: Store) -> list[str]:
+  """The writer ids of the buffer at `root`, sorted (from the writers/ markers: one small object per shard)."""
+  return [k[len("writers/"):-len(".json")] for k in root.list("writers/") if k.endswith(".json")]
+
+
+def _json_bytes(value: Any, what: str) -> bytes:
+  try:
+    return json.dumps(value, sort_keys=True).encode()
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"The {what} must be JSON-able (str/int/float/bool/list/dict): {e}.") from e
+
+
+def _kvstore_bytes_read() -> int:
+  """Bytes read from storage by every tensorstore kvstore of this process so far (tensorstore's own counters)."""
+  total = 0
+  for m in ts.experimental_collect_matching_metrics("/tensorstore/kvstore/"):
+    if m["name"].endswith("/bytes_read"):
+      total += sum(int(v.get("value", 0)) for v in m["values"])
+  return total
+
+
+class RolloutWriter:
+  """Appends groups to the shard `<url>/shards/<writer_id>/` (one process per writer id).
+
+  Opening an existing shard resumes it: the next sequence number and row offset come from its last commit record,
+  pending tickets are kept, and rows written after the last commit (an actor killed mid-group) are overwritten by
+  the next commit.
+  """
+
+  def __init__(self, url: str, writer_id: str, spec: BufferSpec, *, chunk_rows: int = TOKEN_CHUNK_ROWS,
+               shard_rows: int = SHARD_ROWS, durability: Durability = Durability.FSYNC):
+    """Opens or creates the shard; ValueError if an existing shard has another schema.
+
+    Args:
+      url: the buffer's directory URL (local path, s3://, gs://).
+      writer_id: the shard's name, [A-Za-z0-9_.-]+, unique among live writers.
+      spec: the shapes of every group.
+      chunk_rows: rows per chunk of the [R, T] arrays of a new shard, the unit a reader decodes (an existing shard
+        keeps its own layout).
+      shard_rows: rows per stored object of a new shard, a multiple of `chunk_rows`; best the rows an actor commits
+        at once (see SHARD_ROWS).
+      durability: whether local files are fsynced (see `Durability`).
+    """
+    if chunk_rows < 1 or shard_rows < 1 or shard_rows % chunk_rows:
+      raise ValueError(f"shard_rows ({shard_rows}) must be a positive multiple of chunk_rows ({chunk_rows}).")
+    self.url = url
+    self.writer_id = schema_lib.check_name("Writer id", writer_id)
+    self.spec = spec
+    self._root = Store(url)
+    self._store = Store(join(url, "shards", writer_id))
+    self.durability = durability
+    # The same directory without fsync (file URLs; other drivers have no such option and need none).
+    unsynced = dict(self._store.spec)
+    if unsynced["driver"] == "file":
+      unsynced["file_io_sync"] = False
+    # A commit's objects are written concurrently; an fsync mostly waits for the disk, so more of them may be in
+    # flight than there are cores (tensorstore's default limit).
+    self._context = ts.Context({"file_io_concurrency": {"limit": _IO_CONCURRENCY}})
+    self._unsynced_kv = ts.KvStore.open(unsynced, context=self._context).result()
+    # Commit records and tickets: fsynced in FSYNC mode (they are what a commit or begin promises).
+    self._record_kv = self._unsynced_kv if durability is Durability.BUFFERED else ts.KvStore.open(
+        self._store.spec, context=self._context).result()
+    existing = self._store.read("schema.json")
+    if existing is None:
+      self._store.write_json("schema.json", spec.to_json())
+    else:
+      try:
+        theirs = BufferSpec.from_json(json.loads(existing))
+      except ValueError as e:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"Shard {writer_id!r} of buffer {url} has an unreadable schema.json ({e}); use a new "
+                         f"writer id or remove that shard.") from e
+      if theirs != spec:
+        raise ValueError(f"Shard {writer_id!r} of buffer {url} holds groups of {theirs}, not {spec}; use a new "
+                         f"writer id or a new buffer URL.")
+    self._arrays = {key: self._open_array(key, path, axis, rest, chunk_rows, shard_rows)
+                    for key, path, axis, rest in schema_lib.array_fields(spec)}
+    self._axes = {key: axis for key, _, axis, _ in schema_lib.array_fields(spec)}
+    self._capacity = min(a.shape[self._axes[k]] for k, a in self._arrays.items())
+    self._grow_rows = max(a.chunk_layout.write_chunk.shape[self._axes[k]] for k, a in self._arrays.items())
+    self._closed = False
+    self._next_seq, self._next_row = self._recover()
+    self._pending = {tid for tid, _ in self._list_pending()}
+    self._last_ticket = max((int(t) for t in self._pending if t.isdigit()), default=0)
+    self._write_head()
+    marker = f"writers/{writer_id}.json"
+    if self._root.read(marker) is None:  # written after schema.json: a listed shard always has its schema
+      self._root.write_json(marker, {"shard": writer_id, "created": time.time()})
+
+  def __enter__(self) -> RolloutWriter:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  @property
+  def next_seq(self) -> int:
+    return self._next_seq
+
+  def begin(self, ticket: Mapping[str, Any]) -> str:
+    """Persists the intent to generate a group (e.g. {"task_id": ..., "seed": ...}); returns its ticket id.
+
+    The ticket counts as pending in head.json (admission control) until `commit(..., ticket_id)` or `cancel`;
+    after a crash, `pending()` lists it so the restarted actor can re-run the group.
+    """
+    self._check_open()
+    data = _json_bytes({"ticket": dict(ticket), "time": time.time()}, "ticket")
+    # Ids are increasing wall-clock nanoseconds, so sorted ids are oldest first, across restarts too.
+    self._last_ticket = max(self._last_ticket + 1, time.time_ns())
+    ticket_id = f"{self._last_ticket:020d}"
+    self._record_kv.write(f"pending/{ticket_id}.json", data).result()
+    self._pending.add(ticket_id)
+    self._write_head()
+    return ticket_id
+
+  def pending(self) -> list[tuple[str, dict]]:
+    """Unfinished tickets (ticket_id, ticket), oldest first."""
+    return self._list_pending()
+
+  def cancel(self, ticket_id: str) -> None:
+    """Drops a pending ticket without committing a group (an actor giving up on it)."""
+    self._check_open()
+    self._store.delete(f"pending/{ticket_id}.json")
+    self._pending.discard(ticket_id)
+    self._write_head()
+
+  def commit(self, group: Mapping, meta: Mapping[str, Any] | None = None, ticket_id: str | None = None) -> int:
+    """Appends one group; returns its sequence number in this shard (`commit_many` of one group)."""
+    return self.commit_many([group], [meta], None if ticket_id is None else [ticket_id])[0]
+
+  def commit_many(self, groups: Sequence[Mapping], metas: Sequence[Mapping[str, Any] | None],
+                  ticket_ids: Sequence[str | None] | None = None) -> list[int]:
+    """Appends several groups (e.g. the groups of one sampler call) at the cost of about one: their rows go into
+    one write per array, then their commit records are written together.
+
+    All groups are checked before anything is written. Once this returns, every group is committed (durable in
+    FSYNC mode) under consecutive sequence numbers. A crash before that may leave some of their records written
+    and others not: readers hand out none past a missing one, the reopened writer turns a missing record below a
+    written one into a void record that readers skip (see `_recover`), and the missing groups' tickets stay
+    pending, so they are re-run.
+
+    Args:
+      groups: the groups' arrays (schema in c2jax/rollouts/schema.py).
+      metas: one JSON-able metadata dict per group (or None), stored in its commit record; each must hold
+        "task_id" unless its ticket does.
+      ticket_ids: None, or one `begin` ticket id (or None) per group, deleted after the commit.
+
+    Returns:
+      The groups' sequence numbers in this shard, in order.
+    """
+    self._check_open()
+    n = len(groups)
+    ticket_ids = [None] * n if ticket_ids is None else list(ticket_ids)
+    if len(metas) != n or len(ticket_ids) != n:
+      raise ValueError(f"commit_many got {n} groups, {len(metas)} metas and {len(ticket_ids)} ticket ids; pass one "
+                       f"of each per group.")
+    named = [t for t in ticket_ids if t is not None]
+    if len(set(named)) != len(named):
+      raise ValueError("commit_many got the same ticket id twice; each ticket completes one group.")
+    data, records = [], []
+    seq, row0 = self._next_seq, self._next_row
+    for group, meta, ticket_id in zip(groups, metas, ticket_ids):
+      data.append(schema_lib.normalize_group(group, self.spec))
+      meta = dict(meta or {})
+      task_id = meta.pop("task_id", None)
+      if ticket_id is not None:
+        if ticket_id not in self._pending:
+          raise ValueError(f"Ticket {ticket_id!r} is not pending in shard {self.writer_id!r}; pass a ticket id from "
+                           f"begin() or pending().")
+        if task_id is None:
+          task_id = (self._read_ticket(ticket_id) or {}).get("task_id")
+      if task_id is None:
+        raise ValueError("Commit meta lacks task_id; pass meta={'task_id': ...} (or begin() a ticket with one).")
+      rows = schema_lib.group_rows(data[-1])
+      record = {"schema_version": schema_lib.SCHEMA_VERSION, "seq": seq, "row0": row0, "rows": rows,
+                "task_id": str(task_id), "meta": meta, "ticket_id": ticket_id, "time": time.time()}
+      records.append((seq, _json_bytes(record, "commit meta")))
+      seq, row0 = seq + 1, row0 + rows
+    if not data:
+      return []
+    try:
+      self._write_rows(data, self._next_row)
+      # Only once every row is durable. The records may land in any order: a reader reads seqs in order and waits
+      # for a missing one (head.json, written below, does not count it yet).
+      futures = [self._record_kv.write(commit_key(s), b) for s, b in records]
+      for f in futures:
+        f.result()
+    except BaseException:
+      # Some records may be written (and read): only reopening, which resumes after them, is safe.
+      self._closed = True
+      raise
+    first = self._next_seq
+    self._next_seq, self._next_row = seq, row0
+    # Nothing promised hangs on these: a ticket left behind by a crash here is dropped when the writer reopens.
+    futures = [self._unsynced_kv.delete_range(ts.KvStore.KeyRange(k, k + "\0"))
+               for k in (f"pending/{t}.json" for t in named)]
+    self._pending.difference_update(named)
+    for f in futures:
+      f.result()
+    self._write_head()
+    return list(range(first, seq))
+
+  def close(self) -> None:
+    if not self._closed:
+      self._write_head()
+      self._closed = True
+
+  # Internals.
+
+  def _check_open(self) -> None:
+    if self._closed:
+      raise ValueError(f"RolloutWriter {self.writer_id!r} is closed; open a new one to write again.")
+
+  def _open_array(self, key: str, path: str, axis: int, rest: tuple[int, ...], chunk_rows: int,
+                  shard_rows: int) -> ts.TensorStore:
+    # Every written chunk is stored, all-zero ones too: readers treat a missing chunk as lost data, not as zeros.
+    kvstore = self._store.child_spec(f"arrays/{path}")
+    if self.durability is Durability.BUFFERED and kvstore["driver"] == "file":
+      kvstore["file_io_sync"] = False
+    base = {"kvstore": kvstore, "store_data_equal_to_fill_value": True}
+    dtype = np.dtype(schema_lib.STORED_DTYPES.get(key, schema_lib.DTYPES.get(key, np.float32)))
+    try:
+      arr = ts.open({"driver": "zarr3", **base}, open=True, context=self._context).result()
+    except ValueError as e:
+      if "NOT_FOUND" not in str(e):
+        raise
+      shape = list(rest)
+      shape.insert(axis, -(-INITIAL_ROWS // shard_rows) * shard_rows)
+      if rest:
+        # One object per `shard_rows` rows (all MoE layers of the expert ids [Lm, rows, T, K] together), holding
+        # chunks of `chunk_rows` rows (of one MoE layer) that readers fetch by byte range.
+        outer = [rest[0], shard_rows, *rest[1:]] if axis else [shard_rows, *rest]
+        inner = [1, chunk_rows, *rest[1:]] if axis else [chunk_rows, *rest]
+        codecs = [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": inner, "codecs": _ZARR_CODECS, "index_codecs": _SHARD_INDEX_CODECS}}]
+      else:
+        outer, codecs = [shard_rows], _ZARR_CODECS  # a few bytes per row: not worth an index
+      metadata = {"shape": shape, "data_type": dtype.name, "fill_value": 0, "codecs": codecs,
+                  "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": outer}}}
+      arr = ts.open({"driver": "zarr3", **base, "metadata": metadata}, create=True, open=True,
+                    context=self._context).result()
+    want = list(rest)
+    want.insert(axis, None)
+    got = [None if i == axis else n for i, n in enumerate(arr.shape)]
+    if arr.dtype.numpy_dtype != dtype or got != want:
+      raise ValueError(f"Array {path} of shard {self.writer_id!r} has dtype {arr.dtype.numpy_dtype} and shape "
+                       f"{arr.shape}; the schema needs {dtype.name} with non-row axes {rest}.")
+    return arr
+
+  def _recover(self) -> tuple[int, int]:
+    """(next seq, next row) of a reopened shard, after tidying what a crash mid-`commit_many` left.
+
+    Rows after the last commit record are unreferenced and get overwritten. A seq missing below the last record
+    (its commit_many died between two of its concurrent record writes) gets a void record, which readers skip
+    silently, unless head.json already counts it (then it was lost after a reader may have moved past it, and
+    readers report it). The groups of the interrupted call keep their pending tickets, so they are re-run; tickets
+    whose groups did commit are deleted.
+    """
+    seqs = sorted(int(k[len("commits/"):-len(".json")]) for k in self._store.list("commits/")
+                  if k.endswith(".json") and k[len("commits/"):-len(".json")].isdigit())
+    if not seqs:
+      return 0, 0
+    try:
+      head = self._store.read_json("head.json") or {}
+      head_committed, head_rows = int(head.get("committed", 0)), int(head.get("rows", 0))
+    except (ValueError, TypeError, AttributeError):
+      head_committed = head_rows = 0
+    present = set(seqs)
+    holes = [s for s in range(max(head_committed, 0), seqs[-1]) if s not in present]
+    if holes:
+      logging.warning("Shard %r: commit records %s are missing below record %d (a writer died mid commit_many); "
+                      "voiding them.", self.writer_id, holes[:10], seqs[-1])
+      void = {"schema_version": schema_lib.SCHEMA_VERSION, "void": True, "time": time.time()}
+      futures = [self._record_kv.write(commit_key(s), _json_bytes({**void, "seq": s}, "void")) for s in holes]
+      for f in futures:
+        f.result()
+    # A crash after the records of a call and before its ticket deletions leaves tickets of committed groups: they
+    # are among the last len(pending) records.
+    pending = [k[len("pending/"):-len(".json")] for k in self._store.list("pending/") if k.endswith(".json")]
+    tail = seqs[-max(1, len(pending)):]
+    end, done = None, []
+    for s in reversed(tail):
+      try:
+        rec = json.loads(self._store.read(commit_key(s)) or b"null")
+        if end is None:
+          end = int(rec["row0"]) + int(rec["rows"])
+        if isinstance(rec.get("ticket_id"), str):
+          done.append(rec["ticket_id"])
+      except (ValueError, TypeError, KeyError) as e:
+        if end is None:
+          # An unreadable last record hides how many rows it used: start past everything the arrays ever held.
+          logging.warning("Shard %r: last commit record %d is unreadable (%s); new rows start at the array end %d.",
+                          self.writer_id, s, e, self._capacity)
+          end = self._capacity
+    for ticket_id in set(done) & set(pending):
+      self._store.delete(f"pending/{ticket_id}.json")
+    return seqs[-1] + 1, max(end, head_rows)
+
+  def _list_pending(self) -> list[tuple[str, dict]]:
+    out = []
+    for key in self._store.list("pending/"):
+      if not key.endswith(".json"):
+        continue
+      ticket_id = key[len("pending/"):-len(".json")]
+      ticket = self._read_ticket(ticket_id)
+      if ticket is not None:
+        out.append((ticket_id, ticket))
+    return out
+
+  def _read_ticket(self, ticket_id: str) -> dict | None:
+    try:
+      rec = self._store.read_json(f"pending/{ticket_id}.json")
+      return dict(rec["ticket"])
+    except (ValueError, TypeError, KeyError) as e:
+      logging.warning("Shard %r: pending ticket %s is unreadable (%s); ignoring it.", self.writer_id, ticket_id, e)
+      return None
+
+  def _write_head(self) -> None:
+    head = {"committed": self._next_seq, "pending": len(self._pending), "rows": self._next_row, "time": time.time()}
+    self._unsynced_kv.write("head.json", _json_bytes(head, "head")).result()
+
+  def _write_rows(self, groups: Sequence[dict], row0: int) -> None:
+    """Writes the normalized groups' rows, one after the other from row `row0`, into every array (no commit
+    record: invisible to readers): one write per array, all in flight together; returns when all are stored
+    (durable in FSYNC mode)."""
+    rows = sum(schema_lib.group_rows(g) for g in groups)
+    self._ensure_capacity(row0 + rows)
+    futures = []
+    for key, arr in self._arrays.items():
+      axis = self._axes[key]
+      if key.startswith("reward_terms/"):
+        parts = [g["reward_terms"][key.split("/", 1)[1]] for g in groups]
+      else:
+        parts = [g[key] for g in groups]
+      # One pass: concatenated and cast to the stored dtype (values were range-checked by normalize_group).
+      value = np.concatenate(parts, axis=axis, dtype=arr.dtype.numpy_dtype, casting="unsafe")
+      index = (slice(None), slice(row0, row0 + rows)) if axis else slice(row0, row0 + rows)
+      futures.append(arr[index].write(value))
+    for f in futures:
+      f.commit.result()
+
+  def _ensure_capacity(self, end: int) -> None:
+    """Grows every array's row extent to at least `end`, doubling so that metadata is rewritten rarely."""
+    if end <= self._capacity:
+      return
+    new = max(end, 2 * self._capacity, self._grow_rows)
+    new = -(-new // self._grow_rows) * self._grow_rows
+    futures = {}
+    for key, arr in self._arrays.items():
+      shape = list(arr.shape)
+      shape[self._axes[key]] = new
+      futures[key] = arr.resize(exclusive_max=shape, expand_only=True, resize_metadata_only=True)
+    for key, f in futures.items():
+      self._arrays[key] = f.result()
+    self._capacity = new
+
+
+class _Shard:
+  """A reader's view of one accepted shard: its store and lazily opened, read-only arrays."""
+
+  def __init__(self, shard_id: str, store: Store, spec: BufferSpec):
+    self.id = shard_id
+    self.store = store
+    self.fields = schema_lib.array_fields(spec)
+    self.arrays: dict[str, ts.TensorStore] = {}
+
+  def array(self, key: str, path: str, axis: int, end: int) -> ts.TensorStore:
+    """The array, reopened when it holds fewer than `end` rows (the writer grew it since we opened it)."""
+    arr = self.arrays.get(key)
+    if arr is None or arr.shape[axis] < end:
+      arr = ts.open({"driver": "zarr3", "kvstore": self.store.child_spec(f"arrays/{path}"),
+                     "fill_missing_data_reads": False}, open=True, read=True).result()
+      self.arrays[key] = arr
+    if arr.shape[axis] < end:
+      raise ValueError(f"array {path} has {arr.shape[axis]} rows but the commit record needs {end}")
+    return arr
+
+
+class _Pending:
+  """A group whose commit record is read and whose array reads are in flight."""
+
+  def __init__(self, shard: _Shard, seq: int, record: dict | None, error: str | None):
+    self.shard, self.seq, self.record, self.error = shard, seq, record, error
+    self.futures: dict[str, Any] = {}
+
+
+class RolloutReader:
+  """Yields every committed group of a buffer exactly once, round-robin across shards, from a resumable cursor.
+
+  `cursor` is {shard_id: next seq} over exactly the groups handed out by `poll`/`take` (and the corrupt ones
+  skipped before them): store it in the trainer checkpoint and pass it back to resume. Groups fetched ahead of
+  what was handed out stay in memory and are not in the cursor.
+  """
+
+  def __init__(self, url: str, spec: BufferSpec | None = None, cursor: Mapping[str, int] | None = None):
+    """Args:
+      url: the buffer's directory URL.
+      spec: the expected group shapes; shards of another spec are skipped. None: the first shard's spec.
+      cursor: a `cursor` saved earlier; None starts from the beginning.
+    """
+    self.url = url
+    self.spec = spec
+    self._root = Store(url)
+    cursor = dict(cursor or {})
+    for k, v in cursor.items():
+      if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"Buffer cursor entry {k!r}: {v!r} is not shard id -> next seq (int >= 0); pass the "
+                         f"dict of RolloutReader.cursor unchanged.")
+    self._cursor = cursor
+    self._fetched = dict(cursor)  # next seq to read from storage, per shard (>= the cursor)
+    self._queues: dict[str, collections.deque] = {}  # (seq, Group | None for a skipped corrupt group)
+    self._shards: dict[str, _Shard] = {}
+    self._skipped: set[str] = set()
+    self._turn = 0
+    self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "skipped_shards": 0, "bytes_read": 0}
+
+  @property
+  def cursor(self) -> dict:
+    """JSON-able {shard_id: next seq}: exactly the groups handed out so far."""
+    return dict(sorted(self._cursor.items()))
+
+  @property
+  def stats(self) -> dict:
+    """groups_read, rows_read (read from storage), corrupt_groups (skipped), skipped_shards, bytes_read (stored
+    bytes, from tensorstore's process-wide kvstore counters around this reader's reads)."""
+    return dict(self._stats)
+
+  def poll(self, max_groups: int | None = None) -> list[Group]:
+    """Hands out committed groups not handed out before (at most `max_groups`), without waiting."""
+    want = None if max_groups is None else max_groups - self._buffered()
+    if want is None or want > 0:
+      self._fill(want)
+    return self._hand_out(max_groups)
+
+  def take(self, n: int, timeout_s: float | None = None, poll_interval_s: float = 0.05) -> list[Group]:
+    """Blocks until `n` groups are available and hands out exactly `n`; none ([]) when `timeout_s` runs out first.
+
+    All or nothing, so that a caller stopping at a timeout never holds a partial batch whose groups the cursor
+    already counts as handed out (the groups read so far stay buffered for the next call)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+      if self._buffered() < n:
+        self._fill(n - self._buffered())
+      if self._buffered() >= n:
+        return self._hand_out(n)
+      remaining = None if deadline is None else deadline - time.monotonic()
+      if remaining is not None and remaining <= 0:
+        return []
+      time.sleep(poll_interval_s if remaining is None else min(poll_interval_s, remaining))
+
+  def backlog(self) -> int:
+    """Committed groups not yet handed out, across accepted shards (per the shards' head.json)."""
+    self._refresh_shards()
+    total = 0
+    for sid, shard in self._shards.items():
+      try:
+        head = shard.store.read_json("head.json") or {}
+        committed = int(head.get("committed", 0))
+      except (ValueError, TypeError, AttributeError):
+        committed = 0
+      total += max(committed, self._fetched.get(sid, 0)) - self._cursor.get(sid, 0)
+    return total
+
+  def publish_progress(self, version: int, groups_per_step: int) -> None:
+    """Writes trainer.json for the actors' admission control (c2jax/rollouts/admission.py).
+
+    Args:
+      version: the trainer's weights version (updates done).
+      groups_per_step: groups consumed per update.
+    """
+    if groups_per_step < 1:
+      raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}.")
+    self._root.write_json("trainer.json", {"version": int(version), "groups_consumed": sum(self._cursor.values()),
+                                           "cursor": dict(self._cursor), "groups_per_step": int(groups_per_step),
+                                           "time": time.time()})
+
+  # Internals.
+
+  def _buffered(self) -> int:
+    return sum(1 for q in self._queues.values() for _, g in q if g is not None)
+
+  def _refresh_shards(self) -> None:
+    """Accepts shards that appeared since the last call (their schema read once)."""
+    for sid in shard_ids(self._root):
+      if sid in self._shards or sid in self._skipped:
+        continue
+      store = Store(join(self.url, "shards", sid))
+      try:
+        theirs = BufferSpec.from_json(store.read_json("schema.json"))
+      except Exception as e:  # pylint: disable=broad-except  (any unreadable schema: skip the shard, never crash)
+        self._skip_shard(sid, f"its schema.json is unreadable ({e})")
+        continue
+      if self.spec is None:
+        self.spec = theirs
+      if theirs != self.spec:
+        self._skip_shard(sid, f"it holds groups of {theirs}, not {self.spec}")
+        continue
+      self._shards[sid] = _Shard(sid, store, self.spec)
+      self._queues[sid] = collections.deque()
+      self._fetched.setdefault(sid, 0)
+      self._cursor.setdefault(sid, 0)
+
+  def _skip_shard(self, sid: str, why: str) -> None:
+    logging.warning("Rollout buffer %s: skipping shard %r because %s.", self.url, sid, why)
+    self._skipped.add(sid)
+    self._stats["skipped_shards"] += 1
+
+  def _order(self) -> list[str]:
+    """Shard ids rotated by one each round, so that no writer is always first."""
+    ids = sorted(self._shards)
+    if not ids:
+      return ids
+    k = self._turn % len(ids)
+    return ids[k:] + ids[:k]
+
+  def _fill(self, want: int | None) -> None:
+    """Reads up to `want` (None: all) newly committed groups into the per-shard queues, round-robin: each round
+    reads the next commit record of every shard, then all their arrays concurrently."""
+    self._refresh_shards()
+    before = _kvstore_bytes_read()
+    active = self._order()
+    got = 0
+    while active and (want is None or got < want):
+      batch, idle = [], set()
+      for sid in active:
+        if want is not None and got + len(batch) >= want:
+          break
+        p = self._start(self._shards[sid])
+        if p is None:
+          idle.add(sid)  # nothing new there: not asked again in this call
+        else:
+          batch.append(p)
+      for p in batch:
+        if self._finish(p):
+          got += 1
+      active = [sid for sid in active if sid not in idle]
+    self._turn += 1
+    self._stats["bytes_read"] += _kvstore_bytes_read() - before
+
+  def _start(self, shard: _Shard) -> _Pending | None:
+    """Reads the shard's next commit record and starts reading its rows; None when there is none yet."""
+    seq = self._fetched[shard.id]
+    try:
+      raw = shard.store.read(commit_key(seq))
+    except Exception as e:  # pylint: disable=broad-except  (storage hiccup: retry on the next poll)
+      logging.warning("Rollout buffer %s: reading commit record %d of shard %r failed (%s); will retry.",
+                      self.url, seq, shard.id, e)
+      return None
+    if raw is None:
+      if not self._record_lost(shard, seq):
+        return None
+      # head.json is written after the record: the record may have landed between our two reads. Only a record
+      # still missing now that head.json counts it is lost.
+      try:
+        raw = shard.store.read(commit_key(seq))
+      except Exception:  # pylint: disable=broad-except  (retry on the next poll)
+        return None
+      if raw is None:
+        return _Pending(shard, seq, None, "its commit record is missing although head.json counts it")
+    try:
+      record = self._parse_record(raw, seq)
+    except (ValueError, TypeError, KeyError) as e:
+      return _Pending(shard, seq, None, f"its commit record is garbage ({e})")
+    if record is None:
+      return _Pending(shard, seq, None, None)  # void: no group
+    p = _Pending(shard, seq, record, None)
+    row0, rows = record["row0"], record["rows"]
+    try:
+      for key, path, axis, _ in shard.fields:
+        arr = shard.array(key, path, axis, row0 + rows)
+        index = (slice(None), slice(row0, row0 + rows)) if axis else slice(row0, row0 + rows)
+        p.futures[key] = arr[index].read()
+    except Exception as e:  # pylint: disable=broad-except
+      p.error = f"its data cannot be read ({e})"
+    return p
+
+  def _finish(self, p: _Pending) -> bool:
+    """Queues the group (True) or a skip marker for a corrupt or void one (False); the shard moves to the next
+    seq."""
+    group = None
+    if p.record is None and p.error is None:  # a void record
+      self._fetched[p.shard.id] = p.seq + 1
+      self._queues[p.shard.id].append((p.seq, None))
+      return False
+    if p.error is None:
+      try:
+        data = {"reward_terms": {}}
+        for key, future in p.futures.items():
+          value = future.result()
+          if key.startswith("reward_terms/"):
+            data["reward_terms"][key.split("/", 1)[1]] = value
+          else:
+            data[key] = value
+        data = schema_lib.normalize_group(data, self.spec)
+        rec = p.record
+        meta = dict(rec["meta"])
+        meta.update(task_id=rec["task_id"], shard=p.shard.id, seq=p.seq, rows=rec["rows"], row0=rec["row0"],
+                    time=rec.get("time"))
+        group = Group(data=data, meta=meta)
+      except Exception as e:  # pylint: disable=broad-except  (checksum errors, missing chunks, bad shapes)
+        p.error = f"its data cannot be read ({e})"
+    else:
+      for future in p.futures.values():
+        future.cancel()
+    self._fetched[p.shard.id] = p.seq + 1
+    self._queues[p.shard.id].append((p.seq, group))
+    if group is None:
+      logging.warning("Rollout buffer %s: skipping group %d of shard %r because %s.", self.url, p.seq, p.shard.id,
+                      p.error)
+      self._stats["corrupt_groups"] += 1
+      return False
+    self._stats["groups_read"] += 1
+    self._stats["rows_read"] += group.meta["rows"]
+    return True
+
+  def _record_lost(self, shard: _Shard, seq: int) -> bool:
+    """True if head.json says `seq` was committed (head.json is written after the record, so a missing record
+    that head.json counts was lost, and waiting for it would stall the shard forever)."""
+    try:
+      head = shard.store.read_json("head.json") or {}
+      return int(head.get("committed", 0)) > seq
+    except Exception:  # pylint: disable=broad-except
+      return False
+
+  @staticmethod
+  def _parse_record(raw: bytes, seq: int) -> dict | None:
+    """The commit record, or None for a void one (a seq that a crashed `commit_many` left without a group)."""
+    rec = json.loads(raw)
+    if not isinstance(rec, dict):
+      raise ValueError("not a JSON object")
+    if rec.get("schema_version") != schema_lib.SCHEMA_VERSION:
+      raise ValueError(f"schema_version {rec.get('schema_version')!r}")
+    if rec.get("seq") != seq:
+      raise ValueError(f"seq {rec.get('seq')!r} in the record of seq {seq}")
+    if rec.get("void") is True:
+      return None
+    for name in ("row0", "rows"):
+      if not isinstance(rec.get(name), int) or rec[name] < (1 if name == "rows" else 0):
+        raise ValueError(f"{name} {rec.get(name)!r}")
+    if not isinstance(rec.get("task_id"), str) or not isinstance(rec.get("meta"), dict):
+      raise ValueError("task_id or meta has the wrong type")
+    return rec
+
+  def _hand_out(self, n: int | None) -> list[Group]:
+    """Pops up to `n` queued groups (None: all), round-robin across shards, advancing the cursor past each and
+    past the skipped corrupt groups that follow it."""
+    out: list[Group] = []
+    for sid in self._queues:
+      self._drop_skipped(sid)
+    while n is None or len(out) < n:
+      ready = [sid for sid in self._order() if self._queues[sid]]
+      if not ready:
+        break
+      for sid in ready:
+        if n is not None and len(out) >= n:
+          break
+        seq, group = self._queues[sid].popleft()
+        out.append(group)
+        self._cursor[sid] = seq + 1
+        self._drop_skipped(sid)
+      self._turn += 1
+    return out
+
+  def _drop_skipped(self, sid: str) -> None:
+    q = self._queues[sid]
+    while q and q[0][1] is None:
+      seq, _ = q.popleft()
+      self._cursor[sid] = seq + 1

@@ -1,0 +1,115 @@
+"""Where rollouts and weights live: one URL scheme for a local directory, S3 and GCS, through tensorstore kvstores.
+
+  store = Store("runs/rl/buffer")                  # a local directory (created on first write)
+  store = Store("s3://bucket/run1/buffer")         # S3 (or any S3-compatible server, see below)
+  store = Store("gs://bucket/run1/buffer")         # Google Cloud Storage
+  store.write_json("trainer.json", {"version": 3})  # one atomic object: readers see the old or the new, never half
+  store.read_json("trainer.json")                  # -> {"version": 3}, or None when absent
+
+Every write here replaces one whole object atomically (the file driver writes a temporary file and renames it;
+S3 / GCS PUTs are atomic), which is what the commit records and "latest" pointers of the rollout buffer and the
+weight store rely on: they are written last, so a reader never sees what they point to half-written.
+
+S3-compatible servers (MinIO, moto, Ceph, R2): set `AWS_ENDPOINT_URL_S3` (or `AWS_ENDPOINT_URL`) to the server's
+URL and `AWS_REGION` if it is not us-east-1; credentials come from the usual AWS environment variables or files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import tensorstore as ts
+
+_S3_ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def kvstore_spec(url: str) -> dict:
+  """The tensorstore kvstore spec (JSON) of a directory URL, its path ending in '/'.
+
+  Plain paths (relative or absolute) are local directories; `file://`, `s3://`, `gs://` and `memory://` URLs are
+  parsed by tensorstore.
+  """
+  if not url:
+    raise ValueError("Empty storage URL: give a local directory or an s3:// / gs:// URL.")
+  if "://" not in url:
+    return {"driver": "file", "path": os.path.abspath(url).rstrip("/") + "/"}
+  try:
+    spec = ts.KvStore.Spec(url).to_json()
+  except ValueError as e:
+    raise ValueError(f"Unsupported storage URL {url!r} (use a path, file://, s3://, gs:// or memory://): {e}") from e
+  if spec.get("path") and not spec["path"].endswith("/"):
+    spec["path"] += "/"
+  if spec["driver"] == "s3":
+    endpoint = next((os.environ[v] for v in _S3_ENDPOINT_VARS if os.environ.get(v)), None)
+    if endpoint:
+      spec["endpoint"] = endpoint
+      spec["aws_region"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+  return spec
+
+
+def join(url: str, *parts: str) -> str:
+  """`url/part/part` with exactly one '/' between pieces."""
+  return "/".join([url.rstrip("/")] + [p.strip("/") for p in parts if p])
+
+
+class Store:
+  """Whole-object reads and writes of small records under one directory URL (see the module docstring)."""
+
+  def __init__(self, url: str):
+    self.url = url
+    self.spec = kvstore_spec(url)
+    self._kv = ts.KvStore.open(self.spec).result()
+
+  def __repr__(self) -> str:
+    return f"Store({self.url!r})"
+
+  def child_spec(self, key: str) -> dict:
+    """The kvstore spec of the sub-directory `key` (for opening arrays there with `tensorstore.open`)."""
+    spec = dict(self.spec)
+    spec["path"] = spec.get("path", "") + key.strip("/") + "/"
+    return spec
+
+  def read(self, key: str) -> bytes | None:
+    """The object's bytes, or None when it does not exist."""
+    result = self._kv.read(key).result()
+    return bytes(result.value) if result.state == "value" else None
+
+  def write(self, key: str, data: bytes) -> None:
+    """Replaces the object `key` atomically."""
+    self._kv.write(key, data).result()
+
+  def read_json(self, key: str) -> Any | None:
+    data = self.read(key)
+    return None if data is None else json.loads(data)
+
+  def write_json(self, key: str, value: Any) -> None:
+    self.write(key, json.dumps(value, sort_keys=True).encode())
+
+  def list(self, prefix: str = "") -> list[str]:
+    """Keys under `prefix` (relative to this store), sorted."""
+    if prefix:
+      keys = self._kv.list(ts.KvStore.KeyRange(prefix, _prefix_end(prefix))).result()
+    else:
+      keys = self._kv.list().result()
+    return sorted(k.decode() for k in keys)
+
+  def delete(self, key: str) -> None:
+    self._kv.delete_range(ts.KvStore.KeyRange(key, key + "\0")).result()
+
+  def delete_prefix(self, prefix: str) -> None:
+    """Deletes every object whose key starts with `prefix` (a whole sub-directory when it ends in '/')."""
+    if not prefix:
+      raise ValueError("Refusing to delete a whole store; give a non-empty prefix.")
+    self._kv.delete_range(ts.KvStore.KeyRange(prefix, _prefix_end(prefix))).result()
+
+  def size(self, prefix: str = "") -> int:
+    """Total bytes of the objects under `prefix` (reads them: meant for reports and benchmarks, not hot paths)."""
+    return sum(len(self.read(k) or b"") for k in self.list(prefix))
+
+
+def _prefix_end(prefix: str) -> str:
+  """The exclusive end of the key range of all keys starting with `prefix`."""
+  last = prefix[-1]
+  return prefix[:-1] + chr(ord(last) + 1)
