@@ -28,7 +28,8 @@ class StepConfig:
 
   Attributes:
     learning_rate: peak learning rate (a schedule is built by `make_optimizer`).
-    warmup_steps / total_steps: linear warmup then cosine decay to `final_lr_fraction` x peak.
+    warmup_steps / total_steps: linear warmup from 0 (step 0 has rate 0; warmup_steps=0: none) then cosine decay
+      to `final_lr_fraction` x peak.
     weight_decay, b1, b2, eps: AdamW.
     grad_clip: global-norm clipping (0 disables).
     mtp_weight: lambda, the MTP loss weight (DeepSeek-V3 uses 0.3 then 0.1).
@@ -52,9 +53,12 @@ class StepConfig:
 
 def make_optimizer(hp: StepConfig) -> optax.GradientTransformation:
   """AdamW with warmup + cosine decay and clipping; leaves outside `trainable_mask` are never touched."""
-  schedule = optax.warmup_cosine_decay_schedule(
-      0.0, hp.learning_rate, max(hp.warmup_steps, 1), max(hp.total_steps, hp.warmup_steps + 1),
-      end_value=hp.learning_rate * hp.final_lr_fraction)
+  if hp.warmup_steps > 0:
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, hp.learning_rate, hp.warmup_steps, max(hp.total_steps, hp.warmup_steps + 1),
+        end_value=hp.learning_rate * hp.final_lr_fraction)
+  else:  # no warmup: the first step already moves at the full rate (a warmup's step 0 has rate 0)
+    schedule = optax.cosine_decay_schedule(hp.learning_rate, max(hp.total_steps, 1), alpha=hp.final_lr_fraction)
   chain = [optax.clip_by_global_norm(hp.grad_clip)] if hp.grad_clip > 0 else []
   chain.append(optax.adamw(schedule, b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=hp.weight_decay))
   tx = optax.chain(*chain)

@@ -57,9 +57,9 @@ class ZeroVarianceGroups(enum.Enum):
 
 
 def _default_optim() -> StepConfig:
-  # RL: constant learning rate after a short warmup, no MTP loss, router correction biases frozen (routing replay
-  # makes the trainer's expert load the actor's, so the balancing rule belongs to pretraining).
-  return StepConfig(learning_rate=1e-5, warmup_steps=1, total_steps=1, final_lr_fraction=1.0, weight_decay=0.0,
+  # RL: a constant learning rate from the first update (no warmup), no MTP loss, router correction biases frozen
+  # (routing replay makes the trainer's expert load the actor's, so the balancing rule belongs to pretraining).
+  return StepConfig(learning_rate=1e-5, warmup_steps=0, total_steps=1, final_lr_fraction=1.0, weight_decay=0.0,
                     grad_clip=1.0, mtp_weight=0.0, z_loss_weight=0.0, bias_update_rate=0.0)
 
 
@@ -69,8 +69,8 @@ class RLConfig:
 
   Attributes:
     model: the architecture.
-    optim: AdamW, schedule and clipping (`c2jax.pretrain.step.StepConfig`; a total_steps <= warmup_steps gives a
-      constant rate after warmup).
+    optim: AdamW, schedule and clipping (`c2jax.pretrain.step.StepConfig`; warmup_steps=0 and final_lr_fraction=1 give a
+      constant rate).
     advantage: name in `ADVANTAGES` (dr_grpo, grpo, rloo).
     advantage_eps: eps of grpo's std division.
     zero_variance_groups: KEEP or DROP groups with equal rewards.

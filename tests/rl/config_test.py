@@ -17,7 +17,7 @@ GOLDEN = {
     "filter.mode": "token", "filter.sequence_max_fraction": 0.0, "kl_coef": 0.001, "kl_estimator": "k1",
     "kl_placement": "in_reward", "loss_constant": 0.0, "micro_batches": 1, "optim.b1": 0.9, "optim.b2": 0.95,
     "optim.bias_update_rate": 0.0, "optim.eps": 1e-08, "optim.final_lr_fraction": 1.0, "optim.grad_clip": 1.0,
-    "optim.learning_rate": 1e-05, "optim.mtp_weight": 0.0, "optim.total_steps": 1, "optim.warmup_steps": 1,
+    "optim.learning_rate": 1e-05, "optim.mtp_weight": 0.0, "optim.total_steps": 1, "optim.warmup_steps": 0,
     "optim.weight_decay": 0.0, "optim.z_loss_weight": 0.0, "overlong": "keep", "pass_k": (1, 4),
     "policy_loss": "ppo_clip", "reward.length_penalty.k": 1.0, "reward.length_penalty.q": 0.5,
     "reward.length_penalty.scale": 1000.0, "reward.length_penalty.weight": 0.0, "reward.weights.outcome": 1.0,
