@@ -1,0 +1,292 @@
+"""The actor loop: load weights, take tasks, sample G rollouts per task, reward them, commit the group (report
+sections 4 and 6: rollout workers run independently of the trainer, with in-flight weight updates).
+
+  actor = Actor(ActorConfig(...), model_cfg, suite, buffer_url="runs/rl/buffer", weights_url="runs/rl/weights",
+                actor_id="actor-0")
+  actor.run(stop=lambda: False)          # until stopped; or actor.run(max_groups=10)
+
+One loop iteration:
+  1. newer weights? load them (`WeightStore.update`: deltas on top of the weights held, a full load otherwise);
+  2. admission (`c2jax.rollouts.admission`): start a group only if the update that will train on it is at most
+     `max_lag` versions ahead of the weights this actor holds (PipelineRL's budget instead of discarding stale data);
+     unfinished groups of a previous run of this actor (its pending tickets) go first and need no admission;
+  3. `begin` a ticket per group (task and seed persisted before any work, so a killed actor's groups are re-run);
+  4. sample `groups_per_call` groups x G rows in one sampler batch, decoding `chunk_steps` tokens at a time; between
+     chunks, with `WeightUpdates.IN_FLIGHT`, load newer weights and continue the same rows with them (the KV cache
+     computed by the older weights is kept), stamping every token with the version that produced it;
+  5. reward each row with the task suite's verifier and commit each group (rows first, commit record last).
+
+The sampler batch always has `groups_per_call * group_size` rows (unused groups are filled with copies of a real
+one and dropped), so it compiles once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import time
+from typing import Callable
+
+from absl import logging
+import jax
+import numpy as np
+
+from c2jax.actors import sampler as sampler_lib
+from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs.tasks import Task, TaskSuite
+from c2jax.model.config import ModelConfig
+from c2jax.rollouts import admission
+from c2jax.rollouts.buffer import RolloutWriter
+from c2jax.rollouts.schema import BufferSpec
+from c2jax.rollouts.weight_store import WeightStore
+
+
+class WeightUpdates(enum.Enum):
+  """When an actor picks up newer weights: IN_FLIGHT between decode chunks of a running group (PipelineRL), or
+  only BETWEEN_CALLS (a group is sampled by one version; with max_lag = 0 this is synchronous RL)."""
+
+  IN_FLIGHT = "in_flight"
+  BETWEEN_CALLS = "between_calls"
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+  """How an actor samples.
+
+  Attributes:
+    group_size: G, rollouts per task (the group of the advantage).
+    groups_per_call: groups sampled together in one sampler batch.
+    prompt_len: P, the prompt buffer; longer prompts are refused.
+    max_new_tokens: N, the response budget.
+    temperature: sampling temperature (the trainer's `rl.sampling_temperature` must match).
+    chunk_steps: decode steps between checks for newer weights.
+    max_lag: admission budget in policy versions (0: synchronous).
+    weight_updates: IN_FLIGHT or BETWEEN_CALLS.
+    split: which split of the suite to draw tasks from.
+    seed: with the actor id, seeds the task choice and sampling keys.
+    poll_interval_s: sleep between checks while waiting for weights or admission.
+    stop_tokens: tokens that end a row (e.g. EOS).
+  """
+
+  group_size: int = 8
+  groups_per_call: int = 2
+  prompt_len: int = 16
+  max_new_tokens: int = 8
+  temperature: float = 1.0
+  chunk_steps: int = 4
+  max_lag: int = 1
+  weight_updates: WeightUpdates = WeightUpdates.IN_FLIGHT
+  split: str = "train"
+  seed: int = 0
+  poll_interval_s: float = 0.05
+  stop_tokens: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    for name in ("group_size", "groups_per_call", "prompt_len", "max_new_tokens", "chunk_steps"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"ActorConfig.{name}={getattr(self, name)} must be >= 1.")
+    if self.max_lag < 0:
+      raise ValueError(f"ActorConfig.max_lag={self.max_lag} must be >= 0.")
+    if self.temperature <= 0:
+      raise ValueError("ActorConfig.temperature must be > 0: RL trains on the sampling distribution.")
+    object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
+
+  @property
+  def seq_len(self) -> int:
+    """T of the buffer rows: prompt buffer + response budget."""
+    return self.prompt_len + self.max_new_tokens
+
+
+def buffer_spec(model: ModelConfig, actor: ActorConfig, reward_terms: tuple[str, ...] = ("outcome",)) -> BufferSpec:
+  """The buffer rows these actors write: T = P + N, every MoE layer's expert ids (routing replay)."""
+  return BufferSpec(seq_len=actor.seq_len, n_moe_layers=model.n_moe_layers,
+                    experts_per_tok=model.num_experts_per_tok, reward_terms=tuple(reward_terms))
+
+
+def _seed(*parts) -> int:
+  """A stable 63-bit seed from strings and ints (Python's hash() is salted per process)."""
+  digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+  return int.from_bytes(digest, "little") >> 1
+
+
+@dataclasses.dataclass
+class ActorStats:
+  groups: int = 0
+  rows: int = 0
+  tokens: int = 0
+  weight_loads: int = 0
+  in_flight_swaps: int = 0
+  resumed_groups: int = 0
+  waited_s: float = 0.0
+  sampling_s: float = 0.0
+
+
+class Actor:
+  """One rollout worker writing to its own buffer shard (see the module docstring)."""
+
+  def __init__(self, cfg: ActorConfig, model: ModelConfig, suite: TaskSuite, *, buffer_url: str, weights_url: str,
+               actor_id: str, reward_terms: tuple[str, ...] = ("outcome",)):
+    self.cfg, self.model, self.suite, self.actor_id = cfg, model, suite, actor_id
+    self.buffer_url = buffer_url
+    self.weights = WeightStore(weights_url)
+    self.writer = RolloutWriter(buffer_url, actor_id, buffer_spec(model, cfg, reward_terms))
+    self.sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                   stop_tokens=cfg.stop_tokens)
+    self.stats = ActorStats()
+    self.version: int | None = None
+    self._host_params = None
+    self._params = None
+    # Groups a previous run of this actor began but never committed (it was killed): re-run first.
+    pending = self.writer.pending()
+    self._unfinished = {ticket_id for ticket_id, _ in pending}
+    # New tickets continue the shard's numbering, so a restarted actor draws new tasks and seeds.
+    self._next_task = max([self.writer.next_seq + len(pending)] + [t.get("n", -1) + 1 for _, t in pending])
+    if self._unfinished:
+      logging.info("%s: %d unfinished group(s) from a previous run will be re-run.", actor_id, len(self._unfinished))
+
+  # -- weights ------------------------------------------------------------------------------------------------------
+
+  def refresh_weights(self) -> bool:
+    """Loads the newest published version if it is newer than the one held; True when the weights changed."""
+    got = self.weights.update(self.version, self._host_params)
+    if got is None:
+      return False
+    self.version, self._host_params = got
+    self._params = jax.device_put(self._host_params)
+    self.stats.weight_loads += 1
+    return True
+
+  def wait_for_weights(self, stop: Callable[[], bool]) -> bool:
+    """Blocks until the trainer has published weights (False if stopped first)."""
+    logged = False
+    while not self.refresh_weights():
+      if stop():
+        return False
+      if not logged:
+        logging.info("%s: waiting for the trainer's first weights at %s", self.actor_id, self.weights.url)
+        logged = True
+      time.sleep(self.cfg.poll_interval_s)
+    return True
+
+  # -- tasks and admission --------------------------------------------------------------------------------------------
+
+  def _new_ticket(self) -> dict:
+    n = self._next_task
+    self._next_task += 1
+    index = _seed(self.cfg.seed, self.actor_id, "task", n) % self.suite.size(self.cfg.split)
+    return {"n": n, "task_index": int(index), "split": self.cfg.split,
+            "sample_seed": _seed(self.cfg.seed, self.actor_id, "sample", n)}
+
+  def _admit(self, already: int) -> int:
+    """How many new groups (up to groups_per_call - already) admission lets this actor start now."""
+    status = admission.read_status(self.buffer_url)
+    n = 0
+    while already + n < self.cfg.groups_per_call and admission.admit(
+        dataclasses.replace(status, pending=status.pending + n), self.version, self.cfg.max_lag):
+      n += 1
+    return n
+
+  def _take_tickets(self) -> list[tuple[str, dict]]:
+    """This call's groups: resumed tickets first (already counted as pending), then admitted new ones."""
+    tickets = list(self.writer.pending()[:self.cfg.groups_per_call])
+    for _ in range(self._admit(len(tickets))):
+      ticket = self._new_ticket()
+      tickets.append((self.writer.begin(ticket), ticket))
+    return tickets
+
+  # -- sampling ------------------------------------------------------------------------------------------------------
+
+  def _prompts(self, tasks: list[Task]) -> tuple[np.ndarray, np.ndarray]:
+    g, p = self.cfg.group_size, self.cfg.prompt_len
+    rows = self.cfg.groups_per_call * g
+    prompts = np.zeros((rows, p), np.int32)
+    lengths = np.zeros((rows,), np.int32)
+    for r in range(rows):
+      task = tasks[min(r // g, len(tasks) - 1)]  # unused groups repeat the last real one and are dropped
+      if len(task.prompt) > p:
+        raise ValueError(f"Task {task.task_id} has a {len(task.prompt)}-token prompt; the actor's prompt buffer is "
+                         f"prompt_len={p}.")
+      prompts[r, :len(task.prompt)] = task.prompt
+      lengths[r] = len(task.prompt)
+    return prompts, lengths
+
+  def sample(self, tasks: list[Task], seed: int, stop: Callable[[], bool] = lambda: False):
+    """Samples G rows per task (in-flight weight swaps between chunks); returns the sampler's output on the host."""
+    prompts, lengths = self._prompts(tasks)
+    kw = dict(cfg=self.model, sampling=self.sampling)
+    state = sampler_lib.prefill(self._params, prompts, lengths, jax.random.key(seed), version=self.version, **kw)
+    while not bool(np.all(jax.device_get(state.done))):
+      if self.cfg.weight_updates is WeightUpdates.IN_FLIGHT and self.refresh_weights():
+        self.stats.in_flight_swaps += 1
+      state = sampler_lib.decode(self._params, state, steps=self.cfg.chunk_steps, version=self.version, **kw)
+    return jax.device_get(sampler_lib.finish(self._params, state, cfg=self.model))
+
+  def _group(self, out, g: int, task: Task) -> dict:
+    """The buffer record of group g of a sampler output (rows g*G .. (g+1)*G - 1)."""
+    rows = slice(g * self.cfg.group_size, (g + 1) * self.cfg.group_size)
+    s = out.samples
+    prompt_length = np.full(self.cfg.group_size, len(task.prompt), np.int32)
+    lengths = np.asarray(s.lengths[rows], np.int32)
+    tokens = np.asarray(s.tokens[rows], np.int32)
+    terms = [self.suite.reward(task, tokens[i, len(task.prompt):len(task.prompt) + lengths[i]])
+             for i in range(self.cfg.group_size)]
+    names = self.writer.spec.reward_terms
+    missing = [n for n in names if n not in terms[0]]
+    if missing:
+      raise ValueError(f"Suite {self.suite.name!r} returned no reward term(s) {missing} the buffer expects.")
+    group = {
+        "tokens": tokens,
+        "loss_mask": np.asarray(s.loss_mask[rows], np.float32),
+        "behaviour_logprobs": np.asarray(s.logprobs[rows], np.float32),
+        "policy_version": np.asarray(out.policy_version[rows], np.int32),
+        "reward_terms": {n: np.array([t[n] for t in terms], np.float32) for n in names},
+        "truncated": (~np.asarray(s.stopped[rows], bool)).astype(np.float32),
+        "chain_id": np.arange(self.cfg.group_size, dtype=np.int32),
+        "segment": np.zeros(self.cfg.group_size, np.int32),
+        "prompt_length": prompt_length,
+        "length": lengths,
+    }
+    if self.model.n_moe_layers:
+      group["expert_ids"] = np.asarray(s.expert_ids[:, rows], np.int32)
+    return group
+
+  # -- the loop ------------------------------------------------------------------------------------------------------
+
+  def step(self, stop: Callable[[], bool] = lambda: False) -> int:
+    """One iteration (see the module docstring); returns the number of groups committed (0 when not admitted)."""
+    self.refresh_weights()
+    tickets = self._take_tickets()
+    if not tickets:
+      return 0
+    tasks = [self.suite.task(t["split"], t["task_index"]) for _, t in tickets]
+    seed = _seed(*(t["sample_seed"] for _, t in tickets))
+    start_version = self.version
+    t0 = time.perf_counter()
+    out = self.sample(tasks, seed, stop)
+    self.stats.sampling_s += time.perf_counter() - t0
+    groups = [self._group(out, g, task) for g, task in enumerate(tasks)]
+    metas = [{"task_id": task.task_id, "actor": self.actor_id, "start_version": start_version,
+              "end_version": self.version, "sample_seed": ticket["sample_seed"], "time": time.time()}
+             for (_, ticket), task in zip(tickets, tasks)]
+    # One write per array for the whole call, then the groups' commit records (each group still whole or absent).
+    self.writer.commit_many(groups, metas, ticket_ids=[ticket_id for ticket_id, _ in tickets])
+    self.stats.groups += len(groups)
+    self.stats.resumed_groups += sum(ticket_id in self._unfinished for ticket_id, _ in tickets)
+    self.stats.rows += len(groups) * self.cfg.group_size
+    self.stats.tokens += int(sum(g["length"].sum() for g in groups))
+    return len(tickets)
+
+  def run(self, stop: Callable[[], bool] = lambda: False, max_groups: int | None = None,
+          on_step: Callable[["Actor"], None] | None = None) -> ActorStats:
+    """Loops until `stop()` or `max_groups` groups are committed."""
+    if not self.wait_for_weights(stop):
+      return self.stats
+    while not stop() and (max_groups is None or self.stats.groups < max_groups):
+      if not self.step(stop):
+        t0 = time.perf_counter()
+        time.sleep(self.cfg.poll_interval_s)
+        self.stats.waited_s += time.perf_counter() - t0
+      elif on_step is not None:
+        on_step(self)
+    return self.stats

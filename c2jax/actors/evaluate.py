@@ -1,0 +1,63 @@
+"""Held-out evaluation of a policy on a task suite: pass@k and best-of-K from K samples per task (report section 5:
+RL should raise both the mean and the best-of-K; a policy that only sharpens raises pass@1 and lowers best-of-K).
+
+  result = evaluate(params, model=cfg, suite=suite, tasks=16, samples=8, sampling=SamplingConfig(8))
+  result["pass@1"], result["best_of_8"]
+
+pass@k is the unbiased estimator 1 - C(n - c, k) / C(n, k) per task (n samples, c solved), averaged over tasks;
+best_of_K is the mean over tasks of the highest outcome among the K samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+
+from c2jax.actors import sampler as sampler_lib
+from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs.tasks import TaskSuite
+from c2jax.model.config import ModelConfig
+from c2jax.model.params import Params
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+  """Unbiased pass@k of one task from n samples of which c are solved (Chen et al. 2021)."""
+  if k > n:
+    raise ValueError(f"pass@{k} needs at least {k} samples per task; got {n}.")
+  if n - c < k:
+    return 1.0
+  return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int, samples: int,
+             sampling: SamplingConfig, prompt_len: int = 16, split: str = "heldout", seed: int = 0,
+             success_threshold: float = 1.0, pass_k: tuple[int, ...] = (1,)) -> dict:
+  """Samples `samples` completions of each of the first `tasks` tasks of `split` in one sampler batch.
+
+  Returns: {"pass@k" for k in pass_k (k <= samples), f"best_of_{samples}", "reward/mean", "tasks", "samples"}.
+  """
+  chosen = [suite.task(split, i) for i in range(tasks)]
+  rows = tasks * samples
+  prompts = np.zeros((rows, prompt_len), np.int32)
+  lengths = np.zeros((rows,), np.int32)
+  for r in range(rows):
+    prompt = chosen[r // samples].prompt
+    if len(prompt) > prompt_len:
+      raise ValueError(f"Task {chosen[r // samples].task_id} has a {len(prompt)}-token prompt > prompt_len="
+                       f"{prompt_len}.")
+    prompts[r, :len(prompt)] = prompt
+    lengths[r] = len(prompt)
+  out = jax.device_get(sampler_lib.generate(params, prompts, lengths, jax.random.key(seed), cfg=model,
+                                            sampling=sampling))
+  tokens, n_gen = np.asarray(out.samples.tokens), np.asarray(out.samples.lengths)
+  outcome = np.array([suite.reward(chosen[r // samples], tokens[r, lengths[r]:lengths[r] + n_gen[r]])["outcome"]
+                      for r in range(rows)], np.float64).reshape(tasks, samples)
+  solved = (outcome >= success_threshold).sum(1)
+  result = {f"pass@{k}": float(np.mean([pass_at_k(samples, int(c), k) for c in solved]))
+            for k in pass_k if k <= samples}
+  result[f"best_of_{samples}"] = float(outcome.max(1).mean())
+  result["reward/mean"] = float(outcome.mean())
+  result["tasks"], result["samples"] = tasks, samples
+  return result

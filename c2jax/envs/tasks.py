@@ -1,0 +1,59 @@
+"""Tasks as the actors see them: a prompt to sample from and a verifier that turns samples into reward terms.
+
+  suite = TASK_SUITES.get("char_class")(seed=0)
+  task = suite.task("train", 17)                  # deterministic from (seed, split, index)
+  terms = suite.reward(task, generated_tokens)    # {"outcome": 0.75, ...}: the raw reward terms of one sample
+
+A suite is registered by name, so a run config picks it with `--config.task.suite=<name>`. The verifier returns
+the environment's raw signals (names from `c2jax.rl.rewards.REWARD_TERMS`); their weighting happens in the trainer
+(report section 4: the reward is composed there, so ablations do not touch the environment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Protocol
+
+import numpy as np
+
+from c2jax.registry import Registry
+
+SPLITS = ("train", "heldout")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task instance.
+
+  Attributes:
+    task_id: unique within its suite and seed, stable across processes (it names the group in the buffer).
+    prompt: the prompt's token ids.
+    text: the prompt as text, for logs and inspection.
+  """
+
+  task_id: str
+  prompt: tuple[int, ...]
+  text: str = ""
+
+
+class TaskSuite(Protocol):
+  """What an actor needs from a suite of verifiable tasks."""
+
+  name: str
+
+  def size(self, split: str) -> int:
+    """How many distinct tasks the split holds."""
+
+  def task(self, split: str, index: int) -> Task:
+    """The task `index` (taken modulo `size(split)`) of `split`."""
+
+  def reward(self, task: Task, generated: np.ndarray) -> Mapping[str, float]:
+    """The raw reward terms of one sample; `generated` [N] holds the sampled tokens (without the prompt)."""
+
+
+TASK_SUITES: Registry = Registry("task suite")
+
+
+def check_split(split: str) -> None:
+  if split not in SPLITS:
+    raise ValueError(f"Unknown split {split!r}; use one of {', '.join(SPLITS)}.")

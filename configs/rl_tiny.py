@@ -1,0 +1,61 @@
+"""Asynchronous RL of the tiny MoE on the built-in verifiable task, CPU-sized (report sections 4 and 6).
+
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_tiny
+  # synchronous RL for comparison, or an ablation of the recipe:
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_sync --config.schedule=sync
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_grpo --config.rl.advantage=grpo
+  # the trainer alone against an existing buffer, actors anywhere else:
+  python experiments/rl_main.py --config=configs/rl_tiny.py --config.actors.external=True \
+      --config.buffer=s3://bucket/run/buffer --config.weights=s3://bucket/run/weights
+  python experiments/actor_main.py --buffer=s3://bucket/run/buffer --weights=s3://bucket/run/weights
+"""
+
+import ml_collections
+
+from c2jax.model.config import ModelConfig  # noqa: F401  (documents where model_overrides' fields live)
+from c2jax.rl.config import RLConfig, to_config_dict
+from configs.model import tiny
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  del arg
+  c = ml_collections.ConfigDict()
+  c.model = "tiny"  # a module under configs/model
+  # Byte tokens (256 bytes + 3 specials); 2 layers (1 dense + 1 MoE) keep each compile to seconds on a CPU.
+  c.model_overrides = ml_collections.ConfigDict(
+      {"vocab_size": 259, "n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1})
+  c.init_checkpoint = ""  # a c2jax model checkpoint (pretraining / SFT) to start from; empty: random init
+  c.seed = 0
+  c.mesh = ""  # the trainer's device mesh, e.g. "fsdp:2,expert:2" (c2jax.parallel.mesh); empty: one device
+  c.compilation_cache = ""  # directory of compiled programs (empty: <workdir>/jax_cache), reused on restart
+  c.schedule = "async"  # async | sync (c2jax.rl.run_config.Schedule)
+
+  # The RL recipe: every field of c2jax.rl.config.RLConfig, defaults from the report.
+  rl = to_config_dict(RLConfig(model=tiny.get_model_config()))
+  rl.optim.learning_rate = 1e-2  # a tiny model from scratch on a toy task; the report's scale uses ~1e-6
+  c.rl = rl
+
+  c.task = ml_collections.ConfigDict({"suite": "char_class", "seed": 0})
+
+  c.actors = ml_collections.ConfigDict(dict(
+      num=2,  # local actor processes started by rl_main
+      external=False,  # True: start none; actors run elsewhere against the same URLs
+      group_size=8, groups_per_call=2, prompt_len=16, max_new_tokens=8, temperature=1.0, stop_tokens=[],
+      chunk_steps=2,  # decode steps between checks for newer weights
+      max_lag=1,  # admission: a group starts at most this many versions before the update that trains on it
+      weight_updates="in_flight",  # in_flight | between_calls
+      poll_interval_s=0.05,
+  ))
+
+  c.trainer = ml_collections.ConfigDict(dict(
+      steps=40, groups_per_step=4, checkpoint_every=10, keep_checkpoints=2,
+      take_timeout_s=900.0,  # fail if no batch arrives for this long
+  ))
+  c.buffer = ""  # URL (path, s3://, gs://); empty: <workdir>/buffer
+  c.weights = ""  # URL; empty: <workdir>/weights
+  c.weight_store = ml_collections.ConfigDict(dict(full_every=8, keep=2))
+
+  # Held-out evaluation: in the trainer before and after training, and by an evaluator process during training.
+  c.eval = ml_collections.ConfigDict(dict(tasks=16, samples=8, every_versions=10, process=True))
+  c.rl.pass_k = (1, 4, 8)
+  return c

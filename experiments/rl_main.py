@@ -1,0 +1,91 @@
+"""Asynchronous RL: the trainer plus, by default, a local pool of actor processes and an evaluator (report
+sections 4 and 6).
+
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_tiny
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_sync --config.schedule=sync
+  python experiments/rl_main.py --config=configs/rl_tiny.py --config.actors.external=True \
+      --config.buffer=s3://bucket/run/buffer --config.weights=s3://bucket/run/weights
+
+The trainer consumes committed groups from the tensorstore buffer and publishes weights to the weight store;
+actors (`experiments/actor_main.py`) sample with the newest weights, swapping them in between decode chunks.
+Ctrl-C checkpoints and stops everything; the same command resumes (the trainer from its orbax checkpoint and
+buffer cursor; actors re-run the groups they had begun). Prints the result as JSON on the last line.
+"""
+
+import json
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+from ml_collections import config_flags
+
+from c2jax.actors.pool import LocalPool
+from c2jax.rl import loop
+from c2jax.rl import run_config
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/rl_tiny.py", "Run config file.")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/rl", "Checkpoints, logs, TensorBoard (and, by default, the buffer "
+                               "and the weights).")
+
+
+_stop_requests = 0
+
+
+def _request_stop(signum, frame):
+  """SIGINT (Ctrl-C) and SIGTERM (preemption, scancel, pod eviction): finish the current step, checkpoint, stop
+  the pool and exit with code 130. Repeated signals change nothing (schedulers often send two); SIGKILL stops at
+  once and loses only the steps since the last checkpoint."""
+  del frame
+  global _stop_requests
+  _stop_requests += 1
+  if _stop_requests == 1:
+    logging.warning("signal %d: stopping after the current step and checkpointing", signum)
+
+
+def main(argv):
+  del argv
+  signal.signal(signal.SIGINT, _request_stop)
+  signal.signal(signal.SIGTERM, _request_stop)
+  if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 brings it back
+    logging.set_verbosity(logging.WARNING)
+  if os.environ.get("C2JAX_DISTRIBUTED") == "1":
+    # A multi-host trainer. Slurm (and GKE with the kubernetes package) are auto-detected by JAX; elsewhere set
+    # JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID. Process 0 reads the buffer, publishes weights
+    # and runs the local pool (if any).
+    count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
+    jax.distributed.initialize(num_processes=int(count) if count else None,
+                               process_id=int(index) if index else None)
+  c = _CONFIG.value
+  # Compiled programs are cached on disk: a restarted trainer or actor skips its compiles.
+  cache = c.get("compilation_cache") or os.path.join(os.path.abspath(_WORKDIR.value), "jax_cache")
+  jax.config.update("jax_compilation_cache_dir", cache)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # inherited by the pool
+  workdir = os.path.abspath(_WORKDIR.value)
+  os.makedirs(workdir, exist_ok=True)
+  buffer_url, weights_url = run_config.urls(c, workdir)
+  config_path = os.path.join(workdir, "config.json")
+  if jax.process_index() == 0:
+    with open(config_path, "w", encoding="utf-8") as f:
+      f.write(run_config.to_json(c))
+  members = {}
+  if not c.actors.external and jax.process_index() == 0:
+    common = [f"--buffer={buffer_url}", f"--weights={weights_url}", f"--config=configs/from_json.py:{config_path}"]
+    members = {f"actor-{i}": common + [f"--actor_id=actor-{i}"] for i in range(c.actors.num)}
+    if c.eval.process:
+      members["evaluator"] = common + ["--role=evaluator", f"--logdir={workdir}"]
+  pool = LocalPool(os.path.join(workdir, "logs"), members)
+  with pool:
+    result = loop.run(c, workdir, health_check=pool.check, stop=lambda: _stop_requests > 0)
+  print(json.dumps(result))
+  if result.get("interrupted"):
+    sys.exit(130)  # so that schedulers (Slurm --requeue, Kubernetes) see an unfinished run
+
+
+if __name__ == "__main__":
+  app.run(main)
