@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make test   creates .venv, installs c2jax with its test extras, runs the whole suite
-#   make demo   creates .venv, installs, runs the main job on the tiny default config
+#   make demo   creates .venv, installs, runs the tiny pretraining and the tiny asynchronous RL job
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -20,7 +20,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: $(STAMP)
-	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/demo
+	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/demo/pretrain
+	$(PY) experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/demo/rl
 
 bench: $(STAMP)
 	$(PY) tools/bench_model.py

@@ -76,6 +76,22 @@ def _in_flight_rows(batch: dict) -> float:
   return float(np.mean((hi > lo)[rows]))
 
 
+def _history(path: pathlib.Path, upto: int) -> list[dict]:
+  """The metrics of steps 1..upto logged by earlier runs of this workdir (after a restart, the last record of a
+  step is the one that counts)."""
+  if not path.exists():
+    return []
+  by_step = {}
+  for line in path.read_text().splitlines():
+    try:
+      m = json.loads(line)
+    except json.JSONDecodeError:  # a line cut short by a kill
+      continue
+    if m.get("step", 0) <= upto:
+      by_step[m["step"]] = m
+  return [by_step[k] for k in sorted(by_step)]
+
+
 def batch_template(spec, rows: int) -> dict:
   """Zeros shaped like a collated batch of `rows` rows: what processes other than 0 pass to the broadcast."""
   t = spec.seq_len
@@ -208,7 +224,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
   clock = _Clock()
   start = int(state.step)
   trained_tokens = 0
-  history = []
+  history = _history(work / "metrics.jsonl", start) if primary else []
   interrupted = False
   out = (lambda name: open(work / name, "a")) if primary else (lambda name: open(os.devnull, "w"))
   with out("metrics.jsonl") as log, out("consumed.jsonl") as consumed, \
