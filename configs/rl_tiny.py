@@ -45,6 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       max_lag=1,  # admission: a group starts at most this many versions before the update that trains on it
       weight_updates="in_flight",  # in_flight | between_calls
       poll_interval_s=0.05,
+      pending_lease_s=120.0,  # admission forgets the begun groups of an actor silent this long
   ))
 
   c.trainer = ml_collections.ConfigDict(dict(

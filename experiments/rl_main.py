@@ -79,7 +79,7 @@ def main(argv):
     members = {f"actor-{i}": common + [f"--actor_id=actor-{i}"] for i in range(c.actors.num)}
     if c.eval.process:
       members["evaluator"] = common + ["--role=evaluator", f"--logdir={workdir}"]
-  pool = LocalPool(os.path.join(workdir, "logs"), members)
+  pool = LocalPool(os.path.join(workdir, "logs"), members, optional=("evaluator",))
   with pool:
     result = loop.run(c, workdir, health_check=pool.check, stop=lambda: _stop_requests > 0)
   print(json.dumps(result))

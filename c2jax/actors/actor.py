@@ -42,6 +42,9 @@ from c2jax.rollouts.schema import BufferSpec
 from c2jax.rollouts.weight_store import WeightStore
 
 
+MAX_ATTEMPTS = 3  # runs of one group (by successive restarts of its actor) before it is dropped
+
+
 class WeightUpdates(enum.Enum):
   """When an actor picks up newer weights: IN_FLIGHT between decode chunks of a running group (PipelineRL), or
   only BETWEEN_CALLS (a group is sampled by one version; with max_lag = 0 this is synchronous RL)."""
@@ -67,6 +70,8 @@ class ActorConfig:
     seed: with the actor id, seeds the task choice and sampling keys.
     poll_interval_s: sleep between checks while waiting for weights or admission.
     stop_tokens: tokens that end a row (e.g. EOS).
+    pending_lease_s: admission ignores the begun groups of an actor silent for this long (it is gone); a live
+      actor renews its lease every pending_lease_s / 4.
   """
 
   group_size: int = 8
@@ -81,6 +86,7 @@ class ActorConfig:
   seed: int = 0
   poll_interval_s: float = 0.05
   stop_tokens: tuple[int, ...] = ()
+  pending_lease_s: float = 120.0
 
   def __post_init__(self):
     for name in ("group_size", "groups_per_call", "prompt_len", "max_new_tokens", "chunk_steps"):
@@ -140,6 +146,7 @@ class Actor:
     # Groups a previous run of this actor began but never committed (it was killed): re-run first.
     pending = self.writer.pending()
     self._unfinished = {ticket_id for ticket_id, _ in pending}
+    self._retried: set[str] = set()
     # New tickets continue the shard's numbering, so a restarted actor draws new tasks and seeds.
     self._next_task = max([self.writer.next_seq + len(pending)] + [t.get("n", -1) + 1 for _, t in pending])
     if self._unfinished:
@@ -180,7 +187,7 @@ class Actor:
 
   def _admit(self, already: int) -> int:
     """How many new groups (up to groups_per_call - already) admission lets this actor start now."""
-    status = admission.read_status(self.buffer_url)
+    status = admission.read_status(self.buffer_url, pending_lease_s=self.cfg.pending_lease_s)
     n = 0
     while already + n < self.cfg.groups_per_call and admission.admit(
         dataclasses.replace(status, pending=status.pending + n), self.version, self.cfg.max_lag):
@@ -189,7 +196,22 @@ class Actor:
 
   def _take_tickets(self) -> list[tuple[str, dict]]:
     """This call's groups: resumed tickets first (already counted as pending), then admitted new ones."""
-    tickets = list(self.writer.pending()[:self.cfg.groups_per_call])
+    tickets = []
+    for ticket_id, ticket in self.writer.pending()[:self.cfg.groups_per_call]:
+      if ticket_id in self._unfinished and ticket_id not in self._retried:
+        # A group begun by a previous run: count the attempt, so that a group that kills its actor every time
+        # (a poison task) is dropped after MAX_ATTEMPTS instead of crash-looping the actor forever.
+        self.writer.cancel(ticket_id)
+        attempts = int(ticket.get("attempts", 0)) + 1
+        if attempts >= MAX_ATTEMPTS:
+          logging.warning("%s: dropping group %s (task %s of %s) after %d attempts that did not finish.",
+                          self.actor_id, ticket_id, ticket.get("task_index"), ticket.get("split"), attempts)
+          continue
+        ticket = {**ticket, "attempts": attempts}
+        ticket_id = self.writer.begin(ticket)
+        self._unfinished.add(ticket_id)
+        self._retried.add(ticket_id)
+      tickets.append((ticket_id, ticket))
     for _ in range(self._admit(len(tickets))):
       ticket = self._new_ticket()
       tickets.append((self.writer.begin(ticket), ticket))
@@ -217,6 +239,7 @@ class Actor:
     kw = dict(cfg=self.model, sampling=self.sampling)
     state = sampler_lib.prefill(self._params, prompts, lengths, jax.random.key(seed), version=self.version, **kw)
     while not bool(np.all(jax.device_get(state.done))):
+      self.writer.heartbeat(self.cfg.pending_lease_s / 4)
       if self.cfg.weight_updates is WeightUpdates.IN_FLIGHT and self.refresh_weights():
         self.stats.in_flight_swaps += 1
       state = sampler_lib.decode(self._params, state, steps=self.cfg.chunk_steps, version=self.version, **kw)
@@ -282,11 +305,17 @@ class Actor:
     """Loops until `stop()` or `max_groups` groups are committed."""
     if not self.wait_for_weights(stop):
       return self.stats
+    wait = self.cfg.poll_interval_s
     while not stop() and (max_groups is None or self.stats.groups < max_groups):
       if not self.step(stop):
+        self.writer.heartbeat(self.cfg.pending_lease_s / 4)
         t0 = time.perf_counter()
-        time.sleep(self.cfg.poll_interval_s)
+        time.sleep(wait)
         self.stats.waited_s += time.perf_counter() - t0
-      elif on_step is not None:
-        on_step(self)
+        # Back off while not admitted (each check reads every shard's head: cheap locally, requests on S3).
+        wait = min(2 * wait, max(self.cfg.poll_interval_s, 1.0))
+      else:
+        wait = self.cfg.poll_interval_s
+        if on_step is not None:
+          on_step(self)
     return self.stats

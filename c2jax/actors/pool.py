@@ -57,7 +57,10 @@ class LocalPool:
   """Starts, watches and stops a set of actor_main.py processes."""
 
   def __init__(self, logdir: str | os.PathLike, members: dict[str, list[str]], *, max_restarts: int = 3,
-               env: dict | None = None):
+               env: dict | None = None, optional: tuple[str, ...] = ()):
+    """`optional` members (the evaluator) that keep failing are given up with a warning instead of stopping the
+    run."""
+    self.optional = set(optional)
     self.max_restarts = max_restarts
     self.env = env if env is not None else child_env()
     self.logdir = pathlib.Path(logdir)
@@ -84,6 +87,11 @@ class LocalPool:
       if m.process is None or m.process.poll() is None:
         continue
       tail = m.log_path.read_text(errors="replace").splitlines()[-20:]
+      if m.restarts >= self.max_restarts and m.name in self.optional:
+        logging.warning("%s exited with code %s after %d restart(s); going on without it (see %s)", m.name,
+                        m.process.returncode, m.restarts, m.log_path)
+        m.process = None
+        continue
       if m.restarts >= self.max_restarts:
         raise RuntimeError(f"{m.name} exited with code {m.process.returncode} after {m.restarts} restart(s); "
                            f"last lines of {m.log_path}:\n" + "\n".join(tail))

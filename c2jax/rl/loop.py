@@ -49,6 +49,7 @@ from c2jax.parallel.mesh import MeshConfig, make_mesh
 from c2jax.rl import run_config
 from c2jax.rl import trainer as trainer_lib
 from c2jax.rl.update import RLState, init_state, update_step
+from c2jax.rollouts import admission
 from c2jax.rollouts.buffer import RolloutReader
 from c2jax.rollouts.collate import groups_to_batch
 from c2jax.rollouts.storage import Store
@@ -76,6 +77,18 @@ def _in_flight_rows(batch: dict) -> float:
   return float(np.mean((hi > lo)[rows]))
 
 
+def _append(path: pathlib.Path):
+  """Opens a log for appending, first ending a line that a killed run left unfinished."""
+  if path.exists() and path.stat().st_size:
+    with open(path, "rb") as f:
+      f.seek(-1, os.SEEK_END)
+      cut = f.read(1) != b"\n"
+    if cut:
+      with open(path, "a") as f:
+        f.write("\n")
+  return open(path, "a")
+
+
 def _history(path: pathlib.Path, upto: int) -> list[dict]:
   """The metrics of steps 1..upto logged by earlier runs of this workdir (after a restart, the last record of a
   step is the one that counts)."""
@@ -87,7 +100,7 @@ def _history(path: pathlib.Path, upto: int) -> list[dict]:
       m = json.loads(line)
     except json.JSONDecodeError:  # a line cut short by a kill
       continue
-    if m.get("step", 0) <= upto:
+    if isinstance(m, dict) and isinstance(m.get("step"), int) and m["step"] <= upto:
       by_step[m["step"]] = m
   return [by_step[k] for k in sorted(by_step)]
 
@@ -182,7 +195,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
 
   if restored_step is None:
     state = init(jax.random.key(c.seed), initial_params(c, model))
-    cursor, version, before = None, (weights.latest() or -1) + 1, None
+    latest = weights.latest()
+    cursor, version, before = None, 0 if latest is None else latest + 1, None
     logging.info("starting fresh at weights version %d", version)
   else:
     got = ckpt.restore(restored_step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state()),
@@ -192,8 +206,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
     latest = weights.latest()
     if latest is not None and latest > version:  # a killed run published past its last checkpoint
       version = latest + 1
-    logging.info("resumed from step %d (weights version %d, %d groups consumed)", restored_step, version,
-                 sum(cursor.values()))
+    logging.warning("resumed from step %d (weights version %d, %d groups consumed)", restored_step, version,
+                    sum(cursor.values()))
   offset = version - int(state.step)
   params_host = _host(state.params)
   if primary and weights.latest() != version:
@@ -218,7 +232,9 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
   trained_cursor = dict(reader.cursor)
 
   def save(step: int):
-    extra = {"cursor": trained_cursor, "version": version, "eval_before": before}
+    # The version of the saved state, from the state itself (not the loop's variable, which a Ctrl-C between two
+    # statements could leave one update behind).
+    extra = {"cursor": trained_cursor, "version": int(state.step) + offset, "eval_before": before}
     ckpt.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra)))
 
   clock = _Clock()
@@ -226,7 +242,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
   trained_tokens = 0
   history = _history(work / "metrics.jsonl", start) if primary else []
   interrupted = False
-  out = (lambda name: open(work / name, "a")) if primary else (lambda name: open(os.devnull, "w"))
+  out = (lambda name: _append(work / name)) if primary else (lambda name: open(os.devnull, "w"))
   with out("metrics.jsonl") as log, out("consumed.jsonl") as consumed, \
       tqdm.tqdm(total=steps, initial=start, desc="rl", unit="step", disable=not primary) as bar:
     try:
@@ -236,21 +252,32 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
         deadline = time.perf_counter() + c.trainer.take_timeout_s
         # Process 0 reads the buffer; the other processes of a multi-host trainer receive the same batch, and the
         # same decision to stop (all processes must stop at the same step to save one checkpoint together).
-        while primary and not groups and not stop():
-          health_check()
-          groups = reader.take(gps, timeout_s=1.0)  # all gps groups or none: a stop never strands half a batch
-          if not groups and time.perf_counter() > deadline:
-            raise TimeoutError(f"No batch of {gps} groups arrived in {c.trainer.take_timeout_s:.0f} s; are actors "
-                               f"writing to {buffer_url}?")
-        halt = primary and not groups
+        error = None
+        try:
+          while primary and not groups and not stop():
+            health_check()
+            groups = reader.take(gps, timeout_s=1.0)  # all gps groups or none: a stop never strands half a batch
+            if not groups and time.perf_counter() > deadline:
+              status = admission.read_status(buffer_url)
+              raise TimeoutError(
+                  f"No batch of {gps} groups arrived in {c.trainer.take_timeout_s:.0f} s; are actors writing to "
+                  f"{buffer_url}? Buffer: {status.committed} committed, {status.pending} begun, "
+                  f"{status.consumed} consumed (see tools/inspect_buffer.py).")
+          batch = groups_to_batch(groups, rows=rows) if groups else batch_template(spec, rows)
+        except Exception as e:  # pylint: disable=broad-except  (re-raised below, on every process)
+          error, batch = e, batch_template(spec, rows)
+        halt = 2 if error is not None else int(primary and not groups)
         waited = time.perf_counter() - t_wait
         clock.waiting += waited
         t_step = time.perf_counter()
-        batch = groups_to_batch(groups, rows=rows) if primary and not halt else batch_template(spec, rows)
         if jax.process_count() > 1:
+          # Every process gets the batch, and process 0's decision to stop or fail: the others would otherwise wait
+          # in this broadcast forever while process 0 unwinds.
           from jax.experimental import multihost_utils
           got = multihost_utils.broadcast_one_to_all({"batch": batch, "halt": np.int32(halt)})
-          batch, halt = jax.tree.map(np.asarray, got["batch"]), bool(got["halt"])
+          batch, halt = jax.tree.map(np.asarray, got["batch"]), int(got["halt"])
+        if halt == 2:
+          raise error if error is not None else RuntimeError("process 0 of the trainer failed; see its log")
         if halt:
           interrupted = True
           break
@@ -268,7 +295,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
         trained_tokens += int(m["tokens"])
         elapsed = time.perf_counter() - clock.start
-        m.update({"step": step + 1, "version": version, "buffer/depth": reader.backlog(),
+        m.update({"step": step + 1, "version": version, "buffer/depth": reader.backlog() if primary else 0,
                   "buffer/wait_s": waited, "time/step_s": time.perf_counter() - t_step + waited,
                   "time/wait_fraction": clock.waiting / elapsed, "tokens_per_s": trained_tokens / elapsed,
                   "samples_per_s": (step + 1 - start) * rows / elapsed,
@@ -302,11 +329,15 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
       except Exception as e:  # e.g. interrupted inside the update, whose input state was donated
         logging.warning("could not checkpoint the last steps (%s); a restart resumes from step %s", e,
                         ckpt.latest_step())
+      if tb is not None:
+        tb.flush()
 
   result = {"steps": int(state.step), "version": version, "interrupted": interrupted,
-            "groups_consumed": int(sum(reader.cursor.values()))}
+            "groups_consumed": int(sum(trained_cursor.values())) if primary else None}
   if interrupted:
     logging.warning("stopped at step %d; the same command resumes from the checkpoint", int(state.step))
+    if tb is not None:
+      tb.close()
     return result
   if not primary:
     return result

@@ -63,7 +63,8 @@ def actor_config(c: ml_collections.ConfigDict) -> ActorConfig:
                      max_new_tokens=a.max_new_tokens, temperature=a.temperature, chunk_steps=a.chunk_steps,
                      max_lag=0 if sync else a.max_lag,
                      weight_updates=WeightUpdates.BETWEEN_CALLS if sync else updates, split="train",
-                     seed=c.seed, poll_interval_s=a.poll_interval_s, stop_tokens=tuple(a.stop_tokens))
+                     seed=c.seed, poll_interval_s=a.poll_interval_s, stop_tokens=tuple(a.stop_tokens),
+                     pending_lease_s=a.get("pending_lease_s", 120.0))
 
 
 def task_suite(c: ml_collections.ConfigDict) -> TaskSuite:

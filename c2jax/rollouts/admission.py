@@ -22,13 +22,18 @@ started only by the weights that will train on it (synchronous RL).
 
 Bound on overshoot: there is no lock. Actors that read the same status concurrently may all be admitted before
 any of their `begin` records lands, so with N actors the buffer can run ahead of the budget by fewer than N groups
-(each actor overshoots by at most its one in-flight decision). Pending tickets count as started groups, so a
-crashed actor's tickets hold their slots until it re-runs or cancels them.
+(each actor overshoots by at most its one in-flight decision). Pending tickets count as started groups while
+their writer is alive: a live writer rewrites its head.json at least every `lease / 4` (`RolloutWriter.heartbeat`,
+between decode chunks and while waiting), and `read_status(..., pending_lease_s=lease)` ignores the pending
+tickets of a head older than the lease. Otherwise an actor id that never comes back (scaled down, renamed, a
+poison group) would hold its slots forever, and enough of them would stall the trainer for good. (Clocks of
+writers and readers are compared: keep the lease well above their skew.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from c2jax.rollouts.buffer import shard_ids
 from c2jax.rollouts.storage import Store, join
@@ -53,16 +58,31 @@ class BufferStatus:
   groups_per_step: int
 
 
-def read_status(url: str, default_groups_per_step: int = 1) -> BufferStatus:
+_STORES: dict[str, Store] = {}  # actors poll the status often: reuse the kvstore handles
+
+
+def _store(url: str) -> Store:
+  if url not in _STORES:
+    _STORES[url] = Store(url)
+  return _STORES[url]
+
+
+def read_status(url: str, default_groups_per_step: int = 1, pending_lease_s: float | None = None,
+                now: float | None = None) -> BufferStatus:
   """Sums the shards' head.json and reads trainer.json (absent: trainer not started, version 0, nothing consumed,
-  and `default_groups_per_step`; 1 is the conservative choice, the trainer should publish at start-up)."""
-  root = Store(url)
+  and `default_groups_per_step`; 1 is the conservative choice, the trainer should publish at start-up).
+
+  With `pending_lease_s`, pending tickets of a head.json older than that (its writer is gone) are not counted.
+  """
+  root = _store(url)
+  now = time.time() if now is None else now
   committed = pending = 0
   for sid in shard_ids(root):
     try:
-      head = Store(join(url, "shards", sid)).read_json("head.json") or {}
+      head = _store(join(url, "shards", sid)).read_json("head.json") or {}
       committed += int(head.get("committed", 0))
-      pending += int(head.get("pending", 0))
+      alive = pending_lease_s is None or now - float(head.get("time", 0.0)) <= pending_lease_s
+      pending += int(head.get("pending", 0)) if alive else 0
     except (ValueError, TypeError, AttributeError):
       continue  # an unreadable head counts as empty; the reader reports broken shards
   trainer = root.read_json("trainer.json") or {}

@@ -409,8 +409,17 @@ class RolloutWriter:
       logging.warning("Shard %r: pending ticket %s is unreadable (%s); ignoring it.", self.writer_id, ticket_id, e)
       return None
 
+  def heartbeat(self, min_interval_s: float = 0.0) -> None:
+    """Rewrites head.json with the current time (unless written less than `min_interval_s` ago): the lease that
+    keeps this writer's pending tickets counted by admission (c2jax/rollouts/admission.py)."""
+    self._check_open()
+    if time.time() - self._head_time >= min_interval_s:
+      self._write_head()
+
   def _write_head(self) -> None:
-    head = {"committed": self._next_seq, "pending": len(self._pending), "rows": self._next_row, "time": time.time()}
+    self._head_time = time.time()
+    head = {"committed": self._next_seq, "pending": len(self._pending), "rows": self._next_row,
+            "time": self._head_time}
     self._unsynced_kv.write("head.json", _json_bytes(head, "head")).result()
 
   def _write_rows(self, groups: Sequence[dict], row0: int) -> None:
@@ -476,6 +485,20 @@ class _Pending:
   def __init__(self, shard: _Shard, seq: int, record: dict | None, error: str | None):
     self.shard, self.seq, self.record, self.error = shard, seq, record, error
     self.futures: dict[str, Any] = {}
+    self.exception: BaseException | None = None
+
+
+# tensorstore reports storage errors as ValueError("<absl status code>: ..."); these codes are the ones a retry
+# can cure (throttling, timeouts, an object store's 503s). Checksum failures (DATA_LOSS), missing chunks
+# (NOT_FOUND) and bad data are not retried.
+_TRANSIENT_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
+MAX_TRANSIENT_RETRIES = 5
+
+
+def _transient(e: BaseException | None) -> bool:
+  if isinstance(e, (ConnectionError, TimeoutError)):
+    return True
+  return e is not None and str(e).split(":", 1)[0].strip() in _TRANSIENT_CODES
 
 
 class RolloutReader:
@@ -506,7 +529,9 @@ class RolloutReader:
     self._shards: dict[str, _Shard] = {}
     self._skipped: set[str] = set()
     self._turn = 0
-    self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "skipped_shards": 0, "bytes_read": 0}
+    self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "skipped_shards": 0, "bytes_read": 0,
+                   "transient_errors": 0}
+    self._retries: dict[tuple[str, int], int] = {}  # (shard, seq) -> transient read failures so far
 
   @property
   def cursor(self) -> dict:
@@ -625,7 +650,10 @@ class RolloutReader:
         else:
           batch.append(p)
       for p in batch:
-        if self._finish(p):
+        done = self._finish(p)
+        if done is None:
+          idle.add(p.shard.id)  # a transient storage error: this group is read again on a later call
+        elif done:
           got += 1
       active = [sid for sid in active if sid not in idle]
     self._turn += 1
@@ -665,12 +693,13 @@ class RolloutReader:
         index = (slice(None), slice(row0, row0 + rows)) if axis else slice(row0, row0 + rows)
         p.futures[key] = arr[index].read()
     except Exception as e:  # pylint: disable=broad-except
-      p.error = f"its data cannot be read ({e})"
+      p.error, p.exception = f"its data cannot be read ({e})", e
     return p
 
-  def _finish(self, p: _Pending) -> bool:
+  def _finish(self, p: _Pending) -> bool | None:
     """Queues the group (True) or a skip marker for a corrupt or void one (False); the shard moves to the next
-    seq."""
+    seq. None: a transient storage error, the shard stays at this seq (skipped as corrupt after
+    MAX_TRANSIENT_RETRIES failures)."""
     group = None
     if p.record is None and p.error is None:  # a void record
       self._fetched[p.shard.id] = p.seq + 1
@@ -692,10 +721,19 @@ class RolloutReader:
                     time=rec.get("time"))
         group = Group(data=data, meta=meta)
       except Exception as e:  # pylint: disable=broad-except  (checksum errors, missing chunks, bad shapes)
-        p.error = f"its data cannot be read ({e})"
+        p.error, p.exception = f"its data cannot be read ({e})", e
     else:
       for future in p.futures.values():
         future.cancel()
+    if group is None and _transient(p.exception):
+      key = (p.shard.id, p.seq)
+      self._retries[key] = self._retries.get(key, 0) + 1
+      self._stats["transient_errors"] += 1
+      if self._retries[key] <= MAX_TRANSIENT_RETRIES:
+        logging.warning("Rollout buffer %s: reading group %d of shard %r failed (%s); will retry.", self.url, p.seq,
+                        p.shard.id, p.exception)
+        return None
+    self._retries.pop((p.shard.id, p.seq), None)
     self._fetched[p.shard.id] = p.seq + 1
     self._queues[p.shard.id].append((p.seq, group))
     if group is None:

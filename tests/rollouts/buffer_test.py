@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import tempfile
+import time
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -14,9 +16,11 @@ import numpy as np
 
 from c2jax.rl import batch as batch_lib
 from c2jax.rollouts import admission
+from c2jax.rollouts import buffer as buffer_lib
 from c2jax.rollouts import collate
 from c2jax.rollouts import schema
 from c2jax.rollouts.buffer import Group, RolloutReader, RolloutWriter
+from c2jax.rollouts.storage import Store
 
 SPEC = schema.BufferSpec(seq_len=16, n_moe_layers=2, experts_per_tok=2, reward_terms=("outcome", "length_penalty"))
 
@@ -255,6 +259,26 @@ class BufferTest(parameterized.TestCase):
     self.assertEqual(got.meta["row0"], 3)
     assert_group_equal(self, make_group(1, rows=2), got.data)
 
+  def test_pending_of_a_silent_writer_expires_from_admission(self):
+    gone, alive = RolloutWriter(self.url, "gone", SPEC), RolloutWriter(self.url, "alive", SPEC)
+    for w in (gone, alive):
+      w.begin({"task_id": "t"})
+      w.begin({"task_id": "u"})
+    now = time.time()
+    self.assertEqual(admission.read_status(self.url, pending_lease_s=60, now=now).pending, 4)
+    # Two minutes later only the writer that renewed its lease still holds admission slots.
+    alive.heartbeat()
+    later = time.time() + 120
+    with mock.patch.object(time, "time", return_value=later):
+      alive.heartbeat()
+    self.assertEqual(admission.read_status(self.url, pending_lease_s=60, now=later).pending, 2)
+    self.assertEqual(admission.read_status(self.url, now=later).pending, 4)  # no lease: every ticket counts
+    # heartbeat(min_interval_s) writes only when the last write is older than that.
+    head = lambda: Store(os.path.join(self.url, "shards", "gone")).read_json("head.json")["time"]
+    before = head()
+    gone.heartbeat(min_interval_s=3600)
+    self.assertEqual(head(), before)
+
   def test_pending_tickets_survive_reopen(self):
     w = RolloutWriter(self.url, "w", SPEC)
     t1 = w.begin({"task_id": "a", "seed": 1})
@@ -321,6 +345,33 @@ class BufferTest(parameterized.TestCase):
     self.assertEqual(reader.stats["corrupt_groups"], 1)
     self.assertEqual(reader.cursor, {"w": 3})
     self.assertEqual(reader.poll(), [])  # never retried
+
+  def test_transient_storage_errors_are_retried_not_skipped(self):
+    w = RolloutWriter(self.url, "w", SPEC)
+    groups = [make_group(s) for s in range(3)]
+    for s, g in enumerate(groups):
+      w.commit(g, {"task_id": str(s)})
+    original, failures = buffer_lib._Shard.array, []
+
+    def flaky(shard, *args):
+      # An object store's 503 on the first two reads of group 0, then a permanent one on every read of group 2.
+      failures.append(args)
+      if len(failures) <= 2 or args[-1] > 6:
+        raise ValueError("UNAVAILABLE: simulated 503 Slow Down")
+      return original(shard, *args)
+
+    self.enter_context(mock.patch.object(buffer_lib._Shard, "array", flaky))
+    reader = RolloutReader(self.url, SPEC)
+    got = []
+    for _ in range(3):
+      got += reader.poll()
+    self.assertEqual([g.meta["seq"] for g in got], [0, 1])  # group 0 retried, not lost
+    assert_group_equal(self, groups[0], got[0].data)
+    self.assertEqual(reader.stats["corrupt_groups"], 0)
+    for _ in range(buffer_lib.MAX_TRANSIENT_RETRIES):
+      reader.poll()
+    self.assertEqual(reader.stats["corrupt_groups"], 1)  # a failure that never clears is skipped in the end
+    self.assertEqual(reader.cursor, {"w": 3})
 
   def test_missing_chunk_and_garbage_commit_record_are_skipped(self):
     w = RolloutWriter(self.url, "w", SPEC, shard_rows=8)
