@@ -49,7 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   ))
 
   c.trainer = ml_collections.ConfigDict(dict(
-      steps=40, groups_per_step=4, checkpoint_every=10, keep_checkpoints=2,
+      steps=80, groups_per_step=4, checkpoint_every=10, keep_checkpoints=2,
       take_timeout_s=900.0,  # fail if no batch arrives for this long
   ))
   c.buffer = ""  # URL (path, s3://, gs://); empty: <workdir>/buffer
