@@ -1,12 +1,13 @@
 # Two commands do everything on a fresh machine:
-#   make test   creates .venv, installs c2jax with its test extras, runs the whole suite
+#   make test   installs bubblewrap if missing (root + apt-get), creates .venv, installs c2jax with its test extras,
+#               runs the whole suite
 #   make demo   creates .venv, installs, runs the tiny pretraining and the tiny asynchronous RL job
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
 
-.PHONY: test demo install clean bench
+.PHONY: test demo install clean bench setup
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,7 +17,18 @@ $(STAMP): setup.py
 
 install: $(STAMP)
 
-test: $(STAMP)
+# The code sandbox (c2jax/envs/sandbox.py) runs untrusted code under bubblewrap and refuses to run without it.
+setup:
+	@if [ ! -x /usr/bin/bwrap ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	  else \
+	    echo "bubblewrap is missing and cannot be installed here (needs root and apt-get):" \
+	      "install it (apt-get install bubblewrap), or the sandbox tests skip." >&2; \
+	  fi; \
+	fi
+
+test: setup $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: $(STAMP)

@@ -1,0 +1,521 @@
+"""Isolated execution of untrusted code under bubblewrap (report: environments; code runs in isolated sandboxes).
+
+The model's shell commands and the hidden tests that decide its reward run here. A `Sandbox` owns a fresh private
+copy of the task repository on the host (`workdir`) and runs each command in a new bubblewrap container:
+
+  /work           the writable copy (bind mount of `workdir`): the only writable place besides the tmpfs below
+  /tmp, /dev/shm  private tmpfs, `file_size_mb` each (tmpfs lives in host memory, hence the bound)
+  /usr            the host's system, read-only; /bin, /lib*, /sbin mirror the host's (symlinks or read-only binds)
+  /etc            a minimal read-only view: ld.so.cache, alternatives, and a passwd/group naming the sandbox user
+  /proc, /dev     fresh procfs for the new PID namespace; minimal devices (null, zero, urandom, ...)
+  /, /dev         remounted read-only once built
+
+Namespaces: every one bubblewrap supports (user, PID, network, IPC, UTS, cgroup), nested user namespaces disabled.
+The network namespace holds only its own loopback: neither the internet nor the host's 127.0.0.1 is reachable. The
+host's home, the project's checkout and the host's /tmp are not mounted, so they do not exist inside.
+
+Limits, per call: a wall-clock timeout kills the container's PID namespace (every process dies with its PID 1,
+so nothing outlives the call, not even daemons); `prlimit` sets CPU seconds (SIGKILL at the limit, no core),
+address space, process count, file size and no core files before /bin/sh starts. Process counts are charged per
+user namespace (Linux >= 5.14), so one sandbox's fork bomb does not starve another's. The kernel exempts host
+root from RLIMIT_NPROC, so when the host runs as root the container runs as the unprivileged host user `nobody`
+(65534) instead, which also keeps host root out of untrusted code; inside, the user is always uid/gid 1000.
+stdout and stderr are read as they come and each is cut to `output_bytes`: the head and the tail are kept (test
+summaries come last) around one marker line, so a huge output costs neither host memory nor the verdict.
+
+Not bounded here: the total disk written to /work within one call (FSIZE bounds each file, the wall clock the
+rest), and core dumps where the host's core_pattern pipes them to a helper (the kernel ignores RLIMIT_CORE there).
+
+Host-side file access (`read_file`, `write_file`, ...) is confined to `workdir`: paths are relative POSIX paths
+without '..', and a path whose resolution (symlinks followed) leaves `workdir` is refused. Inside the container a
+symlink to a host path sees only the container's view of that path.
+
+A `SandboxPool` runs many sandboxed calls at once on a bounded number of threads (the work is in subprocesses).
+
+  with Sandbox({"solution.py": "X = 3"}) as box:
+    result = box.run("python3 -c 'import solution; print(solution.X)'")
+    assert result.ok and result.stdout.strip() == "3"
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import pathlib
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+# Module-level so that tests (and unusual installs) can point at another binary; read at every check.
+BWRAP = "/usr/bin/bwrap"
+PRLIMIT = "/usr/bin/prlimit"
+
+_INSIDE_UID = 1000
+_NOBODY = 65534
+_WORK = "/work"
+_PATH = "/opt/c2jax/bin:/usr/bin:/bin"
+_KILL_GRACE_S = 5.0  # how long readers may take to see EOF once the container is dead
+
+
+class SandboxUnavailable(RuntimeError):
+  """bubblewrap is missing or cannot create its namespaces here: code is never run unsandboxed instead."""
+
+
+class SandboxPathError(ValueError):
+  """A host-side path is absolute, contains '..', or resolves (through symlinks) outside the workdir."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+  """Per-call resource limits of a sandboxed command.
+
+  Attributes:
+    wall_s: wall-clock seconds before the whole container is killed (`RunResult.timed_out`).
+    cpu_s: CPU seconds per process (RLIMIT_CPU, SIGKILL at the limit).
+    memory_mb: address space per process in MiB (RLIMIT_AS).
+    max_procs: processes (and threads) in the container, its init included (RLIMIT_NPROC, per user namespace).
+    output_bytes: bytes kept of stdout and of stderr, each (head and tail around a marker line).
+    file_size_mb: largest file a process may write (RLIMIT_FSIZE), and the size of the /tmp and /dev/shm tmpfs.
+  """
+
+  wall_s: float = 10.0
+  cpu_s: int = 10
+  memory_mb: int = 512
+  max_procs: int = 64
+  output_bytes: int = 65536
+  file_size_mb: int = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """The outcome of one sandboxed command.
+
+  Attributes:
+    exit_code: the shell's exit status (128 + N when killed by signal N); None when the wall clock ran out.
+    stdout, stderr: decoded as UTF-8 (undecodable bytes replaced), each at most `output_bytes` plus a marker line.
+    timed_out: the wall-clock limit killed the container.
+    truncated: stdout or stderr was cut.
+    wall_s: seconds from launch to the end of the container.
+  """
+
+  exit_code: int | None
+  stdout: str
+  stderr: str
+  timed_out: bool
+  truncated: bool
+  wall_s: float
+
+  @property
+  def ok(self) -> bool:
+    return self.exit_code == 0 and not self.timed_out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Availability.
+
+_probe_lock = threading.Lock()
+_probed: set[str] = set()  # bwrap paths that started a container once in this process
+
+
+def _host_user() -> tuple[int, int] | None:
+  """The host (uid, gid) the container runs as when it must not be the caller's own: host root -> nobody."""
+  return (_NOBODY, _NOBODY) if os.geteuid() == 0 else None
+
+
+def _user_kwargs() -> dict[str, Any]:
+  user = _host_user()
+  # subprocess switches ids in the child natively (no preexec_fn), which is safe from many threads at once.
+  return {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
+
+
+def check_available() -> None:
+  """Raises SandboxUnavailable (one sentence naming the fix) unless sandboxed commands can run here."""
+  bwrap = BWRAP
+  if not (os.path.isfile(bwrap) and os.access(bwrap, os.X_OK)):
+    raise SandboxUnavailable(
+        f"The sandbox needs bubblewrap at {bwrap}, which is missing: install it (`apt-get install bubblewrap`, or "
+        "`make setup` as root); untrusted code is never run unsandboxed.")
+  if not (os.path.isfile(PRLIMIT) and os.access(PRLIMIT, os.X_OK)):
+    raise SandboxUnavailable(
+        f"The sandbox applies its limits with {PRLIMIT} (util-linux), which is missing: install util-linux.")
+  with _probe_lock:
+    if bwrap in _probed:
+      return
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+            *_system_dir_args(), "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
+    try:
+      probe = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                             env={"PATH": "/usr/bin:/bin"}, **_user_kwargs())
+    except (OSError, subprocess.SubprocessError) as e:
+      raise SandboxUnavailable(f"bubblewrap at {bwrap} could not be started ({e}); reinstall bubblewrap.") from e
+    if probe.returncode != 0:
+      why = probe.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+      raise SandboxUnavailable(
+          f"bubblewrap at {bwrap} cannot create its namespaces here ({why[0]}); allow unprivileged user namespaces "
+          "(sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0) or run in a container "
+          "that permits them.")
+    _probed.add(bwrap)
+
+
+def _system_dir_args() -> list[str]:
+  """/bin, /lib*, /sbin as on the host: merged-/usr symlinks stay symlinks, real directories are bound read-only."""
+  args = []
+  for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    if os.path.islink(name):
+      args += ["--symlink", os.readlink(name), name]
+    elif os.path.isdir(name):
+      args += ["--ro-bind", name, name]
+  return args
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paths.
+
+
+def _relative(path: str) -> pathlib.PurePosixPath:
+  """Validates a workdir-relative POSIX path: not empty, not absolute, no '..', no NUL."""
+  if not isinstance(path, str) or not path or "\0" in path:
+    raise SandboxPathError(f"{path!r} is not a file path: give a non-empty relative POSIX path.")
+  rel = pathlib.PurePosixPath(path)
+  if rel.is_absolute() or ".." in rel.parts:
+    raise SandboxPathError(f"{path!r} leaves the workdir: give a relative path without '..'.")
+  if not rel.parts or rel.parts == (".",):
+    raise SandboxPathError(f"{path!r} names the workdir itself, not a file in it.")
+  return rel
+
+
+class _CappedOutput:
+  """Bytes of one stream, at most `cap` kept: while it fits, all of it; past that, its first and last halves."""
+
+  def __init__(self, cap: int):
+    self.cap = max(0, cap)
+    self.head = bytearray()  # the first cap // 2 bytes
+    self.tail = bytearray()  # the last cap - cap // 2 bytes after the head (all of them while the stream fits)
+    self.total = 0
+
+  def add(self, chunk: bytes) -> None:
+    self.total += len(chunk)
+    room = self.cap // 2 - len(self.head)
+    if room > 0:
+      self.head += chunk[:room]
+      chunk = chunk[room:]
+    self.tail += chunk
+    excess = len(self.tail) - (self.cap - self.cap // 2)
+    if excess > 0:
+      del self.tail[:excess]
+
+  @property
+  def truncated(self) -> bool:
+    return self.total > self.cap
+
+  def text(self) -> str:
+    if not self.truncated:
+      return bytes(self.head + self.tail).decode(errors="replace")
+    cut = self.total - len(self.head) - len(self.tail)
+    return (bytes(self.head).decode(errors="replace") + f"\n[... {cut} bytes truncated ...]\n" +
+            bytes(self.tail).decode(errors="replace"))
+
+
+def _drain(stream, out: _CappedOutput) -> None:
+  # Keep reading past the cap (discarding) so that the writer is never blocked: its exit code stays real.
+  while chunk := stream.read1(1 << 16):
+    out.add(chunk)
+  stream.close()
+
+
+def _feed(stream, data: bytes) -> None:
+  try:
+    stream.write(data)
+  except (BrokenPipeError, OSError):
+    pass  # The command exited without reading all of its input.
+  finally:
+    try:
+      stream.close()
+    except OSError:
+      pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The sandbox.
+
+
+class Sandbox:
+  """A private writable copy of a repository and the bubblewrap container its commands run in.
+
+  Args:
+    files: relative POSIX path -> content (str is written as UTF-8) of the starting repository.
+    limits: the per-call resource limits.
+
+  Raises:
+    SandboxUnavailable: bubblewrap is missing or unusable (nothing is created then).
+    SandboxPathError: a path is absolute or contains '..'.
+  """
+
+  def __init__(self, files: Mapping[str, str | bytes], limits: SandboxLimits = SandboxLimits()):
+    check_available()
+    rels = {path: _relative(path) for path in files}  # refuse bad paths before anything touches the disk
+    self.limits = limits
+    self._user = _host_user()
+    self._root = pathlib.Path(tempfile.mkdtemp(prefix="c2jax-sandbox-"))
+    self._closed = False
+    try:
+      self._workdir = self._root / "work"
+      self._workdir.mkdir()
+      etc = self._root / "etc"
+      etc.mkdir()
+      (etc / "passwd").write_text(f"sandbox:x:{_INSIDE_UID}:{_INSIDE_UID}:sandbox:/tmp:/bin/sh\n"
+                                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+      (etc / "group").write_text(f"sandbox:x:{_INSIDE_UID}:\nnogroup:x:65534:\n")
+      (etc / "hostname").write_text("sandbox\n")
+      self._own(self._root)
+      self._own(self._workdir)
+      for path, content in files.items():
+        self._write(rels[path], content)
+    except BaseException:
+      self.close()
+      raise
+
+  @property
+  def workdir(self) -> pathlib.Path:
+    """The host path of the writable copy (mounted at /work inside)."""
+    return self._workdir
+
+  # -- running ----------------------------------------------------------------------------------------------------
+
+  def _argv(self, command: str) -> list[str]:
+    lim = self.limits
+    tmp_bytes = str(lim.file_size_mb << 20)
+    etc = self._root / "etc"
+    return [
+        BWRAP,
+        "--unshare-all", "--unshare-user", "--disable-userns",
+        "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID), "--hostname", "sandbox",
+        "--die-with-parent", "--new-session",
+        "--clearenv",
+        "--setenv", "PATH", _PATH, "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+        "--setenv", "USER", "sandbox", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
+        # No __pycache__ in the repository (diffs and grading see only what the code wrote); hashing is
+        # deterministic so that a rerun of a task behaves the same.
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONHASHSEED", "0",
+        "--ro-bind", "/usr", "/usr",
+        *_system_dir_args(),
+        "--dir", "/etc",
+        "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+        "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
+        "--ro-bind", str(etc / "passwd"), "/etc/passwd",
+        "--ro-bind", str(etc / "group"), "/etc/group",
+        "--ro-bind", str(etc / "hostname"), "/etc/hostname",
+        # Debian ships python3 only; `python` is a promise of the environment.
+        "--symlink", "/usr/bin/python3", "/opt/c2jax/bin/python",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", tmp_bytes, "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
+        "--size", tmp_bytes, "--tmpfs", "/tmp",
+        "--bind", str(self._workdir), _WORK,
+        "--chdir", _WORK,
+        "--remount-ro", "/",
+        "--",
+        PRLIMIT,
+        f"--cpu={lim.cpu_s}",  # soft = hard: SIGKILL, not SIGXCPU (whose default action dumps core)
+        f"--as={lim.memory_mb << 20}",
+        f"--nproc={lim.max_procs}",
+        f"--fsize={lim.file_size_mb << 20}",
+        "--core=0",
+        "--",
+        "/bin/sh", "-c", command,
+    ]
+
+  def run(self, command: str, timeout_s: float | None = None, stdin: str | None = None) -> RunResult:
+    """Runs `command` with /bin/sh -c in a fresh container over the workdir (see the module docstring).
+
+    Args:
+      command: shell text; its cwd is /work, the writable copy.
+      timeout_s: wall-clock limit for this call; `limits.wall_s` when None.
+      stdin: text fed to the command's standard input (empty input when None).
+
+    Returns:
+      The RunResult; every process the command started is dead when this returns.
+    """
+    if self._closed:
+      raise RuntimeError("This sandbox is closed: create a new one.")
+    check_available()
+    wall = self.limits.wall_s if timeout_s is None else timeout_s
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        self._argv(command),
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, so that a timeout kills bwrap and nothing else
+        close_fds=True, env={"PATH": "/usr/bin:/bin"}, **_user_kwargs())
+    out = _CappedOutput(self.limits.output_bytes)
+    err = _CappedOutput(self.limits.output_bytes)
+    threads = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+               threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)]
+    if stdin is not None:
+      threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
+    for t in threads:
+      t.start()
+    timed_out = False
+    try:
+      proc.wait(timeout=wall)
+    except subprocess.TimeoutExpired:
+      timed_out = True
+      # SIGKILL to bwrap; --die-with-parent then kills the container's PID 1, and with it its whole namespace.
+      try:
+        os.killpg(proc.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+      proc.wait()
+    for t in threads:
+      t.join(timeout=_KILL_GRACE_S)
+    elapsed = time.monotonic() - start
+    code = None if timed_out else proc.returncode
+    if code is not None and code < 0:  # bwrap itself killed by a signal (it reports its child's as 128 + N)
+      code = 128 - code
+    return RunResult(exit_code=code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
+                     truncated=out.truncated or err.truncated, wall_s=elapsed)
+
+  # -- host-side files --------------------------------------------------------------------------------------------
+
+  def _own(self, path: pathlib.Path) -> None:
+    """Hands a host-created path to the container's host user (when that is not the caller)."""
+    if self._user is not None:
+      os.chown(path, *self._user, follow_symlinks=False)
+
+  def _resolve(self, rel: pathlib.PurePosixPath) -> pathlib.Path:
+    """The host path of `rel` with symlinks followed; refuses any resolution outside the workdir."""
+    root = self._workdir.resolve()
+    target = (root / rel).resolve()
+    if target != root and not target.is_relative_to(root):
+      raise SandboxPathError(f"{rel.as_posix()!r} resolves outside the workdir (a symlink escape): refused.")
+    if target == root:
+      raise SandboxPathError(f"{rel.as_posix()!r} names the workdir itself, not a file in it.")
+    return target
+
+  def _write(self, rel: pathlib.PurePosixPath, content: str | bytes) -> None:
+    target = self._resolve(rel)
+    root = self._workdir.resolve()
+    # Create missing parents one by one so each is handed to the container's user.
+    parent = root
+    for part in target.relative_to(root).parts[:-1]:
+      parent = parent / part
+      if not parent.exists():
+        parent.mkdir()
+        self._own(parent)
+      elif not parent.is_dir():
+        raise SandboxPathError(f"{rel.as_posix()!r}: {parent.relative_to(root).as_posix()!r} is not a directory.")
+    data = content.encode() if isinstance(content, str) else bytes(content)
+    # O_NOFOLLOW: the target was resolved above, so a symlink here would be a new one; never write through it.
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    self._own(target)
+
+  def read_file(self, path: str) -> str:
+    """The text of a workdir file (UTF-8, undecodable bytes replaced); refuses paths that leave the workdir."""
+    target = self._resolve(_relative(path))
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+      return f.read().decode(errors="replace")
+
+  def write_file(self, path: str, content: str | bytes) -> None:
+    """Creates or replaces a workdir file (parents created); refuses paths that leave the workdir."""
+    self._write(_relative(path), content)
+
+  def delete_file(self, path: str) -> None:
+    """Removes a workdir file (a symlink itself, never its target); refuses paths that leave the workdir."""
+    rel = _relative(path)
+    parent = self._resolve(rel.parent) if rel.parent.parts else self._workdir.resolve()
+    target = parent / rel.name
+    if target.is_dir() and not target.is_symlink():
+      raise IsADirectoryError(f"{path!r} is a directory, not a file.")
+    os.unlink(target)
+
+  def list_files(self) -> list[str]:
+    """Relative POSIX paths of the workdir's regular files, sorted; symlinks are neither listed nor followed."""
+    root = self._workdir
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not descend into symlinked directories
+      dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+      for name in filenames:
+        full = os.path.join(dirpath, name)
+        if stat.S_ISREG(os.lstat(full).st_mode):
+          found.append(pathlib.Path(full).relative_to(root).as_posix())
+    return sorted(found)
+
+  def files(self) -> dict[str, str]:
+    """The workdir's UTF-8 text files (path -> content), e.g. for grading and diffs; binary files are skipped."""
+    texts = {}
+    for path in self.list_files():
+      try:
+        texts[path] = (self._workdir / path).read_bytes().decode()
+      except (UnicodeDecodeError, OSError):
+        continue
+    return texts
+
+  # -- lifetime ---------------------------------------------------------------------------------------------------
+
+  def close(self) -> None:
+    """Deletes the workdir; the sandbox cannot run afterwards. Idempotent."""
+    if self._closed:
+      return
+    self._closed = True
+
+    def make_writable_and_retry(fn: Callable[..., Any], path: str, _: Any) -> None:
+      # Code in the sandbox may have left read-only directories; the owner can always chmod them back.
+      try:
+        os.chmod(os.path.dirname(path), 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+          os.chmod(path, 0o700)
+        fn(path)
+      except OSError:
+        pass
+
+    shutil.rmtree(self._root, onerror=make_writable_and_retry)
+
+  def __enter__(self) -> Sandbox:
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()
+
+  def __del__(self) -> None:
+    if getattr(self, "_root", None) is not None and not getattr(self, "_closed", True):
+      self.close()
+
+
+class SandboxPool:
+  """Bounded concurrency for sandboxed work: at most `max_workers` functions (each usually a sandbox) at once.
+
+  Threads suffice: each sandboxed command is a subprocess, so the GIL is released while it runs.
+  """
+
+  def __init__(self, max_workers: int):
+    if max_workers < 1:
+      raise ValueError(f"max_workers must be >= 1, got {max_workers}.")
+    self.max_workers = max_workers
+    self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                           thread_name_prefix="c2jax-sandbox")
+
+  def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+    return self._executor.submit(fn, *args, **kwargs)
+
+  def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any]) -> list:
+    """fn over the items, in order; the first exception raised by a call is re-raised here."""
+    return list(self._executor.map(fn, iterable))
+
+  def close(self) -> None:
+    self._executor.shutdown(wait=True)
+
+  def __enter__(self) -> SandboxPool:
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()
