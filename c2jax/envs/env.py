@@ -1,0 +1,338 @@
+"""The coding environment: a multi-turn episode in which a model edits a task repository through tools in a
+sandbox, and the hidden tests decide the reward (report section 4: environments that mimic real coding sessions).
+
+  env = CodingEnv(EnvConfig(max_turns=8))
+  observation = env.reset(task)                  # prompt + file listing + the tool format (protocol.py)
+  while True:
+    result = env.step(model_text)                # runs the turn's tool calls in order
+    if result.done:                              # finish, or the turn / token budget is spent
+      break
+    observation = result.observation
+  terms = env.reward()                           # grading.grade terms + "malformed_tool_calls", ...
+  env.close()
+
+Every mistake of the model (a malformed or cut-off call, a missing file, an edit whose search text is not unique, a
+failing command, a bad regex) becomes text in the next observation, never an exception; only misuse by the caller
+(step before reset) raises. Malformed and incomplete calls are counted, in `info` and in `reward()`, for the
+report's auxiliary reward on incomplete tool calls.
+
+Budgets: `max_turns` steps, and `max_tokens` over all model text of the episode (bytes / 4 unless a counter is
+given). The turn that crosses a budget still runs its calls (the text exists; the sampler already cut it, and a
+call it cut is reported as incomplete); then the episode ends.
+
+Tools run against a `Sandbox` holding a fresh copy of the task's starting files (hidden tests are never in it):
+read_file, write_file and edit work on the workdir from the host side (the sandbox confines paths to it); run is a
+shell command in the container; grep is a Python regex over the workdir's text files, evaluated inside the
+container too, so a pathological pattern meets the sandbox's timeout instead of stalling the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+import shlex
+from typing import Callable
+
+from c2jax.envs import grading
+from c2jax.envs import protocol
+from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.protocol import ToolCall
+from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+  """Budgets and limits of one episode.
+
+  Attributes:
+    max_turns: steps before the episode ends.
+    max_tokens: budget over all model text of the episode, in tokens of the env's counter (bytes / 4 by default).
+    max_observation_bytes: each tool result, and each whole observation, is clipped to this (head and tail kept).
+    max_calls_per_turn: calls of one turn beyond this are not run (reported in the observation).
+    max_grep_matches: grep lists at most this many matching lines.
+    limits: the sandbox limits of every tool call.
+    grading_limits: the judge's sandbox limits; grading's defaults when None.
+  """
+
+  max_turns: int = 8
+  max_tokens: int = 8192
+  max_observation_bytes: int = 8192
+  max_calls_per_turn: int = 32
+  max_grep_matches: int = 100
+  limits: SandboxLimits = dataclasses.field(default_factory=SandboxLimits)
+  grading_limits: SandboxLimits | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+  """What one step returns: the next observation, whether the episode ended, and counters (see CodingEnv.step)."""
+
+  observation: str
+  done: bool
+  info: dict
+
+
+def byte_tokens(text: str) -> int:
+  """The default token count: UTF-8 bytes / 4, rounded up."""
+  return (len(text.encode("utf-8", errors="replace")) + 3) // 4
+
+
+def clip(text: str, limit: int) -> str:
+  """`text` cut to about `limit` UTF-8 bytes, keeping its head and tail around a note of what was cut."""
+  data = text.encode("utf-8", errors="replace")
+  if len(data) <= limit:
+    return text
+  head, tail = data[:limit * 3 // 4], data[len(data) - limit // 4:]
+  cut = len(data) - len(head) - len(tail)
+  return (f"{head.decode('utf-8', errors='ignore')}\n[... {cut} bytes cut ...]\n"
+          f"{tail.decode('utf-8', errors='ignore')}")
+
+
+def _workdir_path(path: str) -> str:
+  """A model's path as a workdir-relative one: './x' and '/work/x' (the path inside the sandbox) mean 'x'."""
+  if path == "/work" or path.startswith("/work/"):
+    path = path[len("/work/"):]
+  while path.startswith("./"):
+    path = path[2:]
+  if path.startswith("/") or ".." in path.split("/"):
+    raise ValueError(f"{path!r} is outside the repository; give a path relative to its root.")
+  return posixpath.normpath(path) if path else "."
+
+
+# Runs inside the sandbox (python3 there): argument JSON on stdin, "path:line:text" lines on stdout.
+_GREP_SCRIPT = r"""
+import json, os, re, sys
+a = json.load(sys.stdin)
+try:
+  rx = re.compile(a["pattern"])
+except re.error as e:
+  print(f"bad regex {a['pattern']!r}: {e}"); sys.exit(2)
+root = a["path"]
+if os.path.islink(root) or not os.path.exists(root):
+  print(f"{root!r} does not exist in the repository."); sys.exit(2)
+if os.path.isfile(root):
+  paths = [root]
+else:
+  paths = []
+  for d, dirs, names in os.walk(root):
+    dirs[:] = sorted(x for x in dirs if x != "__pycache__" and not os.path.islink(os.path.join(d, x)))
+    paths += [os.path.normpath(os.path.join(d, x)) for x in sorted(names)
+              if not os.path.islink(os.path.join(d, x))]
+shown = total = 0
+for p in paths:
+  try:
+    text = open(p, "rb").read().decode()
+  except (OSError, UnicodeDecodeError):
+    continue
+  for i, line in enumerate(text.splitlines(), 1):
+    if rx.search(line):
+      total += 1
+      if shown < a["max"]:
+        shown += 1
+        print(f"{p}:{i}:{line[:200]}")
+if total > shown:
+  print(f"[... {total - shown} more matching lines]")
+sys.exit(0 if total else 1)
+"""
+
+
+class CodingEnv:
+  """One coding episode at a time (reset -> step ... -> reward), over a sandbox per episode.
+
+  Args:
+    config: budgets and limits.
+    sandbox_factory: builds a sandbox from (files, limits); the real bubblewrap `Sandbox` by default.
+    token_counter: text -> tokens for the token budget; `byte_tokens` by default (pass the tokenizer's length).
+  """
+
+  def __init__(self, config: EnvConfig = EnvConfig(), sandbox_factory: Callable = Sandbox,
+               token_counter: Callable[[str], int] | None = None):
+    self.config = config
+    self._sandbox_factory = sandbox_factory
+    self._count_tokens = token_counter or byte_tokens
+    self._sandbox = None
+    self._task: CodingTask | None = None
+    self._reward: dict[str, float] | None = None
+
+  # -- episode ----------------------------------------------------------------------------------------------------
+
+  def reset(self, task: CodingTask) -> str:
+    """Starts an episode on a fresh copy of `task.files`; returns the first observation.
+
+    Raises:
+      SandboxUnavailable: bubblewrap is missing (the environment cannot run code safely, so it does not start).
+    """
+    self.close()
+    self._sandbox = self._sandbox_factory(dict(task.files), self.config.limits)
+    self._task = task
+    self._reward = None
+    self._done = False
+    self._done_reason = ""
+    self._turn = 0
+    self._tokens = 0
+    self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0}
+    files = self._sandbox.list_files()
+    listing = "\n".join(files[:200]) + (f"\n[... {len(files) - 200} more files]" if len(files) > 200 else "")
+    return "\n\n".join([
+        task.prompt.strip(),
+        f"Repository files:\n{listing or '(none)'}",
+        protocol.format_help(),
+        f"You have {self.config.max_turns} turns and about {self.config.max_tokens} tokens; call finish when done.",
+    ])
+
+  def step(self, model_text: str) -> StepResult:
+    """Runs the tool calls of one model turn, in order.
+
+    Returns:
+      The observation (each call's result or error, parse errors, a budget line), done (finish called or a budget
+      spent), and info: "turn", "tokens", "done_reason" ("finish", "turn_budget", "token_budget" or ""), this step's
+      "step_tool_calls" / "step_malformed_tool_calls" / "step_incomplete_tool_calls" / "step_tool_errors", and the
+      episode totals under the same names without "step_".
+    """
+    if self._task is None:
+      raise RuntimeError("Call reset(task) before step().")
+    if self._done:
+      return StepResult("The episode is over; nothing was run.", True, self._info({}))
+    if not isinstance(model_text, str):
+      model_text = "" if model_text is None else str(model_text)
+    self._turn += 1
+    self._tokens += int(self._count_tokens(model_text))
+    parsed = protocol.parse(model_text)
+    step = {"tool_calls": 0, "malformed_tool_calls": len(parsed.errors),
+            "incomplete_tool_calls": int(parsed.incomplete), "tool_errors": 0}
+    parts = []
+    limit = self.config.max_calls_per_turn
+    for i, call in enumerate(parsed.calls):
+      if i >= limit:
+        parts.append(f"<error>only the first {limit} tool calls of a turn are run; "
+                     f"{len(parsed.calls) - limit} more were skipped.</error>")
+        break
+      if self._done:
+        parts.append(f"<error>{len(parsed.calls) - i} tool call(s) after finish were not run.</error>")
+        break
+      step["tool_calls"] += 1
+      ok, text = self._execute(call)
+      if not ok:
+        step["tool_errors"] += 1
+      tag = "result" if ok else "error"
+      parts.append(f'<{tag} tool="{call.name.value}">\n{clip(text, self.config.max_observation_bytes)}\n</{tag}>')
+    for error in parsed.errors:
+      parts.append(f"<error>malformed tool call, not run: {error}</error>")
+    if not parts:
+      parts.append("<error>no tool call found; write a <tool> block (see the format above) or finish.</error>")
+    for key, value in step.items():
+      self._totals[key] += value
+    if not self._done:
+      if self._turn >= self.config.max_turns:
+        self._done, self._done_reason = True, "turn_budget"
+      elif self._tokens >= self.config.max_tokens:
+        self._done, self._done_reason = True, "token_budget"
+    footer = (f"[turn {self._turn} of {self.config.max_turns}; about {self._tokens} of {self.config.max_tokens} "
+              f"tokens used{'; episode over: ' + self._done_reason if self._done else ''}]")
+    observation = clip("\n".join(parts), self.config.max_observation_bytes) + "\n" + footer
+    return StepResult(observation, self._done, self._info(step))
+
+  def reward(self) -> dict[str, float]:
+    """The reward terms of the episode: `grading.grade` on the workdir's files (hidden tests added in a fresh
+    sandbox) plus "malformed_tool_calls", "incomplete_tool_calls" and "turns". Meant for after done (then cached);
+    before that it grades the repository as it stands."""
+    if self._task is None:
+      raise RuntimeError("Call reset(task) before reward().")
+    if self._reward is not None:
+      return dict(self._reward)
+    if self._sandbox is None:
+      raise RuntimeError("The episode's sandbox is closed; call reward() before close().")
+    terms = {k: float(v) for k, v in grading.grade(self._task, self._sandbox.files(),
+                                                    sandbox_factory=self._sandbox_factory,
+                                                    limits=self.config.grading_limits).items()}
+    terms["malformed_tool_calls"] = float(self._totals["malformed_tool_calls"])
+    terms["incomplete_tool_calls"] = float(self._totals["incomplete_tool_calls"])
+    terms["turns"] = float(self._turn)
+    if self._done:
+      self._reward = terms
+    return dict(terms)
+
+  def close(self) -> None:
+    """Deletes the episode's sandbox. Idempotent; safe before reset."""
+    if self._sandbox is not None:
+      self._sandbox.close()
+      self._sandbox = None
+
+  def __enter__(self) -> CodingEnv:
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()
+
+  @property
+  def done(self) -> bool:
+    return self._task is not None and self._done
+
+  def _info(self, step: dict) -> dict:
+    info = {"turn": self._turn, "tokens": self._tokens, "done_reason": self._done_reason}
+    info.update({f"step_{k}": step.get(k, 0) for k in self._totals})
+    info.update(self._totals)
+    return info
+
+  # -- tools ------------------------------------------------------------------------------------------------------
+
+  def _execute(self, call: ToolCall) -> tuple[bool, str]:
+    """(ok, text) of one call; the model's mistakes come back as (False, one sentence)."""
+    try:
+      return getattr(self, f"_tool_{call.name.value}")(**call.args)
+    except SandboxUnavailable:
+      raise  # the host lost bubblewrap: not the model's doing, and not safe to go on
+    except OSError as e:  # the message names the host path; the model gets the relative one
+      return False, f"{call.args.get('path', '')}: {e.strerror or type(e).__name__}."
+    except ValueError as e:  # bad paths (SandboxPathError too): the sentence speaks for itself
+      return False, str(e)
+    except Exception as e:  # pylint: disable=broad-except  (anything else is the model's error to read)
+      return False, f"{type(e).__name__}: {e}"
+
+  def _tool_read_file(self, path: str) -> tuple[bool, str]:
+    return True, self._sandbox.read_file(_workdir_path(path))
+
+  def _tool_write_file(self, path: str, content: str) -> tuple[bool, str]:
+    path = _workdir_path(path)
+    self._sandbox.write_file(path, content)
+    return True, f"wrote {path} ({len(content.splitlines())} lines)."
+
+  def _tool_edit(self, path: str, search: str, replace: str) -> tuple[bool, str]:
+    path = _workdir_path(path)
+    text = self._sandbox.read_file(path)
+    first = text.find(search)
+    if first < 0:
+      return False, f"the search text is not in {path}; read the file and copy the lines exactly."
+    if text.find(search, first + 1) >= 0:
+      return False, (f"the search text occurs {max(2, text.count(search))} times in {path}; "
+                     "add surrounding lines so that it is unique.")
+    self._sandbox.write_file(path, text[:first] + replace + text[first + len(search):])
+    line = text.count("\n", 0, first) + 1
+    return True, f"edited {path} at line {line} (-{len(search.splitlines())} +{len(replace.splitlines())} lines)."
+
+  def _tool_run(self, command: str) -> tuple[bool, str]:
+    result = self._sandbox.run(command)
+    status = (f"timed out after {result.wall_s:.1f} s" if result.timed_out else f"exit code {result.exit_code}")
+    parts = [status + (" (output truncated)" if result.truncated else "")]
+    if result.stdout:
+      parts.append(f"--- stdout ---\n{result.stdout.rstrip()}")
+    if result.stderr:
+      parts.append(f"--- stderr ---\n{result.stderr.rstrip()}")
+    # A failing command is a result the model reads, not a tool error.
+    return True, "\n".join(parts)
+
+  def _tool_grep(self, pattern: str, path: str = ".") -> tuple[bool, str]:
+    args = {"pattern": pattern, "path": _workdir_path(path), "max": self.config.max_grep_matches}
+    result = self._sandbox.run(f"python3 -c {shlex.quote(_GREP_SCRIPT)}", stdin=json.dumps(args))
+    if result.timed_out:
+      return False, f"grep timed out after {result.wall_s:.1f} s; simplify the pattern."
+    if result.exit_code == 1:
+      return True, "no matches."
+    if result.exit_code != 0:
+      return False, (result.stdout.strip() or result.stderr.strip()[-500:] or f"grep failed ({result.exit_code}).")
+    return True, result.stdout.rstrip()
+
+  def _tool_finish(self) -> tuple[bool, str]:
+    self._done, self._done_reason = True, "finish"
+    return True, "finished."
