@@ -10,6 +10,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["c2jax*", "pallas_kernels*", "configs*"]),
+    # The realistic coding suite's task directories (repo/, hidden_tests/, solution/ trees) are data, not packages.
+    package_data={"c2jax.envs.suites.realistic": ["tasks/**/*"]},
     install_requires=[
         # jax 0.10.x (Python 3.11 CPU here) through 0.11+ (Python 3.12 + CUDA on GPU hosts).
         "jax>=0.10.0,<0.13",
@@ -25,6 +27,7 @@ setup(
         "ml-dtypes>=0.5.0",
         "tqdm>=4.66",
         "tensorboardX>=2.6",
+        "matplotlib>=3.7",  # evaluation and training plots (PNG)
     ],
     extras_require={
         # Test-only: HF transformers + CPU PyTorch for parity checks (2.13.0 has a CPU build on the CI disk).

@@ -1,0 +1,315 @@
+"""Coding tasks: a repository to start from, a short prompt, hidden tests that judge, and a reference solution.
+
+The coding environment (report section 4: environments that mimic real software work) hands the model a
+`CodingTask`: the prompt and the starting files. The hidden tests are added only at grading (c2jax/envs/grading.py)
+and never shown; the reference solution proves the task solvable and measures over-editing.
+
+On disk a task is a directory:
+
+  <task_dir>/
+    task.json        {"format": 1, "task_id", "prompt", "category", "difficulty", "metadata", "test_command",
+                      "solution_deletes"}
+    repo/            the starting repository, one file per path
+    hidden_tests/    an overlay on the repository root written at grading: hidden_tests/hidden_tests/test_x.py
+                     becomes hidden_tests/test_x.py in the graded repository
+    solution/        (optional) the reference solution's changed or added files, full new contents, same overlay
+
+`save_task` / `load_task` write and read that layout, `save_tar` / `load_tar` the same tree as a .tar.gz (one
+top-level directory named after the task), and `to_record` / `from_record` a JSON-able dict (one task per line in a
+JSONL file). All of them round-trip exactly, and each error names the missing or bad piece in one sentence.
+
+Suites are registered by name in `CODING_SUITES` (c2jax/envs/suites/ registers "tiny_functions" and "realistic"):
+
+  suite = CODING_SUITES.get("realistic")
+  tasks = suite.tasks("heldout")          # list[CodingTask]; splits "train" and "heldout"; size(split) counts them
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import io
+import json
+import os
+import pathlib
+import posixpath
+import tarfile
+from typing import Mapping, Protocol
+
+from c2jax.registry import Registry
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "heldout")
+# Hidden tests live in this repository directory by convention, so the default command finds them and nothing else.
+HIDDEN_TESTS_DIR = "hidden_tests"
+# -I: the repository's directory is not on sys.path while the runner starts, so a submitted `unittest.py` or
+# `sitecustomize.py` cannot replace the judge; `-t .` then puts the repository root on the path for the tests.
+DEFAULT_TEST_COMMAND = f"python3 -I -m unittest discover -s {HIDDEN_TESTS_DIR} -t . -v"
+
+_TASK_JSON = "task.json"
+_REPO, _HIDDEN, _SOLUTION = "repo", "hidden_tests", "solution"
+
+
+class Category(enum.Enum):
+  """What kind of work a task asks for (CursorBench-style categories)."""
+
+  FEATURE = "feature"
+  DEBUGGING = "debugging"
+  REFACTOR = "refactor"
+  TESTS = "tests"
+  DOCS = "docs"
+  PERFORMANCE = "performance"
+
+
+class TaskFormatError(ValueError):
+  """A task (directory, tar, record or object) is malformed; the message names the piece."""
+
+
+def check_path(path: str) -> str:
+  """A repository path must be relative POSIX, normalized, without '..' or empty parts; returns it."""
+  if not isinstance(path, str) or not path:
+    raise TaskFormatError(f"A repository path must be a non-empty string, got {path!r}.")
+  if path.startswith("/") or "\\" in path or posixpath.normpath(path) != path or path.split("/")[0] == "..":
+    raise TaskFormatError(f"Repository path {path!r} must be relative, normalized and inside the repository.")
+  return path
+
+
+def _check_files(what: str, files: Mapping[str, str]) -> dict[str, str]:
+  out = {}
+  for path, content in files.items():
+    check_path(path)
+    if not isinstance(content, str):
+      raise TaskFormatError(f"{what} file {path!r} must hold text (str), got {type(content).__name__}.")
+    out[path] = content
+  return dict(sorted(out.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class CodingTask:
+  """One coding task.
+
+  Attributes:
+    task_id: unique within its suite; names the group in the rollout buffer and the row in eval reports.
+    prompt: the short request the model sees (CursorBench style: a sentence or two).
+    files: the starting repository, path -> text.
+    hidden_tests: files written over the submission at grading, path -> text; never shown to the model.
+    test_command: the shell command (cwd = repository root) that runs the hidden tests and prints unittest's
+      summary ("Ran N tests" then "OK" / "FAILED (...)"), which grading parses.
+    solution: the reference solution's changed or added files, path -> full new content (never ""; a deletion
+      goes in `solution_deletes`), or None for a task without one.
+    solution_deletes: paths the reference solution deletes.
+    category: the kind of work.
+    difficulty: 1 (one small step) .. 3 (several coordinated steps).
+    metadata: free-form string pairs (e.g. the suite, the generator family).
+  """
+
+  task_id: str
+  prompt: str
+  files: Mapping[str, str]
+  hidden_tests: Mapping[str, str]
+  test_command: str = DEFAULT_TEST_COMMAND
+  solution: Mapping[str, str] | None = None
+  solution_deletes: tuple[str, ...] = ()
+  category: Category = Category.FEATURE
+  difficulty: int = 1
+  metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if not isinstance(self.task_id, str) or not self.task_id or ".." in self.task_id.split("/"):
+      raise TaskFormatError(f"Task id {self.task_id!r} must be non-empty and free of '..'.")
+    if not isinstance(self.category, Category):
+      raise TaskFormatError(f"Task {self.task_id}: category must be a Category, got {self.category!r}.")
+    if self.difficulty not in (1, 2, 3):
+      raise TaskFormatError(f"Task {self.task_id}: difficulty must be 1, 2 or 3, got {self.difficulty!r}.")
+    if not self.hidden_tests:
+      raise TaskFormatError(f"Task {self.task_id} has no hidden tests; the hidden tests are its only judge.")
+    object.__setattr__(self, "files", _check_files(f"Task {self.task_id}: repository", self.files))
+    object.__setattr__(self, "hidden_tests", _check_files(f"Task {self.task_id}: hidden test", self.hidden_tests))
+    if self.solution is not None:
+      solution = _check_files(f"Task {self.task_id}: solution", self.solution)
+      empty = [p for p, c in solution.items() if c == ""]
+      if empty:
+        raise TaskFormatError(f"Task {self.task_id}: solution file {empty[0]!r} is empty; list deletions in "
+                              "solution_deletes instead.")
+      object.__setattr__(self, "solution", solution)
+    deletes = tuple(sorted(check_path(p) for p in self.solution_deletes))
+    missing = [p for p in deletes if p not in self.files]
+    if missing:
+      raise TaskFormatError(f"Task {self.task_id}: solution deletes {missing[0]!r}, which the repository lacks.")
+    object.__setattr__(self, "solution_deletes", deletes)
+    object.__setattr__(self, "metadata", {str(k): str(v) for k, v in sorted(self.metadata.items())})
+
+  def solved_files(self) -> dict[str, str]:
+    """The repository after the reference solution (raises when the task has none)."""
+    if self.solution is None:
+      raise TaskFormatError(f"Task {self.task_id} has no reference solution.")
+    files = {p: c for p, c in self.files.items() if p not in self.solution_deletes}
+    files.update(self.solution)
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------- records
+
+
+def to_record(task: CodingTask) -> dict:
+  """A JSON-able dict holding the whole task."""
+  return {
+      "format": FORMAT_VERSION,
+      "task_id": task.task_id,
+      "prompt": task.prompt,
+      "category": task.category.value,
+      "difficulty": task.difficulty,
+      "metadata": dict(task.metadata),
+      "test_command": task.test_command,
+      "files": dict(task.files),
+      "hidden_tests": dict(task.hidden_tests),
+      "solution": None if task.solution is None else dict(task.solution),
+      "solution_deletes": list(task.solution_deletes),
+  }
+
+
+def _header(record: Mapping, where: str) -> dict:
+  """The fields of task.json (everything but file trees), checked."""
+  if not isinstance(record, Mapping):
+    raise TaskFormatError(f"{where} must be a JSON object.")
+  if record.get("format", FORMAT_VERSION) != FORMAT_VERSION:
+    raise TaskFormatError(f"{where} has format {record.get('format')!r}; this code reads format {FORMAT_VERSION}.")
+  for key in ("task_id", "prompt", "category"):
+    if key not in record:
+      raise TaskFormatError(f"{where} lacks the field {key!r}.")
+  try:
+    category = Category(record["category"])
+  except ValueError:
+    raise TaskFormatError(f"{where} has unknown category {record['category']!r}; known: "
+                          f"{', '.join(c.value for c in Category)}.") from None
+  return dict(task_id=record["task_id"], prompt=record["prompt"], category=category,
+              difficulty=int(record.get("difficulty", 1)), metadata=dict(record.get("metadata", {})),
+              test_command=record.get("test_command", DEFAULT_TEST_COMMAND),
+              solution_deletes=tuple(record.get("solution_deletes", ())))
+
+
+def from_record(record: Mapping) -> CodingTask:
+  """The inverse of `to_record`."""
+  header = _header(record, "The task record")
+  if "files" not in record or "hidden_tests" not in record:
+    raise TaskFormatError(f"Task record {header['task_id']!r} lacks its "
+                          f"{'files' if 'files' not in record else 'hidden_tests'}.")
+  return CodingTask(files=record["files"], hidden_tests=record["hidden_tests"], solution=record.get("solution"),
+                    **header)
+
+
+# ---------------------------------------------------------------------------------------------------- trees
+
+
+def _tree(task: CodingTask) -> dict[str, str]:
+  """The task's on-disk layout as one mapping: relative path in the task directory -> text."""
+  header = {k: v for k, v in to_record(task).items() if k not in ("files", "hidden_tests", "solution")}
+  tree = {_TASK_JSON: json.dumps(header, indent=1, sort_keys=True) + "\n"}
+  tree.update({f"{_REPO}/{p}": c for p, c in task.files.items()})
+  tree.update({f"{_HIDDEN}/{p}": c for p, c in task.hidden_tests.items()})
+  tree.update({f"{_SOLUTION}/{p}": c for p, c in (task.solution or {}).items()})
+  return tree
+
+
+def _from_tree(tree: Mapping[str, str], where: str) -> CodingTask:
+  if _TASK_JSON not in tree:
+    raise TaskFormatError(f"{where} has no {_TASK_JSON}.")
+  try:
+    header = _header(json.loads(tree[_TASK_JSON]), f"{where}/{_TASK_JSON}")
+  except json.JSONDecodeError as e:
+    raise TaskFormatError(f"{where}/{_TASK_JSON} is not valid JSON ({e}).") from None
+
+  def sub(prefix: str) -> dict[str, str]:
+    return {p[len(prefix) + 1:]: c for p, c in tree.items() if p.startswith(prefix + "/")}
+
+  files, hidden, solution = sub(_REPO), sub(_HIDDEN), sub(_SOLUTION)
+  if not files:
+    raise TaskFormatError(f"{where} has no {_REPO}/ directory (the starting repository).")
+  if not hidden:
+    raise TaskFormatError(f"{where} has no {_HIDDEN}/ directory (the hidden tests).")
+  return CodingTask(files=files, hidden_tests=hidden, solution=solution or None, **header)
+
+
+def save_task(task: CodingTask, directory: str | os.PathLike) -> pathlib.Path:
+  """Writes the task's directory (created; must not already hold a task); returns its path."""
+  root = pathlib.Path(directory)
+  if (root / _TASK_JSON).exists():
+    raise FileExistsError(f"{root} already holds a task; remove it first or pick another directory.")
+  for rel, content in _tree(task).items():
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+  return root
+
+
+def load_task(directory: str | os.PathLike) -> CodingTask:
+  """Reads a task directory written by `save_task` (or by hand in the same layout)."""
+  root = pathlib.Path(directory)
+  if not root.is_dir():
+    raise TaskFormatError(f"Task directory {root} does not exist.")
+  tree = {}
+  for path in sorted(root.rglob("*")):
+    if "__pycache__" in path.parts or path.suffix == ".pyc":
+      continue  # bytecode left by running a task's tests in place is not part of the task
+    if path.is_symlink():
+      raise TaskFormatError(f"Task directory {root} holds a symlink ({path.relative_to(root)}); tasks hold files.")
+    if path.is_file():
+      tree[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
+  return _from_tree(tree, str(root))
+
+
+def save_tar(task: CodingTask, path: str | os.PathLike) -> pathlib.Path:
+  """Writes the task's directory layout into a .tar.gz under one top-level directory named by the task id."""
+  top = task.task_id.replace("/", "__")
+  path = pathlib.Path(path)
+  with tarfile.open(path, "w:gz") as tar:
+    for rel, content in sorted(_tree(task).items()):
+      data = content.encode("utf-8")
+      info = tarfile.TarInfo(f"{top}/{rel}")
+      info.size, info.mode, info.mtime = len(data), 0o644, 0  # mtime 0: the same task gives the same bytes
+      tar.addfile(info, io.BytesIO(data))
+  return path
+
+
+def load_tar(path: str | os.PathLike) -> CodingTask:
+  """Reads a .tar.gz written by `save_tar`, in memory (nothing is extracted; links and odd members refused)."""
+  tree, tops = {}, set()
+  with tarfile.open(path, "r:*") as tar:
+    for member in tar.getmembers():
+      if member.isdir():
+        continue
+      if not member.isfile():
+        raise TaskFormatError(f"Task archive {path} holds {member.name!r}, which is not a plain file.")
+      top, _, rel = member.name.partition("/")
+      if not rel:
+        raise TaskFormatError(f"Task archive {path} holds {member.name!r} outside a top-level task directory.")
+      check_path(rel)
+      tops.add(top)
+      tree[rel] = tar.extractfile(member).read().decode("utf-8")
+  if len(tops) != 1:
+    raise TaskFormatError(f"Task archive {path} must hold exactly one task directory, found {len(tops)}.")
+  return _from_tree(tree, f"{path}:{tops.pop()}")
+
+
+# ---------------------------------------------------------------------------------------------------- suites
+
+
+class CodingSuite(Protocol):
+  """A named set of coding tasks with train and held-out splits."""
+
+  name: str
+
+  def tasks(self, split: str) -> list[CodingTask]:
+    """All tasks of `split` ("train" or "heldout"; a suite without a train split returns [] for it)."""
+
+  def size(self, split: str) -> int:
+    """len(tasks(split)), without building them where the suite can."""
+
+
+def check_split(split: str) -> None:
+  if split not in SPLITS:
+    raise ValueError(f"Unknown split {split!r}; use one of {', '.join(SPLITS)}.")
+
+
+# Holds suite objects (not factories): `CODING_SUITES.get(name).tasks(split)`.
+CODING_SUITES: Registry = Registry("coding task suite")

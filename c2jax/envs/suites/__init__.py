@@ -1,0 +1,4 @@
+"""Coding task suites, registered in `c2jax.envs.coding_tasks.CODING_SUITES` on import."""
+
+from c2jax.envs.suites import procedural  # noqa: F401  (registers "tiny_functions")
+from c2jax.envs.suites import realistic  # noqa: F401  (registers "realistic")

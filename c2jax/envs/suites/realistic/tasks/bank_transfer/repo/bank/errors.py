@@ -1,0 +1,2 @@
+class InsufficientFunds(Exception):
+    pass

@@ -1,0 +1,1 @@
+"""A tiny shop: items, carts and discounts."""

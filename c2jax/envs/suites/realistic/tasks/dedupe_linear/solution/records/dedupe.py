@@ -1,0 +1,9 @@
+def dedupe(items):
+    """The items without repeats, keeping the first occurrence of each (items must be hashable)."""
+    seen = set()
+    out = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out

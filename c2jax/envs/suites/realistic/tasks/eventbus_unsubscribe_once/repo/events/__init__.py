@@ -1,0 +1,3 @@
+from events.bus import EventBus
+
+__all__ = ["EventBus"]

@@ -1,0 +1,3 @@
+from linalg.matrix import Matrix
+
+__all__ = ["Matrix"]

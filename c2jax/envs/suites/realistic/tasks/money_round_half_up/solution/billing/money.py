@@ -1,0 +1,12 @@
+from decimal import ROUND_HALF_UP, Decimal
+
+
+def to_cents(amount):
+    """An amount of currency given as a decimal string ("12.34") in integer cents, rounded half up."""
+    return int((Decimal(amount) * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def format_cents(cents):
+    sign = "-" if cents < 0 else ""
+    cents = abs(cents)
+    return f"{sign}{cents // 100}.{cents % 100:02d}"

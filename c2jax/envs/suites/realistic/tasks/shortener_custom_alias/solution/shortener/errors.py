@@ -1,0 +1,2 @@
+class AliasTakenError(Exception):
+    """The requested alias already names another URL."""

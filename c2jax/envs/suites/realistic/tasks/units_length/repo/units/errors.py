@@ -1,0 +1,6 @@
+class UnknownUnit(KeyError):
+    pass
+
+
+class IncompatibleUnits(ValueError):
+    pass

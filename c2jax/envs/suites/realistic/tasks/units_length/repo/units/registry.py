@@ -1,0 +1,7 @@
+# unit -> (dimension, size in the dimension's base unit)
+UNITS = {
+    "g": ("mass", 1.0),
+    "kg": ("mass", 1000.0),
+    "lb": ("mass", 453.59237),
+    "oz": ("mass", 28.349523125),
+}

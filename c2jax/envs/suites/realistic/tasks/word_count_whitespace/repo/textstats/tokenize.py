@@ -1,0 +1,10 @@
+PUNCTUATION = ".,;:!?\"'()"
+
+
+def words(text):
+    """The words of `text`, lower-cased, with surrounding punctuation removed."""
+    out = []
+    for raw in text.split(" "):
+        word = raw.strip(PUNCTUATION).lower()
+        out.append(word)
+    return out
