@@ -7,11 +7,12 @@ and never shown; the reference solution proves the task solvable and measures ov
 On disk a task is a directory:
 
   <task_dir>/
-    task.json        {"format": 1, "task_id", "prompt", "category", "difficulty", "metadata", "test_command",
+    task.json        {"format": 1, "task_id", "prompt", "category", "difficulty", "metadata", "expected_tests",
                       "solution_deletes"}
     repo/            the starting repository, one file per path
     hidden_tests/    an overlay on the repository root written at grading: hidden_tests/hidden_tests/test_x.py
-                     becomes hidden_tests/test_x.py in the graded repository
+                     becomes hidden_tests/test_x.py in the graded repository; its test*.py files are the modules
+                     the judge (c2jax/envs/judge.py) runs, the rest support them
     solution/        (optional) the reference solution's changed or added files, full new contents, same overlay
 
 `save_task` / `load_task` write and read that layout, `save_tar` / `load_tar` the same tree as a .tar.gz (one
@@ -40,11 +41,11 @@ from c2jax.registry import Registry
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "heldout")
-# Hidden tests live in this repository directory by convention, so the default command finds them and nothing else.
+# Hidden tests live in this repository directory by convention: grading drops whatever a submission puts there.
 HIDDEN_TESTS_DIR = "hidden_tests"
-# -I: the repository's directory is not on sys.path while the runner starts, so a submitted `unittest.py` or
-# `sitecustomize.py` cannot replace the judge; `-t .` then puts the repository root on the path for the tests.
-DEFAULT_TEST_COMMAND = f"python3 -I -m unittest discover -s {HIDDEN_TESTS_DIR} -t . -v"
+# Records written before the judge ran the hidden tests carry this command; it is what the judge does, so reading
+# one is fine. Any other command is refused: grading would not honour it.
+_LEGACY_TEST_COMMAND = f"python3 -I -m unittest discover -s {HIDDEN_TESTS_DIR} -t . -v"
 
 _TASK_JSON = "task.json"
 _REPO, _HIDDEN, _SOLUTION = "repo", "hidden_tests", "solution"
@@ -69,7 +70,8 @@ def check_path(path: str) -> str:
   """A repository path must be relative POSIX, normalized, without '..' or empty parts; returns it."""
   if not isinstance(path, str) or not path:
     raise TaskFormatError(f"A repository path must be a non-empty string, got {path!r}.")
-  if path.startswith("/") or "\\" in path or posixpath.normpath(path) != path or path.split("/")[0] == "..":
+  if (path.startswith("/") or "\\" in path or posixpath.normpath(path) != path or path.split("/")[0] == ".."
+      or path == "."):
     raise TaskFormatError(f"Repository path {path!r} must be relative, normalized and inside the repository.")
   return path
 
@@ -84,6 +86,10 @@ def _check_files(what: str, files: Mapping[str, str]) -> dict[str, str]:
   return dict(sorted(out.items()))
 
 
+def _is_int(value: object) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclasses.dataclass(frozen=True)
 class CodingTask:
   """One coding task.
@@ -92,9 +98,10 @@ class CodingTask:
     task_id: unique within its suite; names the group in the rollout buffer and the row in eval reports.
     prompt: the short request the model sees (CursorBench style: a sentence or two).
     files: the starting repository, path -> text.
-    hidden_tests: files written over the submission at grading, path -> text; never shown to the model.
-    test_command: the shell command (cwd = repository root) that runs the hidden tests and prints unittest's
-      summary ("Ran N tests" then "OK" / "FAILED (...)"), which grading parses.
+    hidden_tests: files written over the submission at grading, path -> text; never shown to the model. Its
+      test*.py files are the unittest modules the judge runs (at least one).
+    expected_tests: how many tests the hidden tests hold (what the reference solution runs); a grading run that
+      counts another number scores 0. None: unknown, then any number above zero is accepted.
     solution: the reference solution's changed or added files, path -> full new content (never ""; a deletion
       goes in `solution_deletes`), or None for a task without one.
     solution_deletes: paths the reference solution deletes.
@@ -107,7 +114,7 @@ class CodingTask:
   prompt: str
   files: Mapping[str, str]
   hidden_tests: Mapping[str, str]
-  test_command: str = DEFAULT_TEST_COMMAND
+  expected_tests: int | None = None
   solution: Mapping[str, str] | None = None
   solution_deletes: tuple[str, ...] = ()
   category: Category = Category.FEATURE
@@ -119,12 +126,18 @@ class CodingTask:
       raise TaskFormatError(f"Task id {self.task_id!r} must be non-empty and free of '..'.")
     if not isinstance(self.category, Category):
       raise TaskFormatError(f"Task {self.task_id}: category must be a Category, got {self.category!r}.")
-    if self.difficulty not in (1, 2, 3):
+    if not _is_int(self.difficulty) or self.difficulty not in (1, 2, 3):
       raise TaskFormatError(f"Task {self.task_id}: difficulty must be 1, 2 or 3, got {self.difficulty!r}.")
     if not self.hidden_tests:
       raise TaskFormatError(f"Task {self.task_id} has no hidden tests; the hidden tests are its only judge.")
     object.__setattr__(self, "files", _check_files(f"Task {self.task_id}: repository", self.files))
     object.__setattr__(self, "hidden_tests", _check_files(f"Task {self.task_id}: hidden test", self.hidden_tests))
+    if not any(posixpath.basename(p).startswith("test") and p.endswith(".py") for p in self.hidden_tests):
+      raise TaskFormatError(f"Task {self.task_id}: no hidden test module; the judge runs the hidden files named "
+                            "test*.py.")
+    if self.expected_tests is not None and (not _is_int(self.expected_tests) or self.expected_tests < 1):
+      raise TaskFormatError(f"Task {self.task_id}: expected_tests must be a positive int or None, got "
+                            f"{self.expected_tests!r}.")
     if self.solution is not None:
       solution = _check_files(f"Task {self.task_id}: solution", self.solution)
       empty = [p for p, c in solution.items() if c == ""]
@@ -160,7 +173,7 @@ def to_record(task: CodingTask) -> dict:
       "category": task.category.value,
       "difficulty": task.difficulty,
       "metadata": dict(task.metadata),
-      "test_command": task.test_command,
+      "expected_tests": task.expected_tests,
       "files": dict(task.files),
       "hidden_tests": dict(task.hidden_tests),
       "solution": None if task.solution is None else dict(task.solution),
@@ -182,9 +195,17 @@ def _header(record: Mapping, where: str) -> dict:
   except ValueError:
     raise TaskFormatError(f"{where} has unknown category {record['category']!r}; known: "
                           f"{', '.join(c.value for c in Category)}.") from None
+  command = record.get("test_command", _LEGACY_TEST_COMMAND)
+  if command != _LEGACY_TEST_COMMAND:
+    raise TaskFormatError(f"{where} has test_command {command!r}; hidden tests always run through the judge "
+                          "(c2jax/envs/judge.py): drop the field.")
+  if not isinstance(record.get("metadata", {}), Mapping):
+    raise TaskFormatError(f"{where} field 'metadata' must be a JSON object.")
+  if not isinstance(record.get("solution_deletes", []), (list, tuple)):
+    raise TaskFormatError(f"{where} field 'solution_deletes' must be a JSON list.")
   return dict(task_id=record["task_id"], prompt=record["prompt"], category=category,
-              difficulty=int(record.get("difficulty", 1)), metadata=dict(record.get("metadata", {})),
-              test_command=record.get("test_command", DEFAULT_TEST_COMMAND),
+              difficulty=record.get("difficulty", 1), metadata=dict(record.get("metadata", {})),
+              expected_tests=record.get("expected_tests"),
               solution_deletes=tuple(record.get("solution_deletes", ())))
 
 
@@ -194,6 +215,9 @@ def from_record(record: Mapping) -> CodingTask:
   if "files" not in record or "hidden_tests" not in record:
     raise TaskFormatError(f"Task record {header['task_id']!r} lacks its "
                           f"{'files' if 'files' not in record else 'hidden_tests'}.")
+  for key in ("files", "hidden_tests", "solution"):
+    if not isinstance(record.get(key, {}), Mapping) and not (key == "solution" and record[key] is None):
+      raise TaskFormatError(f"Task record {header['task_id']!r}: {key!r} must map paths to texts.")
   return CodingTask(files=record["files"], hidden_tests=record["hidden_tests"], solution=record.get("solution"),
                     **header)
 

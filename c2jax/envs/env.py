@@ -20,10 +20,17 @@ Budgets: `max_turns` steps, and `max_tokens` over all model text of the episode 
 given). The turn that crosses a budget still runs its calls (the text exists; the sampler already cut it, and a
 call it cut is reported as incomplete); then the episode ends.
 
+Host resources: the tools' wall-clock time over the whole episode is bounded by `max_tool_s` (each command's
+timeout is cut to what is left; when none is left the turn's remaining calls do not run and the episode ends,
+"time_budget"), and the workdir (a directory in the host's temp dir) by `max_workdir_bytes` and
+`max_workdir_entries`, measured after every call that can write: past either the episode ends ("workdir_limit")
+and scores 0 without grading, since grading would read the whole repository into host memory.
+
 Tools run against a `Sandbox` holding a fresh copy of the task's starting files (hidden tests are never in it):
 read_file, write_file and edit work on the workdir from the host side (the sandbox confines paths to it); run is a
 shell command in the container; grep is a Python regex over the workdir's text files, evaluated inside the
-container too, so a pathological pattern meets the sandbox's timeout instead of stalling the host.
+container too, so a pathological pattern meets the sandbox's timeout instead of stalling the host (its interpreter
+runs isolated, `python3 -I`, so that a repository's own json.py or re.py cannot stand in for the standard library).
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ import dataclasses
 import json
 import posixpath
 import shlex
+import time
 from typing import Callable
 
 from c2jax.envs import grading
 from c2jax.envs import protocol
 from c2jax.envs.coding_tasks import CodingTask
-from c2jax.envs.protocol import ToolCall
+from c2jax.envs.protocol import ToolCall, ToolName
 from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 
 
@@ -51,6 +59,10 @@ class EnvConfig:
     max_observation_bytes: each tool result, and each whole observation, is clipped to this (head and tail kept).
     max_calls_per_turn: calls of one turn beyond this are not run (reported in the observation).
     max_grep_matches: grep lists at most this many matching lines.
+    max_tool_s: wall-clock seconds all tool calls of the episode may take together (without it an episode could
+      hold a worker for max_turns x max_calls_per_turn x limits.wall_s).
+    max_workdir_bytes: bytes of regular files the workdir may hold after a call.
+    max_workdir_entries: files, directories and links the workdir may hold after a call.
     limits: the sandbox limits of every tool call.
     grading_limits: the judge's sandbox limits; grading's defaults when None.
   """
@@ -60,6 +72,9 @@ class EnvConfig:
   max_observation_bytes: int = 8192
   max_calls_per_turn: int = 32
   max_grep_matches: int = 100
+  max_tool_s: float = 300.0
+  max_workdir_bytes: int = 32 << 20
+  max_workdir_entries: int = 10000
   limits: SandboxLimits = dataclasses.field(default_factory=SandboxLimits)
   grading_limits: SandboxLimits | None = None
 
@@ -100,18 +115,24 @@ def _workdir_path(path: str) -> str:
   return posixpath.normpath(path) if path else "."
 
 
-# Runs inside the sandbox (python3 there): argument JSON on stdin, "path:line:text" lines on stdout.
+# Exit statuses of the grep script: a user error (message on stdout), and no match. Python's own crash exits 1, so
+# neither may be 1: a crash must read as a failure, not as "no matches".
+_GREP_USAGE_ERROR = 2
+_GREP_NO_MATCH = 3
+
+# Runs inside the sandbox (python3 -I there): argument JSON on stdin, "path:line:text" lines on stdout. Only regular
+# files are read: a FIFO in the repository would block the read until the call's timeout.
 _GREP_SCRIPT = r"""
 import json, os, re, sys
 a = json.load(sys.stdin)
 try:
   rx = re.compile(a["pattern"])
 except re.error as e:
-  print(f"bad regex {a['pattern']!r}: {e}"); sys.exit(2)
+  print(f"bad regex {a['pattern']!r}: {e}"); sys.exit(%(usage)d)
 root = a["path"]
 if os.path.islink(root) or not os.path.exists(root):
-  print(f"{root!r} does not exist in the repository."); sys.exit(2)
-if os.path.isfile(root):
+  print(f"{root!r} does not exist in the repository."); sys.exit(%(usage)d)
+if not os.path.isdir(root):
   paths = [root]
 else:
   paths = []
@@ -121,6 +142,8 @@ else:
               if not os.path.islink(os.path.join(d, x))]
 shown = total = 0
 for p in paths:
+  if not os.path.isfile(p):
+    continue
   try:
     text = open(p, "rb").read().decode()
   except (OSError, UnicodeDecodeError):
@@ -133,8 +156,12 @@ for p in paths:
         print(f"{p}:{i}:{line[:200]}")
 if total > shown:
   print(f"[... {total - shown} more matching lines]")
-sys.exit(0 if total else 1)
-"""
+sys.exit(0 if total else %(no_match)d)
+""" % {"usage": _GREP_USAGE_ERROR, "no_match": _GREP_NO_MATCH}
+
+
+# Tools that can grow the workdir; the others leave it as it is.
+_WRITING_TOOLS = frozenset({ToolName.WRITE_FILE, ToolName.EDIT, ToolName.RUN})
 
 
 class CodingEnv:
@@ -171,6 +198,7 @@ class CodingEnv:
     self._done_reason = ""
     self._turn = 0
     self._tokens = 0
+    self._tool_s = 0.0
     self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0}
     files = self._sandbox.list_files()
     listing = "\n".join(files[:200]) + (f"\n[... {len(files) - 200} more files]" if len(files) > 200 else "")
@@ -186,9 +214,9 @@ class CodingEnv:
 
     Returns:
       The observation (each call's result or error, parse errors, a budget line), done (finish called or a budget
-      spent), and info: "turn", "tokens", "done_reason" ("finish", "turn_budget", "token_budget" or ""), this step's
-      "step_tool_calls" / "step_malformed_tool_calls" / "step_incomplete_tool_calls" / "step_tool_errors", and the
-      episode totals under the same names without "step_".
+      spent), and info: "turn", "tokens", "tool_seconds", "done_reason" ("finish", "turn_budget", "token_budget",
+      "time_budget", "workdir_limit" or ""), this step's "step_tool_calls" / "step_malformed_tool_calls" /
+      "step_incomplete_tool_calls" / "step_tool_errors", and the episode totals under the same names without "step_".
     """
     if self._task is None:
       raise RuntimeError("Call reset(task) before step().")
@@ -209,14 +237,29 @@ class CodingEnv:
                      f"{len(parsed.calls) - limit} more were skipped.</error>")
         break
       if self._done:
-        parts.append(f"<error>{len(parsed.calls) - i} tool call(s) after finish were not run.</error>")
+        when = "finish" if self._done_reason == "finish" else f"the episode ended ({self._done_reason})"
+        parts.append(f"<error>{len(parsed.calls) - i} tool call(s) after {when} were not run.</error>")
+        break
+      if self._time_left() <= 0:
+        self._done, self._done_reason = True, "time_budget"
+        parts.append(f"<error>the episode's {self.config.max_tool_s:g} s of tool time are spent; "
+                     f"{len(parsed.calls) - i} tool call(s) were not run.</error>")
         break
       step["tool_calls"] += 1
-      ok, text = self._execute(call)
+      t0 = time.monotonic()
+      try:
+        ok, text = self._execute(call)
+      finally:
+        self._tool_s += time.monotonic() - t0
       if not ok:
         step["tool_errors"] += 1
       tag = "result" if ok else "error"
       parts.append(f'<{tag} tool="{call.name.value}">\n{clip(text, self.config.max_observation_bytes)}\n</{tag}>')
+      if call.name in _WRITING_TOOLS and self._workdir_over_limit():
+        self._done, self._done_reason = True, "workdir_limit"
+        parts.append(f"<error>the repository exceeds {self.config.max_workdir_bytes} bytes or "
+                     f"{self.config.max_workdir_entries} files and directories; the episode is over and scores "
+                     "0.</error>")
     for error in parsed.errors:
       parts.append(f"<error>malformed tool call, not run: {error}</error>")
     if not parts:
@@ -228,6 +271,8 @@ class CodingEnv:
         self._done, self._done_reason = True, "turn_budget"
       elif self._tokens >= self.config.max_tokens:
         self._done, self._done_reason = True, "token_budget"
+      elif self._time_left() <= 0:
+        self._done, self._done_reason = True, "time_budget"
     footer = (f"[turn {self._turn} of {self.config.max_turns}; about {self._tokens} of {self.config.max_tokens} "
               f"tokens used{'; episode over: ' + self._done_reason if self._done else ''}]")
     observation = clip("\n".join(parts), self.config.max_observation_bytes) + "\n" + footer
@@ -236,16 +281,20 @@ class CodingEnv:
   def reward(self) -> dict[str, float]:
     """The reward terms of the episode: `grading.grade` on the workdir's files (hidden tests added in a fresh
     sandbox) plus "malformed_tool_calls", "incomplete_tool_calls" and "turns". Meant for after done (then cached);
-    before that it grades the repository as it stands."""
+    before that it grades the repository as it stands. A workdir past its caps is not graded: "passed" and
+    "pass_fraction" are 0 and "workdir_limit" is 1."""
     if self._task is None:
       raise RuntimeError("Call reset(task) before reward().")
     if self._reward is not None:
       return dict(self._reward)
     if self._sandbox is None:
       raise RuntimeError("The episode's sandbox is closed; call reward() before close().")
-    terms = {k: float(v) for k, v in grading.grade(self._task, self._sandbox.files(),
-                                                    sandbox_factory=self._sandbox_factory,
-                                                    limits=self.config.grading_limits).items()}
+    if self._done_reason == "workdir_limit" or self._workdir_over_limit():
+      terms = {"passed": 0.0, "pass_fraction": 0.0, "tests_total": 0.0, "tests_passed": 0.0, "workdir_limit": 1.0}
+    else:
+      terms = {k: float(v) for k, v in grading.grade(self._task, self._sandbox.files(),
+                                                      sandbox_factory=self._sandbox_factory,
+                                                      limits=self.config.grading_limits).items()}
     terms["malformed_tool_calls"] = float(self._totals["malformed_tool_calls"])
     terms["incomplete_tool_calls"] = float(self._totals["incomplete_tool_calls"])
     terms["turns"] = float(self._turn)
@@ -270,10 +319,28 @@ class CodingEnv:
     return self._task is not None and self._done
 
   def _info(self, step: dict) -> dict:
-    info = {"turn": self._turn, "tokens": self._tokens, "done_reason": self._done_reason}
+    info = {"turn": self._turn, "tokens": self._tokens, "tool_seconds": round(self._tool_s, 3),
+            "done_reason": self._done_reason}
     info.update({f"step_{k}": step.get(k, 0) for k in self._totals})
     info.update(self._totals)
     return info
+
+  def _time_left(self) -> float:
+    return self.config.max_tool_s - self._tool_s
+
+  def _workdir_over_limit(self) -> bool:
+    """Whether the workdir holds more than the caps allow (counting stops just past a cap, so this stays cheap)."""
+    cfg = self.config
+    try:
+      size, entries = self._sandbox.usage(max_bytes=cfg.max_workdir_bytes, max_entries=cfg.max_workdir_entries)
+    except OSError:
+      return True  # a workdir the host cannot even measure is not one it will read
+    return size > cfg.max_workdir_bytes or entries > cfg.max_workdir_entries
+
+  def _run(self, command: str, stdin: str | None = None):
+    """A sandboxed command whose timeout is cut to the episode's remaining tool time."""
+    timeout = min(self.config.limits.wall_s, max(self._time_left(), 0.0))
+    return self._sandbox.run(command, timeout_s=timeout, stdin=stdin)
 
   # -- tools ------------------------------------------------------------------------------------------------------
 
@@ -312,7 +379,7 @@ class CodingEnv:
     return True, f"edited {path} at line {line} (-{len(search.splitlines())} +{len(replace.splitlines())} lines)."
 
   def _tool_run(self, command: str) -> tuple[bool, str]:
-    result = self._sandbox.run(command)
+    result = self._run(command)
     status = (f"timed out after {result.wall_s:.1f} s" if result.timed_out else f"exit code {result.exit_code}")
     parts = [status + (" (output truncated)" if result.truncated else "")]
     if result.stdout:
@@ -324,13 +391,15 @@ class CodingEnv:
 
   def _tool_grep(self, pattern: str, path: str = ".") -> tuple[bool, str]:
     args = {"pattern": pattern, "path": _workdir_path(path), "max": self.config.max_grep_matches}
-    result = self._sandbox.run(f"python3 -c {shlex.quote(_GREP_SCRIPT)}", stdin=json.dumps(args))
+    result = self._run(f"python3 -I -c {shlex.quote(_GREP_SCRIPT)}", stdin=json.dumps(args))
     if result.timed_out:
       return False, f"grep timed out after {result.wall_s:.1f} s; simplify the pattern."
-    if result.exit_code == 1:
+    if result.exit_code == _GREP_NO_MATCH:
       return True, "no matches."
+    if result.exit_code == _GREP_USAGE_ERROR and result.stdout.strip():
+      return False, result.stdout.strip()
     if result.exit_code != 0:
-      return False, (result.stdout.strip() or result.stderr.strip()[-500:] or f"grep failed ({result.exit_code}).")
+      return False, f"grep failed (exit code {result.exit_code}): {result.stderr.strip()[-500:] or 'no message'}"
     return True, result.stdout.rstrip()
 
   def _tool_finish(self) -> tuple[bool, str]:

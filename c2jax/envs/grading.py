@@ -3,35 +3,43 @@
   terms = grade(task, sandbox.files())
   terms["passed"], terms["pass_fraction"], terms["over_editing"], terms["lint_errors"]
 
-The outcome (report section 4: tests decide the reward) comes from the task's hidden tests, run by
-`task.test_command` in a fresh sandbox holding the submitted files with the hidden tests written over them:
+The outcome (report section 4: tests decide the reward) comes from the task's hidden tests, run by the judge
+(c2jax/envs/judge.py) in a fresh sandbox holding the submitted files with the hidden tests written over them:
 
-  * the hidden tests are written AFTER the submission, so a submission cannot edit or delete them, and every
-    submitted file inside a directory that holds hidden tests is dropped first (the judge's directories belong to
-    the judge: a submitted `hidden_tests/test_free_points.py` would otherwise add passing tests);
+  * the hidden tests are written AFTER the submission, so a submission cannot edit or delete them; every submitted
+    path that equals, lies inside or is a parent of a hidden-test path is dropped first, and so is every submitted
+    file inside a directory that holds hidden tests (the judge's directories belong to the judge: a submitted
+    `hidden_tests/test_free_points.py` would otherwise add passing tests);
   * the repository's own tests are not the judge: deleting or weakening them changes nothing;
-  * the counts come from the LAST unittest summary in the output ("Ran N tests" then "OK" / "FAILED (failures=a,
-    errors=b, ...)"), so text printed by the submission while the tests run cannot stand in for it; no summary
-    (a crash, a timeout, an interpreter killed by a limit) or zero tests run scores 0;
-  * `python3 -I` starts the runner with the repository off sys.path, so a submitted `unittest.py` or
-    `sitecustomize.py` does not replace it.
-The hidden tests import the submitted code into the judge's interpreter, so code written to tamper with unittest
-from inside (patching TestCase, an atexit handler printing a summary) is not caught here: these checks close the
-cheap shortcuts, and the over-editing and lint signals make tampering visible in reports.
+  * the counts come only from the judge's report line, which carries a random nonce fed to the judge on stdin:
+    text the submission prints (a fake unittest summary, even followed by `os._exit(0)`) cannot stand in for it.
+    No report line, a nonzero exit, a timeout, or a test count other than the task's `expected_tests` (more than
+    zero when the task does not state it) scores 0;
+  * the judge keeps the repository last on sys.path, so a submitted `unittest.py`, `sitecustomize.py`,
+    `inspect.py` or `signal.py` does not replace the stdlib the runner and the hidden tests use.
+The hidden tests import the submitted code into the judge's interpreter, so code written to tamper with the judge
+from inside (patching TestCase, searching memory for the nonce) is not caught here: these checks close the cheap
+shortcuts, and the over-editing and lint signals make tampering visible in reports.
+
+Grading never raises for what a submission holds: paths that cannot be laid out (a file where the hidden tests
+need a directory) and files the linter chokes on score 0 or count as findings. (SandboxUnavailable still raises:
+that is the host's problem, not the submission's.)
 
 The terms (all floats, so they flow into reward composition unchanged):
 
-  pass_fraction  tests passed / tests run (0 when none ran). Passed = ran - failures - errors - skipped -
-                 unexpected successes.
-  passed         1.0 when at least one test ran and all passed, else 0.0.
+  pass_fraction  tests passed / max(tests run, tests expected) (0 when none ran). A test passes when it and all of
+                 its subTests succeed (an expected failure counts as a pass, a skip or unexpected success not).
+  passed         1.0 when the expected number of tests ran and all passed, else 0.0.
   tests_total, tests_passed
   diff_lines     the size of the submission's change to the starting repository: lines added plus lines removed
                  (difflib over each path; an added file counts all its lines, a deleted file all of its lines).
   over_editing   max(0, diff_lines - the reference solution's diff_lines): how many more lines the submission
                  touched than the reference needed. Omitted for tasks without a reference solution.
   lint_errors    findings in the submission's changed or added Python files: pyflakes when it is importable on the
-                 host, otherwise a built-in check (a syntax error counts 1 per file, plus each unused import).
-  timed_out      1.0 when the test command ran past its wall-clock limit.
+                 host, otherwise a built-in check (a syntax error counts 1 per file, plus each unused import). A
+                 file over `LINT_MAX_CHARS`, or one the linter fails on (e.g. nesting deep enough to exhaust the
+                 recursion limit), counts as one finding.
+  timed_out      1.0 when the judge ran past its wall-clock limit.
 """
 
 from __future__ import annotations
@@ -40,48 +48,71 @@ import ast
 import dataclasses
 import difflib
 import importlib.util
+import json
+import pathlib
 import posixpath
 import re
+import secrets
+import shlex
 from typing import Callable, Mapping
 
+from c2jax.envs import judge
 from c2jax.envs.coding_tasks import CodingTask
-from c2jax.envs.sandbox import Sandbox, SandboxLimits
+from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPathError
 
-# The judge's run prints one line per test with -v; a generous cap keeps the final summary for big suites.
+# The judge logs one line per test to stderr; a generous cap keeps the head and tail of big suites readable.
 GRADING_LIMITS = SandboxLimits(wall_s=30.0, cpu_s=30, memory_mb=1024, output_bytes=1 << 20)
+# Larger changed files are not parsed on the host (a finding each): linting is a report, not a workload.
+LINT_MAX_CHARS = 200_000
 
-_RAN = re.compile(r"^Ran (\d+) tests? in [\d.]+s\s*$", re.MULTILINE)
-_STATUS = re.compile(r"^(OK|FAILED)(?: \(([^)]*)\))?\s*$", re.MULTILINE)
+# Read once: the judge runs from its source text (passed to `python3 -c`), so nothing of it lives in the repository.
+_JUDGE_SOURCE = pathlib.Path(judge.__file__).read_text(encoding="utf-8")
 
 
 @dataclasses.dataclass(frozen=True)
 class TestCounts:
-  """What unittest's summary says."""
+  """What the judge reports: tests run and tests passed."""
 
   total: int = 0
   passed: int = 0
 
 
-def parse_unittest_summary(output: str) -> TestCounts:
-  """The counts of the last unittest summary in `output` (zero counts when there is none)."""
-  runs = list(_RAN.finditer(output))
-  if not runs:
-    return TestCounts()
-  last = runs[-1]
-  status = _STATUS.search(output, last.end())
-  if status is None:
-    return TestCounts()  # the summary was cut (killed, truncated): nothing is known to have passed
-  total = int(last.group(1))
-  bad = 0
-  for part in (status.group(2) or "").split(","):
-    key, _, value = part.strip().partition("=")
-    if key in ("failures", "errors", "skipped", "unexpected successes") and value.strip().isdigit():
-      bad += int(value)
-  return TestCounts(total=total, passed=max(0, total - bad))
+def judge_command(modules: list[str]) -> str:
+  """The shell command that runs the judge over the hidden test `modules` (dotted names) from the repository root.
+
+  -B: no bytecode is written into the repository (-I ignores PYTHONDONTWRITEBYTECODE).
+  """
+  return " ".join(["python3", "-I", "-B", "-c", shlex.quote(_JUDGE_SOURCE), *map(shlex.quote, modules)])
+
+
+def hidden_test_modules(task: CodingTask) -> list[str]:
+  """The dotted module names of the task's hidden test files (those named like unittest's default test*.py)."""
+  return [p[:-3].replace("/", ".") for p in task.hidden_tests
+          if p.endswith(".py") and posixpath.basename(p).startswith("test")]
+
+
+def parse_report(stdout: str, nonce: str) -> TestCounts | None:
+  """The counts of the judge's last report line carrying `nonce` in `stdout`, or None when there is none valid."""
+  found = re.findall(rf"^{re.escape(nonce)} (\{{.*\}})$", stdout, re.MULTILINE)
+  if not found:
+    return None
+  try:
+    report = json.loads(found[-1])
+  except json.JSONDecodeError:
+    return None
+  if not isinstance(report, dict) or set(report) != set(judge.REPORT_KEYS):
+    return None
+  total, passed = report["total"], report["passed"]
+  if not all(isinstance(v, int) and not isinstance(v, bool) for v in (total, passed)) or not 0 <= passed <= total:
+    return None
+  return TestCounts(total=total, passed=passed)
 
 
 def _lines(text: str | None) -> list[str]:
   return [] if text is None else text.splitlines()
+
+
+DIFF_MAX_LINES = 20_000  # per file, before + after
 
 
 def diff_lines(before: Mapping[str, str], after: Mapping[str, str], ignore: Callable[[str], bool] = lambda p: False
@@ -91,8 +122,14 @@ def diff_lines(before: Mapping[str, str], after: Mapping[str, str], ignore: Call
   for path in sorted(set(before) | set(after)):
     if ignore(path) or before.get(path) == after.get(path):
       continue
-    for line in difflib.ndiff(_lines(before.get(path)), _lines(after.get(path))):
-      total += line[:2] in ("+ ", "- ")
+    a, b = _lines(before.get(path)), _lines(after.get(path))
+    if len(a) + len(b) > DIFF_MAX_LINES:  # too big to diff on the host: every line counts as changed
+      total += len(a) + len(b)
+      continue
+    # Opcodes of a plain SequenceMatcher, not ndiff: ndiff's intraline matching is far slower on large files.
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+      if tag != "equal":
+        total += (i2 - i1) + (j2 - j1)
   return total
 
 
@@ -148,9 +185,18 @@ def _builtin_lint_count(path: str, source: str) -> int:
 
 
 def lint_count(path: str, source: str) -> int:
-  """Lint findings in one Python file (pyflakes when available, else the built-in check)."""
-  found = _pyflakes_count(path, source)
-  return _builtin_lint_count(path, source) if found is None else found
+  """Lint findings in one Python file (pyflakes when available, else the built-in check).
+
+  Never raises: a file over `LINT_MAX_CHARS` is not parsed, and one the linter fails on (RecursionError or
+  MemoryError from deeply nested code, anything else) counts as one finding.
+  """
+  if len(source) > LINT_MAX_CHARS:
+    return 1
+  try:
+    found = _pyflakes_count(path, source)
+    return _builtin_lint_count(path, source) if found is None else found
+  except Exception:  # pylint: disable=broad-exception-caught  (the source is untrusted; grading must not raise)
+    return 1
 
 
 # ---------------------------------------------------------------------------------------------------- grade
@@ -161,13 +207,44 @@ def judge_dirs(task: CodingTask) -> set[str]:
   return {posixpath.dirname(p) for p in task.hidden_tests}
 
 
+def _parents(path: str) -> set[str]:
+  """The proper parent directories of a repository path ("a/b/c" -> {"a", "a/b"})."""
+  parts = path.split("/")
+  return {"/".join(parts[:i]) for i in range(1, len(parts))}
+
+
 def graded_files(task: CodingTask, files: Mapping[str, str]) -> dict[str, str]:
-  """What the judge runs on: the submission minus anything in the judge's directories, then the hidden tests."""
+  """What the judge runs on: the submission minus what collides with the judge's files, then the hidden tests.
+
+  Dropped: a path that is a hidden test's path, lies inside one (`t.py/x`), or is one of its parent directories
+  (a file named `hidden_tests`), and every file inside a directory that holds hidden tests.
+  """
+  hidden = set(task.hidden_tests)
+  parents = set().union(*map(_parents, hidden))
   dirs = judge_dirs(task) - {""}
-  out = {p: c for p, c in files.items()
-         if p not in task.hidden_tests and not any(p.startswith(d + "/") for d in dirs)}
+
+  def collides(path: str) -> bool:
+    return (path in hidden or path in parents or bool(_parents(path) & hidden)
+            or any(path.startswith(d + "/") for d in dirs))
+
+  out = {p: c for p, c in files.items() if not collides(p)}
   out.update(task.hidden_tests)
   return out
+
+
+def _run_judge(task: CodingTask, files: Mapping[str, str], sandbox_factory: Callable, limits: SandboxLimits
+               ) -> tuple[TestCounts, bool]:
+  """(the judge's counts, whether it timed out); zero counts for anything but a clean report."""
+  nonce = secrets.token_hex(16)
+  try:
+    with sandbox_factory(graded_files(task, files), limits) as sandbox:
+      result = sandbox.run(judge_command(hidden_test_modules(task)), stdin=nonce + "\n")
+  except SandboxPathError:
+    # The submission's paths cannot be laid out next to the hidden tests (e.g. a file `a` and a file `a/b`):
+    # nothing was run, so nothing passed.
+    return TestCounts(), False
+  counts = parse_report(result.stdout, nonce) if result.exit_code == 0 and not result.timed_out else None
+  return counts or TestCounts(), result.timed_out
 
 
 def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callable = Sandbox,
@@ -175,7 +252,7 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
   """Runs the hidden tests on the submitted repository `files` and measures the auxiliary signals.
 
   Args:
-    task: the task (its starting files, hidden tests, test command and reference solution).
+    task: the task (its starting files, hidden tests, expected test count and reference solution).
     files: the submitted repository, path -> text (e.g. `Sandbox.files()` at the end of an episode).
     sandbox_factory: builds the judge's sandbox from (files, limits).
     limits: the judge's limits; `GRADING_LIMITS` by default.
@@ -183,13 +260,9 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
   Returns:
     The terms documented in the module docstring.
   """
-  limits = limits or GRADING_LIMITS
-  with sandbox_factory(graded_files(task, files), limits) as sandbox:
-    result = sandbox.run(task.test_command)
-  # unittest reports on stderr; stdout only for a command that reports there.
-  counts = parse_unittest_summary(result.stderr)
-  if not counts.total:
-    counts = parse_unittest_summary(result.stdout)
+  counts, timed_out = _run_judge(task, files, sandbox_factory, limits or GRADING_LIMITS)
+  expected = task.expected_tests
+  complete = counts.total > 0 and (expected is None or counts.total == expected)
   hidden = set(task.hidden_tests)
 
   def is_hidden(path: str) -> bool:
@@ -198,14 +271,14 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
   submitted = {p: c for p, c in files.items() if not is_hidden(p)}
   changed = diff_lines(task.files, submitted, is_hidden)
   terms = {
-      "pass_fraction": counts.passed / counts.total if counts.total else 0.0,
-      "passed": 1.0 if counts.total and counts.passed == counts.total else 0.0,
+      "pass_fraction": counts.passed / max(counts.total, expected or 0) if counts.total else 0.0,
+      "passed": 1.0 if complete and counts.passed == counts.total else 0.0,
       "tests_total": float(counts.total),
       "tests_passed": float(counts.passed),
       "diff_lines": float(changed),
       "lint_errors": float(sum(lint_count(p, c) for p, c in submitted.items()
                                if p.endswith(".py") and task.files.get(p) != c)),
-      "timed_out": 1.0 if result.timed_out else 0.0,
+      "timed_out": 1.0 if timed_out else 0.0,
   }
   if task.solution is not None:
     terms["over_editing"] = float(max(0, changed - diff_lines(task.files, task.solved_files(), is_hidden)))

@@ -9,6 +9,8 @@ copy of the task repository on the host (`workdir`) and runs each command in a n
   /etc            a minimal read-only view: ld.so.cache, alternatives, and a passwd/group naming the sandbox user
   /proc, /dev     fresh procfs for the new PID namespace; minimal devices (null, zero, urandom, ...)
   /, /dev         remounted read-only once built
+  PRIVATE_DIRS    an empty read-only tmpfs over each that lies under a bound path: c2jax installed into /usr (e.g.
+                  `pip install .` as root) ships the tasks' hidden tests and reference solutions as package data
 
 Namespaces: every one bubblewrap supports (user, PID, network, IPC, UTS, cgroup), nested user namespaces disabled.
 The network namespace holds only its own loopback: neither the internet nor the host's 127.0.0.1 is reachable. The
@@ -24,11 +26,19 @@ stdout and stderr are read as they come and each is cut to `output_bytes`: the h
 summaries come last) around one marker line, so a huge output costs neither host memory nor the verdict.
 
 Not bounded here: the total disk written to /work within one call (FSIZE bounds each file, the wall clock the
-rest), and core dumps where the host's core_pattern pipes them to a helper (the kernel ignores RLIMIT_CORE there).
+rest; `Sandbox.usage` measures it between calls so that the caller can stop), and core dumps where the host's
+core_pattern pipes them to a helper (the kernel ignores RLIMIT_CORE there).
+
+Availability: `check_available` starts one container with the very command line of a real call (`python3 -I -c
+pass`) before the first sandbox of a process, so an old bubblewrap, a missing /usr/bin/python3 or a TMPDIR the
+container's user cannot reach raises SandboxUnavailable instead of failing every call. Every call also reports
+through bubblewrap's --json-status-fd whether its command started: a container that fails to build later raises
+SandboxUnavailable too, never passes for the command's own failure.
 
 Host-side file access (`read_file`, `write_file`, ...) is confined to `workdir`: paths are relative POSIX paths
-without '..', and a path whose resolution (symlinks followed) leaves `workdir` is refused. Inside the container a
-symlink to a host path sees only the container's view of that path.
+without '..', and a path whose resolution (symlinks followed) leaves `workdir` is refused, as is anything but a
+regular file (a FIFO the command made would block the host's open forever). Inside the container a symlink to a
+host path sees only the container's view of that path.
 
 A `SandboxPool` runs many sandboxed calls at once on a bounded number of threads (the work is in subprocesses).
 
@@ -41,12 +51,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
+import glob
+import json
 import os
 import pathlib
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -61,6 +75,22 @@ _NOBODY = 65534
 _WORK = "/work"
 _PATH = "/opt/c2jax/bin:/usr/bin:/bin"
 _KILL_GRACE_S = 5.0  # how long readers may take to see EOF once the container is dead
+# What the availability probe runs in a real container: the interpreter every task needs, isolated as grep runs it.
+_PROBE_COMMAND = "python3 -I -c pass"
+
+
+def _installed_copies() -> tuple[str, ...]:
+  """The c2jax package directories a sandbox could see: this one, and copies installed into system Pythons."""
+  found = {str(pathlib.Path(__file__).resolve().parents[1])}
+  for pattern in ("/usr/lib/python3*/*-packages/c2jax", "/usr/local/lib/python3*/*-packages/c2jax"):
+    found.update(os.path.realpath(p) for p in glob.glob(pattern))
+  return tuple(sorted(found))
+
+
+# Host directories the sandbox must never show (the hidden tests and reference solutions are package data of
+# c2jax.envs.suites): each one under a path the container binds gets an empty tmpfs over it. Module-level so that
+# tests can point it elsewhere; read at every call.
+PRIVATE_DIRS: tuple[str, ...] = _installed_copies()
 
 
 class SandboxUnavailable(RuntimeError):
@@ -68,7 +98,8 @@ class SandboxUnavailable(RuntimeError):
 
 
 class SandboxPathError(ValueError):
-  """A host-side path is absolute, contains '..', or resolves (through symlinks) outside the workdir."""
+  """A host-side path is absolute, contains '..', resolves (through symlinks) outside the workdir, or names
+  something other than a regular file or directory (a FIFO, a socket)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +151,8 @@ class RunResult:
 # Availability.
 
 _probe_lock = threading.Lock()
-_probed: set[str] = set()  # bwrap paths that started a container once in this process
+# (bwrap, prlimit, temp dir, euid) that started a real container once in this process: what the probe depends on.
+_probed: set[tuple[str, str, str, int]] = set()
 
 
 def _host_user() -> tuple[int, int] | None:
@@ -135,7 +167,11 @@ def _user_kwargs() -> dict[str, Any]:
 
 
 def check_available() -> None:
-  """Raises SandboxUnavailable (one sentence naming the fix) unless sandboxed commands can run here."""
+  """Raises SandboxUnavailable (one sentence naming the fix) unless sandboxed commands can run here.
+
+  The first check of a process starts a real container (the same command line as `Sandbox.run`) running
+  `python3 -I -c pass`, so every way a call could fail to set up shows here, before any task is scored.
+  """
   bwrap = BWRAP
   if not (os.path.isfile(bwrap) and os.access(bwrap, os.X_OK)):
     raise SandboxUnavailable(
@@ -144,33 +180,75 @@ def check_available() -> None:
   if not (os.path.isfile(PRLIMIT) and os.access(PRLIMIT, os.X_OK)):
     raise SandboxUnavailable(
         f"The sandbox applies its limits with {PRLIMIT} (util-linux), which is missing: install util-linux.")
+  key = (bwrap, PRLIMIT, tempfile.gettempdir(), os.geteuid())
   with _probe_lock:
-    if bwrap in _probed:
+    if key in _probed:
       return
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-            *_system_dir_args(), "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
-    try:
-      probe = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
-                             env={"PATH": "/usr/bin:/bin"}, **_user_kwargs())
-    except (OSError, subprocess.SubprocessError) as e:
-      raise SandboxUnavailable(f"bubblewrap at {bwrap} could not be started ({e}); reinstall bubblewrap.") from e
-    if probe.returncode != 0:
-      why = probe.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
-      raise SandboxUnavailable(
-          f"bubblewrap at {bwrap} cannot create its namespaces here ({why[0]}); allow unprivileged user namespaces "
-          "(sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0) or run in a container "
-          "that permits them.")
-    _probed.add(bwrap)
+    _probe(bwrap)
+    _probed.add(key)
+
+
+def _probe(bwrap: str) -> None:
+  """Runs `_PROBE_COMMAND` in a real sandbox; raises SandboxUnavailable naming the fix when that fails."""
+  box = Sandbox.__new__(Sandbox)  # not Sandbox(): its constructor calls check_available
+  try:
+    box._setup({}, SandboxLimits(wall_s=30.0))
+    result, setup_error = box._execute(_PROBE_COMMAND, None, None)
+  except OSError as e:
+    raise SandboxUnavailable(f"bubblewrap at {bwrap} could not be started ({e}); reinstall bubblewrap, and keep "
+                             f"TMPDIR ({tempfile.gettempdir()}) a writable directory.") from e
+  finally:
+    if getattr(box, "_root", None) is not None:
+      box.close()
+  if setup_error is not None:
+    if "unknown option" in setup_error.lower() or "unrecognized option" in setup_error.lower():
+      fix = "install bubblewrap 0.8 or newer (the sandbox uses --disable-userns, --size and --json-status-fd)"
+    else:
+      fix = ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and "
+             "user.max_user_namespaces > 0) or run in a container that permits them, and keep TMPDIR "
+             f"({tempfile.gettempdir()}) traversable by the sandbox's user"
+             f"{' (nobody: host root runs the sandbox as nobody)' if _host_user() else ''}")
+    raise SandboxUnavailable(f"bubblewrap at {bwrap} cannot build the sandbox here ({setup_error}): {fix}.")
+  if not result.ok:
+    why = "timed out" if result.timed_out else (
+        f"exit {result.exit_code}: " + (result.stderr.strip().splitlines()[-1:] or ["no message"])[0])
+    raise SandboxUnavailable(
+        f"The sandbox starts, but `{_PROBE_COMMAND}` fails inside it ({why}): install Python 3 at /usr/bin/python3 "
+        "(`apt-get install python3`), which runs every task.")
+
+
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 def _system_dir_args() -> list[str]:
   """/bin, /lib*, /sbin as on the host: merged-/usr symlinks stay symlinks, real directories are bound read-only."""
   args = []
-  for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+  for name in _SYSTEM_DIRS:
     if os.path.islink(name):
       args += ["--symlink", os.readlink(name), name]
     elif os.path.isdir(name):
       args += ["--ro-bind", name, name]
+  return args
+
+
+def _masked_dirs() -> list[str]:
+  """The PRIVATE_DIRS the container would see (they resolve under a host directory it binds), resolved."""
+  bound = ["/usr", "/etc/alternatives"] + [d for d in _SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+  roots = [pathlib.Path(os.path.realpath(b)) for b in bound if os.path.isdir(b)]
+  masked = []
+  for d in PRIVATE_DIRS:
+    path = pathlib.Path(os.path.realpath(d))
+    # A bound root itself is never masked: that would take the whole system away, and it holds no task data.
+    if path.is_dir() and any(path != root and path.is_relative_to(root) for root in roots):
+      masked.append(str(path))
+  return sorted(masked)
+
+
+def _mask_args() -> list[str]:
+  args = []
+  for path in _masked_dirs():
+    # Small and read-only: the mask must neither leak the host's files nor become writable host memory.
+    args += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
   return args
 
 
@@ -188,6 +266,31 @@ def _relative(path: str) -> pathlib.PurePosixPath:
   if not rel.parts or rel.parts == (".",):
     raise SandboxPathError(f"{path!r} names the workdir itself, not a file in it.")
   return rel
+
+
+def _open_regular(path: pathlib.Path, flags: int, shown: str) -> int:
+  """An fd of the regular file `path` (never a symlink, FIFO, socket or device), blocking as usual once open.
+
+  O_NONBLOCK makes the open itself return at once: a FIFO the sandboxed code made would otherwise block the host
+  until something writes to it (which nothing ever will).
+  """
+  try:
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+  except OSError as e:
+    if e.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing
+      raise SandboxPathError(f"{shown!r} is not a regular file (a FIFO or socket): refused.") from None
+    raise
+  try:
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+      raise IsADirectoryError(errno.EISDIR, "Is a directory", shown)
+    if not stat.S_ISREG(mode):
+      raise SandboxPathError(f"{shown!r} is not a regular file (a FIFO, socket or device): refused.")
+    os.set_blocking(fd, True)
+  except BaseException:
+    os.close(fd)
+    raise
+  return fd
 
 
 class _CappedOutput:
@@ -229,6 +332,29 @@ def _drain(stream, out: _CappedOutput) -> None:
   stream.close()
 
 
+def _read_status(fd: int, into: bytearray) -> None:
+  """Collects bubblewrap's --json-status-fd output (a few short lines) until bubblewrap closes it."""
+  try:
+    while chunk := os.read(fd, 4096):
+      if len(into) < 65536:
+        into += chunk
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
+
+
+def _command_started(status: bytes) -> bool:
+  """Whether bubblewrap's status lines say that the command itself was started (it reports "exit-code" then)."""
+  for line in status.decode(errors="replace").splitlines():
+    try:
+      if "exit-code" in json.loads(line):
+        return True
+    except (ValueError, TypeError):
+      continue
+  return False
+
+
 def _feed(stream, data: bytes) -> None:
   try:
     stream.write(data)
@@ -259,9 +385,13 @@ class Sandbox:
 
   def __init__(self, files: Mapping[str, str | bytes], limits: SandboxLimits = SandboxLimits()):
     check_available()
+    self._setup(files, limits)
+
+  def _setup(self, files: Mapping[str, str | bytes], limits: SandboxLimits) -> None:
     rels = {path: _relative(path) for path in files}  # refuse bad paths before anything touches the disk
     self.limits = limits
     self._user = _host_user()
+    self._closed = True  # until the root exists: close() then has nothing to delete
     self._root = pathlib.Path(tempfile.mkdtemp(prefix="c2jax-sandbox-"))
     self._closed = False
     try:
@@ -273,6 +403,10 @@ class Sandbox:
                                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
       (etc / "group").write_text(f"sandbox:x:{_INSIDE_UID}:\nnogroup:x:65534:\n")
       (etc / "hostname").write_text("sandbox\n")
+      # Explicit modes: under a umask of 077 bubblewrap, running as another user (nobody), could not read them.
+      os.chmod(etc, 0o755)
+      for name in ("passwd", "group", "hostname"):
+        os.chmod(etc / name, 0o644)
       self._own(self._root)
       self._own(self._workdir)
       for path, content in files.items():
@@ -288,12 +422,14 @@ class Sandbox:
 
   # -- running ----------------------------------------------------------------------------------------------------
 
-  def _argv(self, command: str) -> list[str]:
+  def _argv(self, command: str, status_fd: int) -> list[str]:
     lim = self.limits
     tmp_bytes = str(lim.file_size_mb << 20)
     etc = self._root / "etc"
     return [
         BWRAP,
+        # JSON lines: "exit-code" appears only once the command was started, which tells setup failures apart.
+        "--json-status-fd", str(status_fd),
         "--unshare-all", "--unshare-user", "--disable-userns",
         "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID), "--hostname", "sandbox",
         "--die-with-parent", "--new-session",
@@ -318,6 +454,7 @@ class Sandbox:
         "--size", tmp_bytes, "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev",
         "--size", tmp_bytes, "--tmpfs", "/tmp",
+        *_mask_args(),
         "--bind", str(self._workdir), _WORK,
         "--chdir", _WORK,
         "--remount-ro", "/",
@@ -342,22 +479,42 @@ class Sandbox:
 
     Returns:
       The RunResult; every process the command started is dead when this returns.
+
+    Raises:
+      SandboxUnavailable: bubblewrap is gone, or the container could not be built (the command never started).
     """
     if self._closed:
       raise RuntimeError("This sandbox is closed: create a new one.")
     check_available()
+    result, setup_error = self._execute(command, timeout_s, stdin)
+    if setup_error is not None:
+      raise SandboxUnavailable(f"bubblewrap at {BWRAP} could not build this sandbox ({setup_error}); the command "
+                               "did not run: check the host (namespaces, TMPDIR, disk space) and retry.")
+    return result
+
+  def _execute(self, command: str, timeout_s: float | None, stdin: str | None) -> tuple[RunResult, str | None]:
+    """The result of one container, and bubblewrap's last error line when the command never started."""
     wall = self.limits.wall_s if timeout_s is None else timeout_s
     start = time.monotonic()
-    proc = subprocess.Popen(
-        self._argv(command),
-        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group, so that a timeout kills bwrap and nothing else
-        close_fds=True, env={"PATH": "/usr/bin:/bin"}, **_user_kwargs())
+    status_read, status_write = os.pipe()
+    try:
+      proc = subprocess.Popen(
+          self._argv(command, status_write),
+          stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          start_new_session=True,  # its own process group, so that a timeout kills bwrap and nothing else
+          close_fds=True, pass_fds=(status_write,), env={"PATH": "/usr/bin:/bin"}, **_user_kwargs())
+    except BaseException:
+      os.close(status_read)
+      raise
+    finally:
+      os.close(status_write)  # bwrap holds its own copy; EOF then comes when bwrap is gone
+    status = bytearray()
     out = _CappedOutput(self.limits.output_bytes)
     err = _CappedOutput(self.limits.output_bytes)
     threads = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-               threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)]
+               threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+               threading.Thread(target=_read_status, args=(status_read, status), daemon=True)]
     if stdin is not None:
       threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
     for t in threads:
@@ -379,8 +536,13 @@ class Sandbox:
     code = None if timed_out else proc.returncode
     if code is not None and code < 0:  # bwrap itself killed by a signal (it reports its child's as 128 + N)
       code = 128 - code
-    return RunResult(exit_code=code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
-                     truncated=out.truncated or err.truncated, wall_s=elapsed)
+    result = RunResult(exit_code=code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
+                       truncated=out.truncated or err.truncated, wall_s=elapsed)
+    setup_error = None
+    if not timed_out and not _command_started(bytes(status)):
+      lines = result.stderr.strip().splitlines()
+      setup_error = lines[-1] if lines else f"bubblewrap exited with {code} before starting the command"
+    return result, setup_error
 
   # -- host-side files --------------------------------------------------------------------------------------------
 
@@ -413,15 +575,17 @@ class Sandbox:
         raise SandboxPathError(f"{rel.as_posix()!r}: {parent.relative_to(root).as_posix()!r} is not a directory.")
     data = content.encode() if isinstance(content, str) else bytes(content)
     # O_NOFOLLOW: the target was resolved above, so a symlink here would be a new one; never write through it.
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    # No O_TRUNC at open: only a file proven regular is truncated.
+    fd = _open_regular(target, os.O_WRONLY | os.O_CREAT, rel.as_posix())
     with os.fdopen(fd, "wb") as f:
+      f.truncate(0)
       f.write(data)
     self._own(target)
 
   def read_file(self, path: str) -> str:
     """The text of a workdir file (UTF-8, undecodable bytes replaced); refuses paths that leave the workdir."""
     target = self._resolve(_relative(path))
-    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = _open_regular(target, os.O_RDONLY, path)
     with os.fdopen(fd, "rb") as f:
       return f.read().decode(errors="replace")
 
@@ -455,10 +619,39 @@ class Sandbox:
     texts = {}
     for path in self.list_files():
       try:
-        texts[path] = (self._workdir / path).read_bytes().decode()
-      except (UnicodeDecodeError, OSError):
+        with os.fdopen(_open_regular(self._workdir / path, os.O_RDONLY, path), "rb") as f:
+          texts[path] = f.read().decode()
+      except (UnicodeDecodeError, OSError, SandboxPathError):
         continue
     return texts
+
+  def usage(self, max_bytes: int | None = None, max_entries: int | None = None) -> tuple[int, int]:
+    """(bytes of regular files, entries of any kind) in the workdir, symlinks not followed.
+
+    Counting stops as soon as either count passes its cap (when given), so measuring a workdir flooded with files
+    costs no more than the caps; the counts returned are then just past the cap. A directory the sandboxed code
+    made unreadable is opened up (mode 0700) to be counted.
+    """
+    total_bytes = total_entries = 0
+    pending = [str(self._workdir)]
+    while pending:
+      directory = pending.pop()
+      try:
+        entries = list(os.scandir(directory))
+      except PermissionError:
+        os.chmod(directory, 0o700)  # lstat-checked as a directory by the caller (or the workdir itself)
+        entries = list(os.scandir(directory))
+      for entry in entries:
+        total_entries += 1
+        st = entry.stat(follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+          pending.append(entry.path)
+        elif stat.S_ISREG(st.st_mode):
+          total_bytes += st.st_size
+        if (max_bytes is not None and total_bytes > max_bytes) or (
+            max_entries is not None and total_entries > max_entries):
+          return total_bytes, total_entries
+    return total_bytes, total_entries
 
   # -- lifetime ---------------------------------------------------------------------------------------------------
 
@@ -467,18 +660,7 @@ class Sandbox:
     if self._closed:
       return
     self._closed = True
-
-    def make_writable_and_retry(fn: Callable[..., Any], path: str, _: Any) -> None:
-      # Code in the sandbox may have left read-only directories; the owner can always chmod them back.
-      try:
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-          os.chmod(path, 0o700)
-        fn(path)
-      except OSError:
-        pass
-
-    shutil.rmtree(self._root, onerror=make_writable_and_retry)
+    _remove_tree(self._root)
 
   def __enter__(self) -> Sandbox:
     return self
@@ -489,6 +671,38 @@ class Sandbox:
   def __del__(self) -> None:
     if getattr(self, "_root", None) is not None and not getattr(self, "_closed", True):
       self.close()
+
+
+def _remove_tree(root: pathlib.Path) -> None:
+  """Deletes `root` even where the sandboxed code left directories without permissions (mode 000, 0555).
+
+  Every directory is opened up (0700) top-down first: a non-root owner can neither list nor empty a directory
+  without r/w/x on it, and rmtree's error handler comes too late for the directories below. Symlinks are never
+  followed (a chmod through one would change a host directory).
+  """
+  if not os.path.lexists(root):
+    return
+  try:
+    os.chmod(root, 0o700)
+  except OSError:
+    pass
+  for dirpath, dirnames, _ in os.walk(root, onerror=lambda e: None):  # top-down: fixed before it descends
+    for name in dirnames:
+      path = os.path.join(dirpath, name)
+      try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+          os.chmod(path, 0o700)
+      except OSError:
+        pass
+
+  def ignore(*_: Any) -> None:
+    # Nothing is retried here: retrying the failed call (rmtree's os.open included) would leak what it opens.
+    pass
+
+  if sys.version_info >= (3, 12):
+    shutil.rmtree(root, onexc=ignore)  # onerror is deprecated from 3.12 on
+  else:
+    shutil.rmtree(root, onerror=ignore)
 
 
 class SandboxPool:
@@ -511,11 +725,13 @@ class SandboxPool:
     """fn over the items, in order; the first exception raised by a call is re-raised here."""
     return list(self._executor.map(fn, iterable))
 
-  def close(self) -> None:
-    self._executor.shutdown(wait=True)
+  def close(self, cancel: bool = False) -> None:
+    """Waits for the running calls; with `cancel`, queued calls that have not started are dropped first."""
+    self._executor.shutdown(wait=True, cancel_futures=cancel)
 
   def __enter__(self) -> SandboxPool:
     return self
 
-  def __exit__(self, *exc: object) -> None:
-    self.close()
+  def __exit__(self, exc_type: object, *exc: object) -> None:
+    # On an error (Ctrl-C, a failed job re-raised by the caller) the rest of the queue is not worth waiting for.
+    self.close(cancel=exc_type is not None)

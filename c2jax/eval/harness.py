@@ -23,7 +23,7 @@ import numpy as np
 
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
-from c2jax.envs.sandbox import SandboxPool
+from c2jax.envs.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.eval.policies import Policy
 
 
@@ -52,7 +52,12 @@ class Episode:
 
 
 def run_episode(task: CodingTask, policy: Policy, sample: int, config: EnvConfig) -> Episode:
-  """Plays one episode; any failure of the policy or the environment is recorded, never raised."""
+  """Plays one episode; a failure of the policy or the task is recorded (it scores 0), never raised.
+
+  Raises:
+    SandboxUnavailable: the host cannot sandbox code: that is no score of the policy, and every later episode
+      would fail the same way.
+  """
   t0 = time.perf_counter()
   env = CodingEnv(config)
   turns, error = 0, None
@@ -65,6 +70,8 @@ def run_episode(task: CodingTask, policy: Policy, sample: int, config: EnvConfig
       observations.append(result.observation)
       done = result.done
     terms = dict(env.reward())
+  except SandboxUnavailable:
+    raise
   except Exception as e:  # pylint: disable=broad-except  (a broken policy scores 0; the run goes on)
     terms, error = {"passed": 0.0, "pass_fraction": 0.0}, f"{type(e).__name__}: {e}"
   finally:
@@ -169,7 +176,11 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
              workers: int = 2, config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,),
              progress: bool = True) -> Report:
   """Runs `samples` episodes of every task, `workers` at a time; `make_policy(episode index)` gives each episode
-  its own policy (a model policy keeps per-episode state)."""
+  its own policy (a model policy keeps per-episode state).
+
+  Raises:
+    SandboxUnavailable: bubblewrap cannot run here (queued episodes are dropped, not run to the same end).
+  """
   if not tasks:
     raise ValueError("No tasks to evaluate (empty suite or split).")
   ks = tuple(k for k in ks if k <= samples) or (1,)

@@ -14,6 +14,7 @@ the byte tokenizer: the conversation so far is the prompt, the sample is the tur
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from typing import Protocol, Sequence
 
 import jax
@@ -48,7 +49,7 @@ class ReferencePolicy:
       raise ValueError(f"Task {task.task_id} has no reference solution for the reference policy to apply.")
     calls = [ToolCall(ToolName.WRITE_FILE, {"path": path, "content": content})
              for path, content in sorted(task.solution.items())]
-    calls += [ToolCall(ToolName.RUN, {"command": f"rm -f -- '{path}'"}) for path in task.solution_deletes]
+    calls += [ToolCall(ToolName.RUN, {"command": f"rm -f -- {shlex.quote(path)}"}) for path in task.solution_deletes]
     return _calls(*calls, ToolCall(ToolName.FINISH, {}))
 
 
@@ -68,7 +69,7 @@ class DeleteTestsPolicy:
 
   def act(self, task: CodingTask, observations: Sequence[str]) -> str:
     tests = sorted(p for p in task.files if "test" in p.rsplit("/", 1)[-1].lower())
-    calls = [ToolCall(ToolName.RUN, {"command": f"rm -f -- '{p}'"}) for p in tests]
+    calls = [ToolCall(ToolName.RUN, {"command": f"rm -f -- {shlex.quote(p)}"}) for p in tests]
     return _calls(*calls, ToolCall(ToolName.FINISH, {}))
 
 

@@ -25,6 +25,7 @@ def make_task(**overrides) -> CodingTask:
       solution_deletes=("tests/test_core.py",),
       category=Category.DEBUGGING,
       difficulty=2,
+      expected_tests=4,
       metadata={"suite": "demo", "n": 3},
   )
   fields.update(overrides)
@@ -42,7 +43,8 @@ class CodingTaskTest(parameterized.TestCase):
     task = make_task()
     self.assertEqual(task.metadata, {"n": "3", "suite": "demo"})
     self.assertEqual(list(task.files), sorted(task.files))
-    self.assertEqual(task.test_command, ct.DEFAULT_TEST_COMMAND)
+    self.assertEqual(task.expected_tests, 4)
+    self.assertIsNone(make_task(expected_tests=None).expected_tests)
     self.assertEqual(task.solved_files(), {"pkg/__init__.py": "", "pkg/core.py": "def add(a, b):\n    return a + b\n",
                                            "pkg/extra.py": "X = 1\n"})
 
@@ -54,6 +56,13 @@ class CodingTaskTest(parameterized.TestCase):
       ("delete_missing_file", dict(solution_deletes=("nope.py",)), "lacks"),
       ("no_hidden_tests", dict(hidden_tests={}), "no hidden tests"),
       ("bad_difficulty", dict(difficulty=5), "difficulty"),
+      ("bool_difficulty", dict(difficulty=True), "difficulty"),
+      ("string_difficulty", dict(difficulty="2"), "difficulty"),
+      ("dot_path", dict(files={".": "x"}), "relative"),
+      ("dot_part", dict(files={"a/./b.py": "x"}), "normalized"),
+      ("no_hidden_test_module", dict(hidden_tests={"hidden_tests/helpers.py": "X = 1\n"}), "test\\*.py"),
+      ("zero_expected_tests", dict(expected_tests=0), "expected_tests"),
+      ("float_expected_tests", dict(expected_tests=2.0), "expected_tests"),
       ("category_as_string", dict(category="feature"), "Category"),
       ("bytes_content", dict(files={"a.py": b"x"}), "text"),
   )
@@ -118,6 +127,18 @@ class CodingTaskTest(parameterized.TestCase):
       ct.from_record({k: v for k, v in record.items() if k != "hidden_tests"})
     with self.assertRaisesRegex(TaskFormatError, "format 99"):
       ct.from_record({**record, "format": 99})
+    # Malformed field types are format errors too, never a TypeError or ValueError from deep inside.
+    for bad in ({"difficulty": None}, {"difficulty": "hard"}, {"difficulty": [2]}, {"expected_tests": "4"},
+                {"metadata": [1]}, {"solution_deletes": 3}, {"files": ["pkg/core.py"]}, {"solution": "x"}):
+      with self.subTest(bad=bad), self.assertRaises(TaskFormatError):
+        ct.from_record({**record, **bad})
+    with self.assertRaisesRegex(TaskFormatError, "through the judge"):
+      ct.from_record({**record, "test_command": "true"})
+
+  def test_reads_records_of_the_legacy_test_command(self):
+    record = ct.to_record(make_task())
+    legacy = {**record, "test_command": "python3 -I -m unittest discover -s hidden_tests -t . -v"}
+    self.assertEqual(ct.from_record(legacy), make_task())
 
   def test_tar_refuses_links_and_escapes(self):
     for name, kind in [("t/repo/link.py", tarfile.SYMTYPE), ("t/../evil.py", tarfile.REGTYPE)]:

@@ -2,10 +2,13 @@
 malformed and incomplete calls, and a reward delegated to the hidden tests."""
 
 import random
+import time
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from c2jax.envs import env as env_lib
 from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, clip
@@ -148,6 +151,75 @@ class EnvTest(parameterized.TestCase):
     self.assertIn(content, r.observation)
     self.assertIn("pkg/sub/new.py:2:line two", r.observation)
     self.assertIn("pkg/sub/new.py:1:", r.observation)
+
+  def test_grep_ignores_repository_modules_named_like_the_stdlib(self):
+    env = self.env()
+    shadows = {"json.py": "import sys\nsys.exit(1)\n", "re.py": "raise SystemExit(3)\n", "os.py": "x = 1\n"}
+    env.reset(CodingTask(task_id="shadow", prompt="p", files={**TASK.files, **shadows}, hidden_tests=TASK.hidden_tests))
+    r = env.step(text(call("grep", pattern=r"a [-+] b"), call("grep", pattern="zzz_no_such_text")))
+    self.assertEqual(r.info["step_tool_errors"], 0, r.observation)
+    self.assertIn("calc.py:2:  return a - b", r.observation)
+    self.assertIn("no matches.", r.observation)
+
+  def test_a_crashing_grep_is_an_error_not_no_matches(self):
+    env = self.env()
+    env.reset(TASK)
+    for script in ("import sys\nsys.exit(1)\n", "raise RuntimeError('boom')\n"):
+      with mock.patch.object(env_lib, "_GREP_SCRIPT", script):
+        r = env.step(text(call("grep", pattern="x")))
+      self.assertEqual(r.info["step_tool_errors"], 1, r.observation)
+      self.assertNotIn("no matches", r.observation)
+      self.assertIn("grep failed (exit code 1)", r.observation)
+
+  def test_fifos_are_refused_not_waited_for(self):
+    env = self.env()
+    env.reset(TASK)
+    start = time.monotonic()
+    r = env.step(text(call("run", command="mkfifo pipe"), call("read_file", path="pipe"),
+                      call("write_file", path="pipe", content="x"),
+                      call("edit", path="pipe", search="a", replace="b"), call("grep", pattern="x", path="pipe"),
+                      call("grep", pattern="return")))
+    self.assertLess(time.monotonic() - start, 5.0)
+    self.assertEqual(r.info["step_tool_errors"], 3, r.observation)
+    self.assertEqual(r.observation.count("not a regular file"), 3)
+    self.assertIn("calc.py:2:", r.observation)  # grep over the repository skips the FIFO
+
+  @parameterized.named_parameters(
+      ("entries", dict(max_workdir_entries=50), "mkdir d && for i in $(seq 100); do : > d/f$i; done"),
+      ("bytes", dict(max_workdir_bytes=100_000), "head -c 200000 /dev/zero > big.bin"),
+  )
+  def test_a_workdir_past_its_caps_ends_the_episode_ungraded(self, caps, command):
+    made = []
+
+    def factory(files, limits):
+      made.append(files)
+      return sandbox_lib.Sandbox(files, limits)
+
+    env = CodingEnv(EnvConfig(**caps), sandbox_factory=factory)
+    self.addCleanup(env.close)
+    env.reset(TASK)
+    r = env.step(text(call("write_file", path="calc.py", content=FIXED), call("run", command=command),
+                      call("read_file", path="calc.py")))
+    self.assertTrue(r.done)
+    self.assertEqual(r.info["done_reason"], "workdir_limit")
+    self.assertEqual(r.info["step_tool_calls"], 2)  # nothing runs after the cap was found crossed
+    self.assertIn("scores 0", r.observation)
+    terms = env.reward()
+    self.assertEqual((terms["passed"], terms["pass_fraction"], terms["workdir_limit"]), (0.0, 0.0, 1.0))
+    self.assertLen(made, 1)  # no judge sandbox: the oversized repository was never copied or read
+
+  def test_the_episode_tool_time_budget(self):
+    env = self.env(max_tool_s=1.0, limits=sandbox_lib.SandboxLimits(wall_s=5.0, cpu_s=5))
+    env.reset(TASK)
+    start = time.monotonic()
+    r = env.step(text(call("run", command="sleep 3"), call("read_file", path="calc.py")))
+    self.assertLess(time.monotonic() - start, 3.0)  # the command's timeout was cut to the budget left
+    self.assertTrue(r.done)
+    self.assertEqual(r.info["done_reason"], "time_budget")
+    self.assertIn("timed out", r.observation)
+    self.assertIn("tool time are spent; 1 tool call(s) were not run", r.observation)
+    self.assertGreaterEqual(r.info["tool_seconds"], 1.0)
+    self.assertEqual(env.reward()["passed"], 0.0)  # graded as it stands
 
   def test_pathological_regex_meets_the_sandbox_timeout(self):
     env = self.env(limits=sandbox_lib.SandboxLimits(wall_s=1.0, cpu_s=2))

@@ -1,5 +1,13 @@
-"""Grading: hidden tests in the sandbox decide; submissions that delete, edit or add tests cannot game the judge;
-the auxiliary measures (diff size, over-editing, lint) on small examples."""
+"""Grading: hidden tests in the sandbox decide; submissions that delete, edit or add tests, forge the judge's
+report or shadow the stdlib cannot game the judge; nothing a submission holds makes grading raise; the auxiliary
+measures (diff size, over-editing, lint) on small examples."""
+
+import dataclasses
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -39,7 +47,44 @@ TASK = CodingTask(
     hidden_tests={"hidden_tests/__init__.py": "", "hidden_tests/test_ops.py": HIDDEN},
     solution={"calc/ops.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"},
     category=Category.DEBUGGING,
+    expected_tests=3,
 )
+
+# Hidden tests that import stdlib modules only while they run: with the repository first on sys.path (as
+# `unittest discover` puts it), a submitted fractions.py or statistics.py, which the runner has not imported yet,
+# would be imported in their place (inspect, signal and ast too, were they not loaded already).
+SHADOW_TASK = dataclasses.replace(TASK, task_id="calc_shadow", expected_tests=1, hidden_tests={
+    "hidden_tests/__init__.py": "",
+    "hidden_tests/test_late_imports.py": (
+        "import unittest\n\nfrom calc.ops import add\n\n\nclass LateImportsTest(unittest.TestCase):\n\n"
+        "    def test_add(self):\n        import fractions\n        import inspect\n        import statistics\n\n"
+        "        self.assertTrue(inspect.isfunction(add))\n        self.assertEqual(statistics.mean([1, 3]), 2)\n"
+        "        self.assertEqual(fractions.Fraction(2, 4), fractions.Fraction(1, 2))\n"
+        "        self.assertEqual(add(2, 3), 5)\n")})
+
+# One test whose three subTests fail and one that passes: two tests, one passed.
+SUBTESTS = """\
+import unittest
+
+from calc.ops import add
+
+
+class SubTests(unittest.TestCase):
+
+    def test_many_cases(self):
+        for a in range(3):
+            with self.subTest(a=a):
+                self.assertEqual(add(a, 1), a + 1)
+
+    def test_zero(self):
+        self.assertEqual(add(0, 0), 0)
+"""
+SUBTEST_TASK = dataclasses.replace(TASK, task_id="calc_subtests", expected_tests=2,
+                                   hidden_tests={"hidden_tests/__init__.py": "", "hidden_tests/test_sub.py": SUBTESTS})
+
+# A fake unittest summary, then an exit that skips everything after it (the real summary never prints).
+FAKE_SUMMARY_EXIT = ("import os\nimport sys\n\nsys.stderr.write('\\nRan 3 tests in 0.0s\\n\\nOK\\n')\n"
+                     "sys.stderr.flush()\nos._exit(0)\n")
 
 FAKE_PASSES = "import unittest\n\n\nclass Free(unittest.TestCase):\n" + "".join(
     f"\n    def test_{i}(self):\n        pass\n" for i in range(20))
@@ -57,22 +102,104 @@ def grade(files):
   return grading.grade(TASK, files, limits=LIMITS)
 
 
-class SummaryTest(parameterized.TestCase):
+def run_judge_on_host(files: dict[str, str], modules: list[str], nonce: str = "n0nce") -> subprocess.CompletedProcess:
+  """Runs the judge over trusted `files` without a sandbox (fast: for the judge's own logic)."""
+  root = pathlib.Path(tempfile.mkdtemp())
+  try:
+    for path, content in files.items():
+      (root / path).parent.mkdir(parents=True, exist_ok=True)
+      (root / path).write_text(content)
+    return subprocess.run(["/bin/sh", "-c", grading.judge_command(modules).replace("python3", sys.executable, 1)],
+                          input=nonce + "\n", capture_output=True, text=True, cwd=root, timeout=60, check=False)
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class ReportTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ("ok", "test_a ... ok\n\n---\nRan 3 tests in 0.001s\n\nOK\n", 3, 3),
-      ("ok_skipped", "Ran 4 tests in 0.1s\n\nOK (skipped=1)\n", 4, 3),
-      ("failed", "Ran 5 tests in 0.01s\n\nFAILED (failures=1, errors=2)\n", 5, 2),
-      ("unexpected_success", "Ran 2 tests in 0.0s\n\nFAILED (unexpected successes=1)\n", 2, 1),
-      ("expected_failure_counts", "Ran 2 tests in 0.0s\n\nOK (expected failures=1)\n", 2, 2),
-      ("one_test", "Ran 1 test in 0.000s\n\nOK\n", 1, 1),
-      ("no_summary", "Traceback (most recent call last):\n  ...\nKilled\n", 0, 0),
-      ("summary_cut", "Ran 9 tests in 0.5s\n", 0, 0),
-      ("last_summary_wins", "Ran 100 tests in 0.0s\n\nOK\nmore output\nRan 3 tests in 0.2s\n\nFAILED (errors=3)\n",
-       3, 0),
+      ("ok", 'log\nabc {"passed": 3, "total": 3}\n', grading.TestCounts(3, 3)),
+      ("partial", 'abc {"passed": 1, "total": 4}\n', grading.TestCounts(4, 1)),
+      ("last_wins", 'abc {"passed": 3, "total": 3}\nabc {"passed": 0, "total": 3}\n', grading.TestCounts(3, 0)),
+      ("no_line", "Ran 3 tests in 0.0s\n\nOK\n", None),
+      ("other_nonce", 'xyz {"passed": 3, "total": 3}\n', None),
+      ("not_at_line_start", 'say abc {"passed": 3, "total": 3}\n', None),
+      ("bad_json", "abc {passed: 3}\n", None),
+      ("extra_key", 'abc {"passed": 3, "total": 3, "x": 1}\n', None),
+      ("more_passed_than_run", 'abc {"passed": 4, "total": 3}\n', None),
+      ("bool_counts", 'abc {"passed": true, "total": true}\n', None),
+      ("float_counts", 'abc {"passed": 1.0, "total": 1.0}\n', None),
   )
-  def test_parse(self, output, total, passed):
-    self.assertEqual(grading.parse_unittest_summary(output), grading.TestCounts(total, passed))
+  def test_parse_report(self, stdout, expected):
+    self.assertEqual(grading.parse_report(stdout, "abc"), expected)
+
+  def test_hidden_test_modules(self):
+    self.assertEqual(grading.hidden_test_modules(TASK), ["hidden_tests.test_ops"])
+
+
+class JudgeOnHostTest(absltest.TestCase):
+  """The judge's counting, run on the host over trusted files (the sandboxed runs are in GradeTest)."""
+
+  def report(self, files, modules):
+    proc = run_judge_on_host(files, modules)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    return grading.parse_report(proc.stdout, "n0nce")
+
+  def test_a_test_with_failing_subtests_counts_once(self):
+    files = {**TASK.files, "hidden_tests/__init__.py": "", "hidden_tests/test_sub.py": SUBTESTS}
+    self.assertEqual(self.report(files, ["hidden_tests.test_sub"]), grading.TestCounts(total=2, passed=1))
+    fixed = {**files, **TASK.solution}
+    self.assertEqual(self.report(fixed, ["hidden_tests.test_sub"]), grading.TestCounts(total=2, passed=2))
+
+  def test_skips_unexpected_successes_and_fixture_errors_do_not_pass(self):
+    source = """\
+import unittest
+
+
+class A(unittest.TestCase):
+
+    def test_ok(self):
+        pass
+
+    @unittest.skip("later")
+    def test_skipped(self):
+        pass
+
+    @unittest.expectedFailure
+    def test_expected_failure(self):
+        self.fail()
+
+    @unittest.expectedFailure
+    def test_unexpected_success(self):
+        pass
+
+
+class B(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        raise RuntimeError("fixture")
+
+    def test_never_runs(self):
+        pass
+"""
+    files = {"hidden_tests/__init__.py": "", "hidden_tests/test_kinds.py": source}
+    # A: 4 tests, 2 passed (ok, expected failure); B: its setUpClass error counts as one failed test.
+    self.assertEqual(self.report(files, ["hidden_tests.test_kinds"]), grading.TestCounts(total=5, passed=2))
+
+  def test_a_module_that_fails_to_import_is_one_failed_test(self):
+    files = {"pkg/__init__.py": "raise SystemExit(0)\n", "hidden_tests/__init__.py": "",
+             "hidden_tests/test_a.py": "import unittest\nimport pkg\n\n\nclass A(unittest.TestCase):\n\n"
+                                       "    def test_a(self):\n        pass\n"}
+    self.assertEqual(self.report(files, ["hidden_tests.test_a", "hidden_tests.test_missing"]),
+                     grading.TestCounts(total=2, passed=0))
+
+  def test_exit_from_the_submission_leaves_no_report(self):
+    files = {**TASK.files, "calc/__init__.py": FAKE_SUMMARY_EXIT, "hidden_tests/__init__.py": "",
+             "hidden_tests/test_ops.py": HIDDEN}
+    proc = run_judge_on_host(files, ["hidden_tests.test_ops"])
+    self.assertIn("Ran 3 tests", proc.stderr)  # the fake summary printed ...
+    self.assertIsNone(grading.parse_report(proc.stdout, "n0nce"))  # ... and no report: scores 0
 
 
 class MeasuresTest(parameterized.TestCase):
@@ -95,6 +222,14 @@ class MeasuresTest(parameterized.TestCase):
   def test_lint_count(self, source, expected):
     self.assertEqual(grading.lint_count("m.py", source), expected)
 
+  @parameterized.named_parameters(
+      ("recursion_bomb", "x = " + "+".join(["1"] * 20_000) + "\n"),  # RecursionError in the AST's construction
+      ("deep_unary", "x = " + "-" * 100_000 + "1\n"),  # MemoryError in the parser
+      ("oversized", "x = 1\n" * (grading.LINT_MAX_CHARS // 6 + 1)),
+  )
+  def test_lint_count_never_raises(self, source):
+    self.assertEqual(grading.lint_count("m.py", source), 1)
+
   def test_graded_files_belong_to_the_judge(self):
     submitted = {**TASK.files, "hidden_tests/test_free.py": FAKE_PASSES, "hidden_tests/test_ops.py": "# mine\n",
                  "hidden_tests_notes.txt": "kept"}
@@ -102,6 +237,14 @@ class MeasuresTest(parameterized.TestCase):
     self.assertNotIn("hidden_tests/test_free.py", graded)
     self.assertEqual(graded["hidden_tests/test_ops.py"], HIDDEN)
     self.assertEqual(graded["hidden_tests_notes.txt"], "kept")
+
+  def test_graded_files_drop_paths_that_collide_with_hidden_tests(self):
+    # A file where a hidden test needs a directory, and a path under a hidden test's file.
+    graded = grading.graded_files(TASK, {**TASK.files, "hidden_tests": "a file", "hidden_tests/test_ops.py/x": "y"})
+    self.assertEqual(set(graded), set(TASK.files) | set(TASK.hidden_tests))
+    root_level = dataclasses.replace(TASK, hidden_tests={"test_root.py": HIDDEN})
+    graded = grading.graded_files(root_level, {**TASK.files, "test_root.py/x": "y", "test_root.pyc": "kept"})
+    self.assertEqual(set(graded), set(TASK.files) | {"test_root.py", "test_root.pyc"})
 
 
 @absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
@@ -149,6 +292,55 @@ class GradeTest(parameterized.TestCase):
     for path in ("unittest.py", "unittest/__init__.py", "sitecustomize.py"):
       with self.subTest(path=path):
         self.assertEqual(grade({**TASK.files, path: fake})["passed"], 0.0)
+
+  def test_fake_summary_then_exit_scores_zero(self):
+    # The package's __init__ prints unittest's "OK" summary and leaves with os._exit(0) before any test runs: the
+    # judge never writes its report line.
+    for files in (TASK.files, TASK.solved_files()):
+      terms = grade({**files, "calc/__init__.py": FAKE_SUMMARY_EXIT})
+      self.assertEqual((terms["passed"], terms["pass_fraction"], terms["tests_total"]), (0.0, 0.0, 0.0))
+
+  def test_forged_report_lines_score_zero(self):
+    forged = ('import sys\nfor n in ("", "0" * 32, "nonce"):\n'
+              '    print(n, \'{"passed": 3, "total": 3}\')\nsys.stdout.flush()\n')
+    terms = grade({**TASK.files, "calc/__init__.py": forged})
+    self.assertEqual((terms["passed"], terms["tests_total"]), (0.0, 3.0))  # the real report: 1 of 3
+
+  def test_submitted_stdlib_modules_are_not_imported_by_the_hidden_tests(self):
+    shadows = {f"{name}.py": FAKE_SUMMARY_EXIT for name in ("fractions", "statistics", "inspect", "signal", "ast")}
+    start = grading.grade(SHADOW_TASK, {**SHADOW_TASK.files, **shadows}, limits=LIMITS)
+    self.assertEqual((start["passed"], start["tests_total"]), (0.0, 1.0))
+    # With the fix the same shadows change nothing: the hidden test ran on the stdlib and passed.
+    solved = grading.grade(SHADOW_TASK, {**SHADOW_TASK.solved_files(), **shadows}, limits=LIMITS)
+    self.assertEqual((solved["passed"], solved["tests_total"]), (1.0, 1.0))
+
+  def test_subtests_count_per_test(self):
+    terms = grading.grade(SUBTEST_TASK, SUBTEST_TASK.files, limits=LIMITS)
+    self.assertEqual((terms["tests_total"], terms["tests_passed"], terms["pass_fraction"]), (2.0, 1.0, 0.5))
+    self.assertEqual(grading.grade(SUBTEST_TASK, SUBTEST_TASK.solved_files(), limits=LIMITS)["passed"], 1.0)
+
+  def test_a_test_count_other_than_expected_scores_zero(self):
+    more = dataclasses.replace(TASK, expected_tests=4)
+    terms = grading.grade(more, TASK.solved_files(), limits=LIMITS)
+    self.assertEqual((terms["passed"], terms["tests_total"], terms["pass_fraction"]), (0.0, 3.0, 0.75))
+    # An import that exits (SystemExit is caught as an import failure): one failed test of three expected.
+    terms = grade({**TASK.solved_files(), "calc/__init__.py": "raise SystemExit(0)\n"})
+    self.assertEqual((terms["passed"], terms["tests_total"], terms["pass_fraction"]), (0.0, 1.0, 0.0))
+
+  def test_colliding_paths_score_zero_and_never_raise(self):
+    for extra in ({"hidden_tests": "a file where the judge needs a directory"}, {"calc/ops.py/x": "under a file"}):
+      with self.subTest(extra=sorted(extra)):
+        terms = grade({**TASK.files, **extra})
+        self.assertEqual(terms["passed"], 0.0)
+    # The submission wins nothing from a colliding path, and with the fix it still passes.
+    self.assertEqual(grade({**TASK.solved_files(), "hidden_tests": "a file"})["passed"], 1.0)
+    root_level = dataclasses.replace(TASK, expected_tests=3, hidden_tests={"test_root.py": HIDDEN})
+    terms = grading.grade(root_level, {**TASK.solved_files(), "test_root.py/x": "y"}, limits=LIMITS)
+    self.assertEqual(terms["passed"], 1.0)
+
+  def test_recursion_bomb_is_one_lint_finding(self):
+    terms = grade({**TASK.solved_files(), "calc/big.py": "x = " + "+".join(["1"] * 20_000) + "\n"})
+    self.assertEqual(terms["lint_errors"], 1.0)
 
   def test_printed_fake_summary_does_not_pass(self):
     files = dict(TASK.files)

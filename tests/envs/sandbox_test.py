@@ -11,6 +11,8 @@ import os
 import pathlib
 import shutil
 import socket
+import stat
+import subprocess
 import tempfile
 import threading
 import time
@@ -140,11 +142,50 @@ class BasicsTest(SandboxTestCase):
     with self.assertRaises(RuntimeError):
       box.run("true")
 
+  def test_close_removes_directories_without_permissions(self):
+    host_dir = tempfile.mkdtemp()  # reached through a symlink: the cleanup's chmod must not follow it
+    self.addCleanup(shutil.rmtree, host_dir, ignore_errors=True)
+    os.chmod(host_dir, 0o751)
+    box = Sandbox({"a.txt": "x"}, FAST)
+    os.symlink(host_dir, box.workdir / "host_link")
+    r = box.run("mkdir -p d/e && touch d/e/f && chmod 000 d/e d && mkdir g && chmod 000 g")
+    self.assertTrue(r.ok, r)
+    root = box.workdir.parent
+    box.close()
+    self.assertFalse(root.exists())
+    self.assertEqual(stat.S_IMODE(os.stat(host_dir).st_mode), 0o751)
+
   def test_host_environment_is_not_inherited(self):
     with mock.patch.dict(os.environ, {"C2JAX_HOST_SECRET": self.marker}):
       r = self.box().run("env")
     self.assertTrue(r.ok, r)
     self.assertNotIn(self.marker, r.stdout)
+
+
+class HostSideFileTypesTest(SandboxTestCase):
+
+  def test_fifos_and_sockets_are_refused_at_once(self):
+    box = self.box({"a.txt": "x"})
+    made = box.run("mkfifo fifo && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\" && mkdir d")
+    self.assertTrue(made.ok, made)
+    for path in ("fifo", "sock"):
+      for op in (lambda: box.read_file(path), lambda: box.write_file(path, "x")):
+        start = time.monotonic()  # a blocking open would hang here for good
+        with self.assertRaisesRegex(SandboxPathError, "not a regular file", msg=path):
+          op()
+        self.assertLess(time.monotonic() - start, 1.0)
+    self.assertEqual(box.files(), {"a.txt": "x"})
+    with self.assertRaises(IsADirectoryError):
+      box.read_file("d")
+
+  def test_usage_counts_bytes_and_entries_and_stops_past_a_cap(self):
+    box = self.box({"a.txt": "x" * 10})
+    self.assertTrue(box.run("mkdir -p d/e && head -c 1000 /dev/zero > d/e/z && ln -s a.txt link && "
+                            "for i in $(seq 50); do : > d/f$i; done && chmod 000 d").ok)
+    self.assertEqual(box.usage(), (1010, 55))  # a.txt, d, d/e, d/e/z, link, 50 files
+    size, entries = box.usage(max_entries=10)
+    self.assertEqual(entries, 11)
+    self.assertGreater(box.usage(max_bytes=100)[0], 100)
 
 
 class ContainmentTest(SandboxTestCase):
@@ -296,6 +337,36 @@ class ContainmentTest(SandboxTestCase):
     self.assertFalse(os.path.lexists(box.workdir / "passwd_link"))
     self.assertTrue(os.path.exists("/etc/passwd"))
 
+  def test_private_dirs_under_bound_paths_are_empty_inside(self):
+    # As if c2jax (with the tasks' hidden tests and solutions) were installed into /usr: a directory under a path
+    # the sandbox binds stands in for it.
+    if os.access("/usr/local", os.W_OK):
+      private = tempfile.mkdtemp(prefix=f"{self.marker}-", dir="/usr/local")
+      self.addCleanup(shutil.rmtree, private, ignore_errors=True)
+      os.chmod(private, 0o755)
+      os.makedirs(os.path.join(private, "hidden_tests"))
+      pathlib.Path(private, "hidden_tests", "test_secret.py").write_text("HIDDEN-TEST-TEXT")
+      os.chmod(os.path.join(private, "hidden_tests"), 0o755)
+      os.chmod(os.path.join(private, "hidden_tests", "test_secret.py"), 0o644)
+    else:
+      private = "/usr/share"  # not writable here: any non-empty bound directory proves the mask
+    command = f"ls -A {private}; cat {private}/hidden_tests/test_secret.py; echo x > {private}/new; true"
+    self.assertNotEqual(self.box().run(command).stdout, "")  # visible without the mask: the test proves something
+    outside = tempfile.mkdtemp()  # not under a bound path: nothing to mask (it does not exist inside anyway)
+    self.addCleanup(shutil.rmtree, outside, ignore_errors=True)
+    with mock.patch.object(sandbox_lib, "PRIVATE_DIRS", (private, outside)):
+      self.assertEqual(sandbox_lib._masked_dirs(), [os.path.realpath(private)])
+      r = self.box().run(command)
+    self.assertEqual(r.stdout, "")
+    self.assertNotIn("HIDDEN-TEST-TEXT", r.stderr)
+    self.assertIn("Read-only file system", r.stderr)
+    self.assertFalse(os.path.exists(os.path.join(private, "new")))
+
+  def test_this_checkout_is_masked_when_it_is_under_a_bound_path(self):
+    self.assertIn(str(PROJECT / "c2jax"), sandbox_lib.PRIVATE_DIRS)
+    bound = str(PROJECT).startswith("/usr/")
+    self.assertEqual(str(PROJECT / "c2jax") in sandbox_lib._masked_dirs(), bound)
+
   def test_symlinks_inside_see_only_the_sandbox(self):
     secret_dir = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, secret_dir, ignore_errors=True)
@@ -319,6 +390,41 @@ class UnavailableTest(absltest.TestCase):
         sandbox_lib.check_available()
       with self.assertRaisesRegex(sandbox_lib.SandboxUnavailable, r"/nonexistent/bwrap"):
         Sandbox({"a.py": "print(1)"})
+
+  def test_probe_runs_the_real_command_line(self):
+    if _unavailable_reason():
+      self.skipTest(_unavailable_reason())
+    with mock.patch.object(sandbox_lib, "_probed", set()), \
+        mock.patch.object(sandbox_lib, "_PROBE_COMMAND", "/nonexistent/python3 -I -c pass"):
+      with self.assertRaisesRegex(sandbox_lib.SandboxUnavailable, r"install Python 3"):
+        sandbox_lib.check_available()
+      with self.assertRaises(sandbox_lib.SandboxUnavailable):
+        Sandbox({"a.py": "print(1)"})
+      self.assertEqual(sandbox_lib._probed, set())  # a failed probe is retried, not remembered as a success
+    sandbox_lib.check_available()
+
+  def test_probe_failing_to_build_the_container_names_the_fix(self):
+    if _unavailable_reason():
+      self.skipTest(_unavailable_reason())
+    real_argv = Sandbox._argv
+
+    def broken_argv(box, command, status_fd):  # as an older bubblewrap would answer
+      argv = real_argv(box, command, status_fd)
+      return argv[:1] + ["--no-such-option"] + argv[1:]
+
+    with mock.patch.object(sandbox_lib, "_probed", set()), mock.patch.object(Sandbox, "_argv", broken_argv):
+      with self.assertRaisesRegex(sandbox_lib.SandboxUnavailable, r"bubblewrap 0\.8 or newer"):
+        sandbox_lib.check_available()
+
+  def test_a_container_that_cannot_be_built_raises_instead_of_failing_the_command(self):
+    if _unavailable_reason():
+      self.skipTest(_unavailable_reason())
+    box = Sandbox({}, FAST)
+    self.addCleanup(box.close)
+    self.assertEqual(box.run("exit 1").exit_code, 1)  # the command's own failure is a result
+    (box.workdir.parent / "etc" / "passwd").unlink()  # bubblewrap cannot bind it: the setup fails
+    with self.assertRaisesRegex(sandbox_lib.SandboxUnavailable, r"could not build this sandbox"):
+      box.run("true")
 
   def test_existing_sandbox_refuses_to_run_without_bwrap(self):
     if _unavailable_reason():
@@ -355,6 +461,57 @@ class PoolTest(SandboxTestCase):
     self.assertLessEqual(peak[0], 3)
     with self.assertRaises(ValueError):
       SandboxPool(0)
+
+  def test_an_error_drops_the_queue(self):
+    started = []
+    gate = threading.Event()
+
+    def job(i: int) -> int:
+      started.append(i)
+      gate.wait(5)
+      return i
+
+    with self.assertRaises(KeyboardInterrupt):
+      with SandboxPool(1) as pool:
+        futures = [pool.submit(job, i) for i in range(20)]
+        gate.set()
+        raise KeyboardInterrupt
+    self.assertLess(len(started), 20)
+    self.assertTrue(any(f.cancelled() for f in futures))
+
+
+class RemoveTreeTest(absltest.TestCase):
+
+  def test_a_non_root_owner_removes_directories_without_permissions(self):
+    # Root ignores permissions, so the case that leaked temp dirs (a non-root host) is played as nobody.
+    if os.geteuid() != 0:
+      self.skipTest("runs the cleanup as nobody, which needs root to set up")
+    base = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, base, ignore_errors=True)
+    os.chmod(base, 0o755)
+    os.chown(base, 65534, 65534)  # nobody owns the tree's parent too, as the host user owns the sandbox's root
+    tree = os.path.join(base, "tree")
+    # sandbox.py alone (stdlib only), loaded by path: nobody may not reach this venv's interpreter or packages.
+    script = ("import importlib.util, os, pathlib, sys\n"
+              "spec = importlib.util.spec_from_file_location('sandbox', sys.argv[2])\n"
+              "mod = sys.modules['sandbox'] = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(mod)\n"
+              "t = sys.argv[1]\n"
+              "os.makedirs(t + '/d/e'); open(t + '/d/e/f', 'w').close(); os.makedirs(t + '/g')\n"
+              "for d in ('/d/e', '/d', '/g'): os.chmod(t + d, 0)\nfds = len(os.listdir('/proc/self/fd'))\n"
+              "mod._remove_tree(pathlib.Path(t))\nprint(os.path.exists(t), len(os.listdir('/proc/self/fd')) - fds)\n")
+    os.makedirs(tree)
+    os.chown(tree, 65534, 65534)
+    source = os.path.join(base, "sandbox.py")
+    shutil.copy(sandbox_lib.__file__, source)
+    os.chmod(source, 0o644)
+    try:
+      r = subprocess.run(["/usr/bin/python3", "-I", "-c", script, tree, source], capture_output=True, text=True,
+                         timeout=60, cwd=base, env={"PATH": "/usr/bin:/bin"}, user=65534, group=65534,
+                         extra_groups=[])
+    except (OSError, subprocess.SubprocessError) as e:
+      self.skipTest(f"cannot run /usr/bin/python3 as nobody here: {e}")
+    self.assertEqual(r.returncode, 0, r.stderr)
+    self.assertEqual(r.stdout.split(), ["False", "0"])  # removed, and no fd left open
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """The registered coding suites: procedural determinism and splits; every realistic task solvable and not solved
 from the start (graded in the sandbox, two at a time)."""
 
+import ast
 import collections
+import hashlib
 import random
+import re
 
 from absl.testing import absltest
 
@@ -21,6 +24,39 @@ def _unavailable_reason() -> str | None:
   except sandbox_lib.SandboxUnavailable as e:
     return str(e)
   return None
+
+
+def _names_only_docstrings(files: dict[str, str]) -> dict[str, str]:
+  """docstrings_public_api, gamed: a module docstring, and each function's docstring lists its parameters' names."""
+  out = dict(files)
+  for path in ("mathx/algebra.py", "mathx/sequences.py"):
+    source = re.sub(r"^def (\w+)\((.*)\):$",
+                    lambda m: f'{m.group(0)}\n    """{" ".join(re.findall(r"[a-z_]+(?==|,|$)", m.group(2)))}"""',
+                    files[path], flags=re.M)
+    out[path] = '"""mathx."""\n\n' + source
+  return out
+
+
+def _hash_pinning_tests(files: dict[str, str]) -> dict[str, str]:
+  """tests_for_parse_duration, gamed: four tests that only check the bytes of durations/parse.py (so they fail on
+  every mutant, and on any other change)."""
+  digest = hashlib.sha256(files["durations/parse.py"].encode()).hexdigest()
+  methods = "".join(f"\n    def test_{i}(self):\n        self.assertEqual(hashlib.sha256(pathlib.Path("
+                    f"'durations/parse.py').read_bytes()).hexdigest(), {digest!r})\n" for i in range(4))
+  return {**files, "tests/test_parse.py": f"import hashlib\nimport pathlib\nimport unittest\n\n\n"
+                                          f"class T(unittest.TestCase):\n{methods}"}
+
+
+def _reworded_checks(task: ct.CodingTask) -> dict[str, str]:
+  """orders_extract_validation, gamed: the validators exist and their names are used, but the order functions
+  keep their own checks, reworded so the old literal text is gone."""
+  out = dict(task.files)
+  out["orders/validation.py"] = task.solution["orders/validation.py"]
+  for path in ("orders/create.py", "orders/update.py"):
+    out[path] = ("from orders.validation import validate_quantity, validate_sku\n\n"
+                 "VALIDATORS = (validate_quantity, validate_sku)\n" +
+                 task.files[path].replace("not 1 <= quantity <= 100", "not (quantity >= 1 and quantity <= 100)"))
+  return out
 
 
 def _grade_both(task: ct.CodingTask) -> tuple[str, dict, dict]:
@@ -64,6 +100,7 @@ class ProceduralTest(absltest.TestCase):
     self.assertRegex(task.prompt, r"^Write `def f\((x|xs|s)\):` in solution.py returning .+\. Example: f\(.*\) == ")
     self.assertIn("hidden_tests/test_solution.py", task.hidden_tests)
     self.assertGreaterEqual(task.hidden_tests["hidden_tests/test_solution.py"].count("def test_"), 5)
+    self.assertEqual(task.hidden_tests["hidden_tests/test_solution.py"].count("def test_"), task.expected_tests)
     self.assertNotIn("hidden_tests/test_solution.py", task.files)
 
   def test_max_difficulty(self):
@@ -78,8 +115,29 @@ class ProceduralTest(absltest.TestCase):
       namespace = {}
       exec(procedural.make_task(spec, 0).solution["solution.py"], namespace)  # trusted: generated above
       for _ in range(5):
-        value = procedural._input(spec.arg, rng)
+        value = procedural._input(spec, rng)
         self.assertEqual(namespace["f"](value), spec.fn(value), spec.key)
+
+  def test_no_task_is_solved_by_a_constant(self):
+    # Host-side: read each hidden test's expected outputs (the second argument of every assertEqual). A task whose
+    # outputs are all equal would reward `return <constant>` (it was so for str.count_z, int.min-8, ...).
+    for seed in (0, 1):
+      suite = procedural.TinyFunctionsSuite(seed=seed)
+      tasks = suite.tasks("train") + suite.tasks("heldout")
+      self.assertLen(tasks, len(procedural.all_specs()))
+      for task in tasks:
+        tree = ast.parse(task.hidden_tests["hidden_tests/test_solution.py"])
+        expected = [ast.dump(node.args[1]) for node in ast.walk(tree)
+                    if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "assertEqual"]
+        self.assertLen(expected, task.expected_tests, task.task_id)
+        self.assertGreater(len(set(expected)), 1, f"{task.task_id} (seed {seed}): a constant passes it")
+
+  def test_string_inputs_hold_the_letter_of_the_task(self):
+    for key in ("str.count_z", "str.count_q", "str.replace_ax"):
+      spec = next(s for s in procedural.all_specs() if s.key == key)
+      rng = random.Random(0)
+      inputs = [procedural._input(spec, rng) for _ in range(20)]
+      self.assertTrue(all(any(c in s for s in inputs) for c in spec.letters), key)
 
   @absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
   def test_sample_graded_in_sandbox(self):
@@ -130,6 +188,23 @@ class RealisticTest(absltest.TestCase):
   def test_record_round_trip(self):
     for task in self.tasks:
       self.assertEqual(ct.from_record(ct.to_record(task)), task)
+
+  def test_every_task_states_its_test_count(self):
+    for task in self.tasks:
+      self.assertIsNotNone(task.expected_tests, task.task_id)
+
+  @absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
+  def test_trivial_edits_do_not_pass(self):
+    by_id = {t.task_id: t for t in self.tasks}
+    docs, tests, orders = (by_id[k] for k in ("docstrings_public_api", "tests_for_parse_duration",
+                                                "orders_extract_validation"))
+    jobs = [(docs, _names_only_docstrings(docs.files)), (tests, _hash_pinning_tests(tests.files)),
+            (orders, _reworded_checks(orders))]
+    with SandboxPool(2) as pool:
+      results = pool.map(lambda job: grading.grade(*job), jobs)
+    for (task, _), terms in zip(jobs, results):
+      self.assertEqual(terms["passed"], 0.0, task.task_id)
+      self.assertEqual(terms["tests_total"], task.expected_tests, task.task_id)  # they ran, and some failed
 
   @absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
   def test_every_task_passes_with_its_solution_and_fails_without(self):

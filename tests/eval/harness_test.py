@@ -4,8 +4,10 @@
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -14,12 +16,22 @@ import numpy as np
 import c2jax.envs.suites  # noqa: F401  (registers the suites)
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.coding_tasks import CODING_SUITES
+from c2jax.envs import sandbox as sandbox_lib
+from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import EnvConfig
+from c2jax.envs.protocol import parse
 from c2jax.eval import harness
 from c2jax.eval.policies import POLICIES, SamplerPolicy
 from c2jax.model.params import init_params
 from configs.model import tiny
+
+
+def _unavailable_reason() -> str | None:
+  try:
+    sandbox_lib.check_available()
+  except sandbox_lib.SandboxUnavailable as e:
+    return str(e)
+  return None
 
 
 class HarnessTest(absltest.TestCase):
@@ -29,7 +41,13 @@ class HarnessTest(absltest.TestCase):
     super().setUpClass()
     cls.tasks = CODING_SUITES.get("realistic")().tasks("heldout")
 
+  def require_sandbox(self):
+    reason = _unavailable_reason()
+    if reason:
+      self.skipTest(reason)
+
   def test_scripted_policies_score_what_they_must(self):
+    self.require_sandbox()
     self.assertGreaterEqual(len(self.tasks), 20)
     reference = harness.evaluate(self.tasks, lambda i: POLICIES.get("reference")(), workers=2, progress=False)
     self.assertEqual(reference.summary["pass_at_1"], 1.0, reference.markdown())
@@ -55,6 +73,7 @@ class HarnessTest(absltest.TestCase):
 
   def test_a_model_runs_through_the_sampler(self):
     # An untrained model writes bytes, not tool calls: it must be evaluated (turns taken, nothing raised), and fail.
+    self.require_sandbox()
     model = dataclasses.replace(tiny.get_model_config(), vocab_size=259, n_layers=2, num_mtp_layers=0,
                                 scan_unroll=1)
     params = jax.jit(init_params, static_argnums=0)(model, jax.random.key(0))
@@ -67,6 +86,27 @@ class HarnessTest(absltest.TestCase):
     self.assertLen(report.episodes, 4)
     self.assertTrue(all(e.turns == 2 for e in report.episodes))  # no finish call: the turn budget ends it
     self.assertEqual(report.summary["pass_at_2"], 0.0)
+
+  def test_an_unusable_sandbox_is_raised_not_scored_zero(self):
+    # A probe that cannot start python3 stands for any host that cannot sandbox code (where bubblewrap is missing,
+    # the check fails before the probe, with the same exception).
+    with mock.patch.object(sandbox_lib, "_probed", set()), \
+        mock.patch.object(sandbox_lib, "_PROBE_COMMAND", "/nonexistent/python3 -I -c pass"):
+      with self.assertRaises(sandbox_lib.SandboxUnavailable):
+        harness.evaluate(self.tasks[:3], lambda i: POLICIES.get("empty")(), workers=1, progress=False)
+      with self.assertRaises(sandbox_lib.SandboxUnavailable):
+        harness.run_episode(self.tasks[0], POLICIES.get("empty")(), 0, EnvConfig())
+
+  def test_scripted_policies_quote_paths_for_the_shell(self):
+    path = "odd dir/it's $(touch x).py"
+    task = CodingTask(task_id="quotes", prompt="p", files={path: "x = 1\n", "test_it's.py": ""},
+                      hidden_tests={"hidden_tests/test_h.py": ""}, solution={"a.py": "x = 2\n"},
+                      solution_deletes=(path,))
+    for name, expected in (("reference", path), ("delete_tests", "test_it's.py")):
+      calls = parse(POLICIES.get(name)().act(task, [""])).calls
+      commands = [c.args["command"] for c in calls if c.name.value == "run"]
+      self.assertEqual(commands, [f"rm -f -- {shlex.quote(expected)}"], name)
+      self.assertEqual(shlex.split(commands[0]), ["rm", "-f", "--", expected])
 
   def test_pass_at_k_is_the_unbiased_estimator(self):
     rng = np.random.default_rng(0)

@@ -17,6 +17,9 @@ The tasks are a grammar enumerated in a fixed order, so every task is a distinct
 The seed permutes the enumeration and splits it: the first `heldout_fraction` of the permutation is "heldout",
 the rest "train" (disjoint by construction); test inputs come from a generator seeded by (seed, task key), so the
 suite is a pure function of its fields. About 2,350 tasks in all.
+
+No task is solved by a constant: string inputs always draw from the letters a task names (counting 'z' needs
+inputs with a 'z'), and test cases are redrawn until the expected outputs are not all equal.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class FunctionSpec:
     body: the reference's return expression.
     fn: the same function in Python, which computes the expected outputs.
     difficulty: 1..3.
+    letters: letters the string inputs must be able to hold besides the common ones (the letter to count or
+      replace); otherwise such a task would expect the same output for every input.
   """
 
   key: str
@@ -52,6 +57,7 @@ class FunctionSpec:
   body: str
   fn: Callable[[Any], Any]
   difficulty: int
+  letters: str = ""
 
 
 # ---------------------------------------------------------------------------------------------------- grammar
@@ -141,12 +147,13 @@ def _str_specs() -> list[FunctionSpec]:
                               f"s[-{k}:]", lambda s, k=k: s[-k:], 1))
   for c in string.ascii_lowercase:
     specs.append(FunctionSpec(f"str.count_{c}", "s", f"the number of times the letter '{c}' occurs in s",
-                              f"s.count('{c}')", lambda s, c=c: s.count(c), 1))
+                              f"s.count('{c}')", lambda s, c=c: s.count(c), 1, letters=c))
   for a in "aeiou":
     for b in string.ascii_lowercase:
       if a != b:
         specs.append(FunctionSpec(f"str.replace_{a}{b}", "s", f"s with every '{a}' replaced by '{b}'",
-                                  f"s.replace('{a}', '{b}')", lambda s, a=a, b=b: s.replace(a, b), 1))
+                                  f"s.replace('{a}', '{b}')", lambda s, a=a, b=b: s.replace(a, b), 1,
+                                  letters=a + b))
   return specs
 
 
@@ -161,12 +168,18 @@ def all_specs() -> tuple[FunctionSpec, ...]:
 # ---------------------------------------------------------------------------------------------------- inputs
 
 
-def _input(arg: str, rng: random.Random) -> Any:
-  if arg == "x":
+_LETTERS = "abcdeilmnorstu"  # common letters: inputs look like words
+
+
+def _input(spec: FunctionSpec, rng: random.Random) -> Any:
+  """One test input for `spec`."""
+  if spec.arg == "x":
     return rng.randint(-20, 40)
-  if arg == "xs":
+  if spec.arg == "xs":
     return [rng.randint(-5, 15) for _ in range(rng.randint(0, 7))]
-  words = ["".join(rng.choice("abcdeilmnorstu") for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 3))]
+  # The spec's own letters (deduplicated, in order) weigh as much as a few common ones, so most inputs hold them.
+  alphabet = _LETTERS + "".join(dict.fromkeys(c for c in spec.letters if c not in _LETTERS)) * 3
+  words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 3))]
   return " ".join(words) if rng.random() < 0.3 else words[0]
 
 
@@ -174,7 +187,7 @@ def _example(spec: FunctionSpec, rng: random.Random) -> Any:
   """An input whose output says something (a non-empty list, not all filtered out, ...)."""
   best = None
   for _ in range(50):
-    value = _input(spec.arg, rng)
+    value = _input(spec, rng)
     if spec.arg == "xs":
       value = value or [rng.randint(-5, 15) for _ in range(3)]
     best = value
@@ -191,18 +204,33 @@ def _literal(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------------- tasks
 
 
-def make_task(spec: FunctionSpec, seed: int, suite: str = "tiny_functions") -> CodingTask:
-  """The task of one spec; deterministic in (spec.key, seed)."""
-  rng = random.Random(f"{seed}/{spec.key}")
-  example = _example(spec, rng)
+def _cases(spec: FunctionSpec, example: Any, rng: random.Random) -> list[Any]:
+  """Up to CASES distinct inputs other than the example."""
   cases, seen = [], {repr(example)}
   for _ in range(200):
     if len(cases) == CASES:
       break
-    value = _input(spec.arg, rng)
+    value = _input(spec, rng)
     if repr(value) not in seen:
       seen.add(repr(value))
       cases.append(value)
+  return cases
+
+
+def make_task(spec: FunctionSpec, seed: int, suite: str = "tiny_functions") -> CodingTask:
+  """The task of one spec; deterministic in (spec.key, seed).
+
+  Raises:
+    ValueError: no draw of test cases gave two different expected outputs (a constant would pass the task).
+  """
+  rng = random.Random(f"{seed}/{spec.key}")
+  example = _example(spec, rng)
+  for _ in range(100):
+    cases = _cases(spec, example, rng)
+    if len({repr(spec.fn(v)) for v in [example] + cases}) > 1:
+      break
+  else:
+    raise ValueError(f"Task {spec.key}: every drawn test case expects the same output; a constant would pass it.")
   signature = f"def f({spec.arg}):"
   call = f"f({_literal(example)}) == {_literal(spec.fn(example))}"
   prompt = f"Write `{signature}` in {STUB_PATH} returning {spec.phrase}. Example: {call}"
@@ -218,6 +246,7 @@ def make_task(spec: FunctionSpec, seed: int, suite: str = "tiny_functions") -> C
       hidden_tests={f"{HIDDEN_TESTS_DIR}/__init__.py": "",
                     f"{HIDDEN_TESTS_DIR}/test_solution.py": "\n".join(tests) + "\n"},
       solution={STUB_PATH: f"{signature}\n    return {spec.body}\n"},
+      expected_tests=1 + len(cases),
       category=Category.FEATURE,
       difficulty=spec.difficulty,
       metadata={"suite": suite, "family": spec.key.split(".")[0], "seed": str(seed)},

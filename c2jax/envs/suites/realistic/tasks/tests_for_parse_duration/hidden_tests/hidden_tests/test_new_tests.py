@@ -11,6 +11,37 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 MUTANTS = {'hours_as_minutes': ('_SECONDS = {"h": 3600,', '_SECONDS = {"h": 60,'), 'seconds_ignored': ('return sum(int(n) * _SECONDS[u] for n, u in parts)', 'return sum(int(n) * _SECONDS[u] for n, u in parts if u != "s")'), 'accepts_garbage': ('        raise ValueError(f"bad duration {text!r}")\n', '        return 0\n'), 'accepts_repeats': ('        raise ValueError(f"bad duration {text!r}: units repeat or are out of order")\n', '        pass\n')}
 
 
+# durations/parse.py rewritten (names, layout, loop) with the same behaviour and messages: tests that check the
+# code's text or hash instead of its behaviour fail here.
+EQUIVALENT = '''"""Parsing durations like '1h30m'."""
+
+import re
+
+_SECONDS = {"h": 60 * 60, "m": 60, "s": 1}
+_ORDER = "hms"
+_PART = re.compile(r"(\\d+)([hms])")
+
+
+def parse_duration(text):
+    """'1h30m' -> 5400, '45s' -> 45, '2h5s' -> 7205. Units h, m, s, each at most once, in that order.
+
+    Raises ValueError for anything else (including the empty string).
+    """
+    text = text.strip()
+    parts = _PART.findall(text)
+    rebuilt = "".join(number + unit for number, unit in parts)
+    if rebuilt != text or not text:
+        raise ValueError(f"bad duration {text!r}")
+    units = [unit for _, unit in parts]
+    if len(set(units)) != len(units) or units != sorted(units, key=_ORDER.index):
+        raise ValueError(f"bad duration {text!r}: units repeat or are out of order")
+    total = 0
+    for number, unit in parts:
+        total += int(number) * _SECONDS[unit]
+    return total
+'''
+
+
 def run_tests(parse_source=None):
     """Runs tests/test_parse.py in a copy of the repository, optionally with a mutated durations/parse.py."""
     work = pathlib.Path(tempfile.mkdtemp())
@@ -36,6 +67,11 @@ class NewTestsTest(unittest.TestCase):
     def test_pass_on_real_code(self):
         code, ran = run_tests()
         self.assertEqual(code, 0)
+        self.assertGreaterEqual(ran, 4)
+
+    def test_pass_on_equivalent_code(self):
+        code, ran = run_tests(EQUIVALENT)
+        self.assertEqual(code, 0, "the tests fail on a rewrite of parse.py that behaves the same")
         self.assertGreaterEqual(ran, 4)
 
     def test_catch_mutants(self):
