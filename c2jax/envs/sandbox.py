@@ -166,6 +166,15 @@ def _user_kwargs() -> dict[str, Any]:
   return {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
 
 
+def unavailable_reason() -> str | None:
+  """None when the sandbox can run here, else the one sentence `check_available` would raise (for test skips)."""
+  try:
+    check_available()
+  except SandboxUnavailable as e:
+    return str(e)
+  return None
+
+
 def check_available() -> None:
   """Raises SandboxUnavailable (one sentence naming the fix) unless sandboxed commands can run here.
 

@@ -29,12 +29,7 @@ PROJECT = pathlib.Path(__file__).resolve().parents[2]  # the checkout under test
 FAST = SandboxLimits(wall_s=5.0, cpu_s=5, memory_mb=256, max_procs=32, output_bytes=4096, file_size_mb=8)
 
 
-def _unavailable_reason() -> str | None:
-  try:
-    sandbox_lib.check_available()
-  except sandbox_lib.SandboxUnavailable as e:
-    return str(e)
-  return None
+_unavailable_reason = sandbox_lib.unavailable_reason
 
 
 def _processes_with(marker: str) -> list[str]:

@@ -18,12 +18,7 @@ from c2jax.envs.sandbox import SandboxPool
 from c2jax.envs.suites import procedural
 
 
-def _unavailable_reason() -> str | None:
-  try:
-    sandbox_lib.check_available()
-  except sandbox_lib.SandboxUnavailable as e:
-    return str(e)
-  return None
+_unavailable_reason = sandbox_lib.unavailable_reason
 
 
 def _names_only_docstrings(files: dict[str, str]) -> dict[str, str]:

@@ -26,12 +26,7 @@ from c2jax.model.params import init_params
 from configs.model import tiny
 
 
-def _unavailable_reason() -> str | None:
-  try:
-    sandbox_lib.check_available()
-  except sandbox_lib.SandboxUnavailable as e:
-    return str(e)
-  return None
+_unavailable_reason = sandbox_lib.unavailable_reason
 
 
 class HarnessTest(absltest.TestCase):
