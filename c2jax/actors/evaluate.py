@@ -23,12 +23,10 @@ from c2jax.model.params import Params
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-  """Unbiased pass@k of one task from n samples of which c are solved (Chen et al. 2021)."""
-  if k > n:
-    raise ValueError(f"pass@{k} needs at least {k} samples per task; got {n}.")
-  if n - c < k:
-    return 1.0
-  return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+  """Unbiased pass@k of one task from n samples of which c are solved (Chen et al. 2021); 1 <= k <= n."""
+  if not 1 <= k <= n:
+    raise ValueError(f"pass@{k} needs 1 <= k <= samples per task ({n}).")
+  return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int, samples: int,

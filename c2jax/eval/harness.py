@@ -15,23 +15,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import math
 import time
 from typing import Callable, Sequence
 
 import numpy as np
 
+from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with the RL evaluator
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.eval.policies import Policy
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-  """Unbiased pass@k of one task from n samples of which c passed."""
-  if not 1 <= k <= n:
-    raise ValueError(f"pass@{k} needs 1 <= k <= samples ({n}).")
-  return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 @dataclasses.dataclass(frozen=True)
