@@ -25,6 +25,18 @@ class ByteTokenizer:
   def vocab_size(self) -> int:
     return 259 + len(self.extra_specials)
 
+  @property
+  def pad_id(self) -> int:
+    return self.PAD
+
+  @property
+  def bos_id(self) -> int:
+    return self.BOS
+
+  @property
+  def eos_id(self) -> int:
+    return self.EOS
+
   def special_id(self, name: str) -> int:
     return 259 + self.extra_specials.index(name)
 
@@ -35,5 +47,6 @@ class ByteTokenizer:
     return np.concatenate(parts)
 
   def decode(self, ids) -> str:
-    data = bytes(int(i) for i in np.asarray(ids).reshape(-1) if 0 <= int(i) < 256)
+    ids = np.asarray(ids).reshape(-1)
+    data = ids[(ids >= 0) & (ids < 256)].astype(np.uint8).tobytes()
     return data.decode("utf-8", errors="replace")

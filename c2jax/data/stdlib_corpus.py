@@ -6,6 +6,7 @@ held-out perplexity is measured on files the model never trained on.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import pathlib
 import sysconfig
@@ -19,18 +20,23 @@ def stdlib_files(split: str, heldout_fraction: float = 0.05, max_bytes: int = 20
   """Sorted stdlib .py files of `split` ('train' or 'heldout'); files over max_bytes are skipped."""
   if split not in ("train", "heldout"):
     raise ValueError(f"split={split!r}: use 'train' or 'heldout'.")
+  return list(_splits(heldout_fraction, max_bytes)[split])
+
+
+@functools.lru_cache(maxsize=4)
+def _splits(heldout_fraction: float, max_bytes: int) -> dict[str, tuple[pathlib.Path, ...]]:
+  # One walk for both splits, cached: walking the standard library takes a second or more on a busy machine.
   root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-  out = []
+  out = {"train": [], "heldout": []}
   for path in sorted(root.rglob("*.py")):
     rel = path.relative_to(root).as_posix()
     if "site-packages" in rel or path.stat().st_size > max_bytes:
       continue
     bucket = int(hashlib.sha256(rel.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    if (bucket < heldout_fraction) == (split == "heldout"):
-      out.append(path)
-  if not out:
+    out["heldout" if bucket < heldout_fraction else "train"].append(path)
+  if not out["train"] or not out["heldout"]:
     raise FileNotFoundError(f"no standard-library sources found under {root}; is this Python installed with them?")
-  return out
+  return {k: tuple(v) for k, v in out.items()}
 
 
 def token_stream(split: str, tokenizer: ByteTokenizer, max_files: int | None = None) -> np.ndarray:

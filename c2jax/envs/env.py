@@ -40,7 +40,7 @@ import json
 import posixpath
 import shlex
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from c2jax.envs import grading
 from c2jax.envs import protocol
@@ -164,6 +164,26 @@ sys.exit(0 if total else %(no_match)d)
 _WRITING_TOOLS = frozenset({ToolName.WRITE_FILE, ToolName.EDIT, ToolName.RUN})
 
 
+MAX_LISTED_FILES = 200  # the first observation lists at most this many repository files
+
+
+def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str]) -> str:
+  """The episode's first observation: the task, the repository listing, the tool format and the budget.
+
+  `CodingEnv.reset` returns it with `files` = the sandbox's listing of the fresh copy (the sorted paths of
+  `task.files`); SFT demonstrations (`c2jax.data.sft`) build the same text without a sandbox.
+  """
+  listing = "\n".join(files[:MAX_LISTED_FILES])
+  if len(files) > MAX_LISTED_FILES:
+    listing += f"\n[... {len(files) - MAX_LISTED_FILES} more files]"
+  return "\n\n".join([
+      task.prompt.strip(),
+      f"Repository files:\n{listing or '(none)'}",
+      protocol.format_help(),
+      f"You have {config.max_turns} turns and about {config.max_tokens} tokens; call finish when done.",
+  ])
+
+
 class CodingEnv:
   """One coding episode at a time (reset -> step ... -> reward), over a sandbox per episode.
 
@@ -200,14 +220,7 @@ class CodingEnv:
     self._tokens = 0
     self._tool_s = 0.0
     self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0}
-    files = self._sandbox.list_files()
-    listing = "\n".join(files[:200]) + (f"\n[... {len(files) - 200} more files]" if len(files) > 200 else "")
-    return "\n\n".join([
-        task.prompt.strip(),
-        f"Repository files:\n{listing or '(none)'}",
-        protocol.format_help(),
-        f"You have {self.config.max_turns} turns and about {self.config.max_tokens} tokens; call finish when done.",
-    ])
+    return first_observation(task, self.config, self._sandbox.list_files())
 
   def step(self, model_text: str) -> StepResult:
     """Runs the tool calls of one model turn, in order.

@@ -1,0 +1,140 @@
+"""Tokenizers the data pipelines accept: the byte tokenizer (the default) and HF `tokenizers` files.
+
+  tok = make_tokenizer("byte")                      # ByteTokenizer: 256 bytes + PAD, BOS, EOS
+  tok = make_tokenizer("/path/to/tokenizer.json")   # HFTokenizer (BOS / EOS / PAD found by their usual names)
+  ids = tok.encode("def f(): pass", bos=True, eos=True)   # [N] int32
+  text = tok.decode(ids)                                   # special tokens dropped
+
+Both satisfy `Tokenizer`, which is all the pipelines (c2jax/data/pipeline.py) and the training side rely on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from c2jax.data.byte_tokenizer import ByteTokenizer
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+  """What the pipelines need of a tokenizer."""
+
+  @property
+  def vocab_size(self) -> int:
+    ...
+
+  @property
+  def pad_id(self) -> int:
+    ...
+
+  @property
+  def bos_id(self) -> int:
+    ...
+
+  @property
+  def eos_id(self) -> int:
+    ...
+
+  def encode(self, text: str, bos: bool = True, eos: bool = True) -> np.ndarray:
+    """[N] int32 ids of `text`, with BOS before and EOS after when asked."""
+
+  def decode(self, ids) -> str:
+    """The text of `ids`, special tokens dropped."""
+
+
+# Names under which tokenizer.json files commonly declare their special tokens, tried in order.
+BOS_NAMES = ("<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", "[BOS]", "<|endoftext|>")
+EOS_NAMES = ("</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|endoftext|>", "[EOS]")
+PAD_NAMES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>")
+
+
+def _find(tok, names: Sequence[str]) -> int | None:
+  for name in names:
+    i = tok.token_to_id(name)
+    if i is not None:
+      return int(i)
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class HFTokenizer:
+  """A HuggingFace `tokenizers` file (tokenizer.json) as a `Tokenizer`.
+
+  BOS / EOS / PAD are the tokens named `bos` / `eos` / `pad` when given, else the first of the usual names
+  (BOS_NAMES, EOS_NAMES, PAD_NAMES) the vocabulary holds; a file without a pad token pads with EOS (padding is
+  always masked out of the loss, so its id does not matter). The file's own post-processor (which may add
+  specials of its own) is not applied: BOS and EOS are added here, exactly when asked.
+
+  Attributes:
+    path: the tokenizer.json file.
+    bos, eos, pad: names of the special tokens, or None to look them up.
+  """
+
+  path: str
+  bos: str | None = None
+  eos: str | None = None
+  pad: str | None = None
+
+  def __post_init__(self):
+    if not os.path.isfile(self.path):
+      raise ValueError(f"Tokenizer file {self.path!r} does not exist; give the path of a tokenizer.json or 'byte'.")
+    ids = {}
+    for what, given, names in (("bos", self.bos, BOS_NAMES), ("eos", self.eos, EOS_NAMES),
+                               ("pad", self.pad, PAD_NAMES)):
+      found = _find(self._tok, (given,) if given else names)
+      if found is None and what == "pad" and not given:
+        found = ids["eos"]
+      if found is None:
+        tried = repr(given) if given else ", ".join(names)
+        raise ValueError(f"Tokenizer {self.path} has no {what.upper()} token ({tried}); name it with "
+                         f"HFTokenizer(path, {what}='<token>').")
+      ids[what] = found
+    object.__setattr__(self, "_ids", ids)
+
+  @functools.cached_property
+  def _tok(self):
+    import tokenizers  # pylint: disable=g-import-not-at-top  (only runs that use a tokenizer file need it)
+    return tokenizers.Tokenizer.from_file(self.path)
+
+  @property
+  def vocab_size(self) -> int:
+    return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+  @property
+  def pad_id(self) -> int:
+    return self._ids["pad"]
+
+  @property
+  def bos_id(self) -> int:
+    return self._ids["bos"]
+
+  @property
+  def eos_id(self) -> int:
+    return self._ids["eos"]
+
+  def encode(self, text: str, bos: bool = True, eos: bool = True) -> np.ndarray:
+    ids = self._tok.encode(text, add_special_tokens=False).ids
+    out = np.empty(len(ids) + int(bos) + int(eos), np.int32)
+    out[int(bos):int(bos) + len(ids)] = ids
+    if bos:
+      out[0] = self.bos_id
+    if eos:
+      out[-1] = self.eos_id
+    return out
+
+  def decode(self, ids) -> str:
+    return self._tok.decode([int(i) for i in np.asarray(ids).reshape(-1)], skip_special_tokens=True)
+
+
+def make_tokenizer(spec: str) -> Tokenizer:
+  """"byte" -> ByteTokenizer(); anything else is the path of a tokenizer.json -> HFTokenizer(path)."""
+  if spec == "byte":
+    return ByteTokenizer()
+  if not isinstance(spec, str) or not spec:
+    raise ValueError(f"Tokenizer spec {spec!r}: use 'byte' or the path of a tokenizer.json file.")
+  return HFTokenizer(spec)

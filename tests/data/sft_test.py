@@ -1,0 +1,81 @@
+"""SFT demonstrations: the prompt is exactly the environment's first observation (built without a sandbox), the
+response is the reference policy's turn (a parseable write_file + finish), and in packed batches the loss mask
+covers exactly the assistant text and its EOS."""
+
+from absl.testing import absltest, parameterized
+import numpy as np
+
+from c2jax.data import sft
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.data.pipeline import eval_batches
+from c2jax.envs import protocol
+from c2jax.envs import suites  # noqa: F401  (registers the suites)
+from c2jax.envs.coding_tasks import CODING_SUITES
+from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.eval.policies import ReferencePolicy
+from tests.data import batches as batch_checks
+
+TOK = ByteTokenizer()
+
+
+class _ListingOnly:
+  """Stands in for the sandbox in CodingEnv.reset, which only lists the starting files."""
+
+  def __init__(self, files, limits):
+    del limits
+    self._files = files
+
+  def list_files(self):
+    return sorted(self._files)
+
+  def close(self):
+    pass
+
+
+class SFTTest(parameterized.TestCase):
+
+  @parameterized.parameters(("tiny_functions", "train", 8, 8192), ("realistic", "heldout", 3, 4096))
+  def test_prompt_is_the_first_observation(self, suite, split, max_turns, max_tokens):
+    examples = sft.sft_examples(suite, split, max_examples=3, max_turns=max_turns, max_tokens=max_tokens)
+    tasks = CODING_SUITES.get(suite).tasks(split)[:3]
+    self.assertLen(examples, 3)
+    env = CodingEnv(EnvConfig(max_turns=max_turns, max_tokens=max_tokens), sandbox_factory=_ListingOnly)
+    for task, (prompt, response) in zip(tasks, examples):
+      observation = env.reset(task)
+      self.assertEqual(prompt, observation)
+      self.assertEqual(response, ReferencePolicy().act(task, [observation]))
+      parsed = protocol.parse(response)
+      self.assertEqual((parsed.errors, parsed.incomplete), ((), False))
+      self.assertEqual(parsed.calls[-1].name, protocol.ToolName.FINISH)
+      written = {c.args["path"]: c.args["content"] for c in parsed.calls if c.name == protocol.ToolName.WRITE_FILE}
+      self.assertEqual(written, dict(task.solution))
+
+  def test_default_budget_is_the_environment_default(self):
+    task = CODING_SUITES.get("tiny_functions").tasks("train")[0]
+    self.assertEqual(sft.demonstration(task)[0], CodingEnv(sandbox_factory=_ListingOnly).reset(task))
+
+  def test_loss_mask_covers_exactly_the_assistant_turn(self):
+    examples = sft.sft_examples("tiny_functions", "train", max_examples=4)
+    seq_len = 2048  # a whole demonstration fits in a row (about 1.4 KB of bytes each)
+    batches = eval_batches({"kind": "sft", "max_examples": 4}, TOK, seq_len=seq_len, batch_size=2, n_batches=4)
+    segments = []
+    for batch in batches:
+      batch_checks.check_batch(self, batch, 2, seq_len)
+      for row in range(2):
+        seg = batch["segment_ids"][row]
+        for s in range(1, int(seg.max()) + 1):
+          at = seg == s
+          segments.append((batch["tokens"][row][at], batch["loss_mask"][row][at]))
+    self.assertLen(segments, 4)
+    by_prompt = {TOK.decode(tokens[mask == 0]): (tokens, mask) for tokens, mask in segments}
+    for prompt, response in examples:
+      tokens, mask = by_prompt[prompt]
+      n_prompt = len(prompt.encode()) + 1  # BOS + prompt bytes
+      np.testing.assert_array_equal(mask, np.r_[np.zeros(n_prompt), np.ones(len(tokens) - n_prompt)])
+      self.assertEqual(tokens[0], TOK.BOS)
+      self.assertEqual(tokens[-1], TOK.EOS)  # the sampler's stop token is a target
+      self.assertEqual(TOK.decode(tokens[mask == 1]), response)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,102 @@
+"""Tokenizers: the byte tokenizer's fixed ids, an HF tokenizer.json built here with the `tokenizers` library (round
+trip, BOS / EOS placement, special-token lookup) and `make_tokenizer`."""
+
+import os
+import tempfile
+
+from absl.testing import absltest, parameterized
+import chex
+import numpy as np
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.data.pipeline import eval_batches
+from c2jax.data.tokenizer import HFTokenizer, Tokenizer, make_tokenizer
+from tests.data import corpora
+
+_CORPUS = ["def add(a, b):\n    return a + b\n", "class Stack:\n    def push(self, x):\n        self.items.append(x)\n",
+           "for i in range(10):\n    print(i * i)  # squares\n", "naïve café — ünïcödé\n"] * 4
+
+
+def _write_bpe(directory: str, specials=("<pad>", "<s>", "</s>")) -> str:
+  """A byte-level BPE trained on _CORPUS (no downloads), saved as tokenizer.json."""
+  tok = tokenizers.Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=list(specials),
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(_CORPUS, trainer)
+  path = os.path.join(directory, "tokenizer.json")
+  tok.save(path)
+  return path
+
+
+class ByteTokenizerTest(absltest.TestCase):
+
+  def test_ids_and_round_trip(self):
+    tok = ByteTokenizer()
+    self.assertIsInstance(tok, Tokenizer)
+    self.assertEqual((tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id), (259, 256, 257, 258))
+    text = "x = 'é'\n"
+    ids = tok.encode(text)
+    chex.assert_type(ids, np.int32)
+    self.assertEqual(ids[0], 257)
+    self.assertEqual(ids[-1], 258)
+    np.testing.assert_array_equal(ids[1:-1], np.frombuffer(text.encode(), np.uint8))
+    self.assertEqual(tok.decode(ids), text)
+    self.assertLen(tok.encode(text, bos=False, eos=False), len(text.encode()))
+
+
+class HFTokenizerTest(parameterized.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.dir = tempfile.mkdtemp()
+    cls.path = _write_bpe(cls.dir)
+
+  def test_round_trip_and_specials(self):
+    tok = make_tokenizer(self.path)
+    self.assertIsInstance(tok, HFTokenizer)
+    self.assertIsInstance(tok, Tokenizer)
+    self.assertEqual((tok.pad_id, tok.bos_id, tok.eos_id), (0, 1, 2))
+    self.assertGreater(tok.vocab_size, 256)
+    for text in _CORPUS[:4] + ["unseen words: zebra quokka ∑\n"]:
+      ids = tok.encode(text, bos=True, eos=True)
+      chex.assert_type(ids, np.int32)
+      self.assertEqual((ids[0], ids[-1]), (tok.bos_id, tok.eos_id))
+      self.assertNotIn(tok.bos_id, ids[1:-1].tolist())
+      self.assertEqual(tok.decode(ids), text)
+      self.assertEqual(tok.decode(tok.encode(text, bos=False, eos=False)), text)
+    self.assertLess(len(tok.encode(_CORPUS[0], bos=False, eos=False)), len(_CORPUS[0]))  # BPE merged something
+
+  def test_named_specials_and_pad_fallback(self):
+    path = _write_bpe(tempfile.mkdtemp(), specials=("<|begin|>", "<|end|>"))
+    with self.assertRaisesRegex(ValueError, "no BOS token.*HFTokenizer\\(path, bos="):
+      HFTokenizer(path)
+    tok = HFTokenizer(path, bos="<|begin|>", eos="<|end|>")
+    self.assertEqual((tok.bos_id, tok.eos_id, tok.pad_id), (0, 1, 1))  # no pad token: pads with EOS
+
+  def test_in_the_pipeline(self):
+    tok = HFTokenizer(self.path)
+    texts = _CORPUS[:4]
+    source = {"kind": "jsonl", "path": corpora.write_jsonl(texts)}
+    (batch,) = eval_batches(source, tok, seq_len=64, batch_size=4, n_batches=1)
+    padding = batch["segment_ids"] == 0
+    self.assertTrue(padding.any())
+    self.assertTrue((batch["tokens"][padding] == tok.pad_id).all())
+    decoded = sorted(tok.decode(batch["tokens"][r][batch["segment_ids"][r] == s])
+                     for r in range(4) for s in range(1, int(batch["segment_ids"][r].max()) + 1))
+    self.assertEqual(decoded, sorted(texts))
+
+  def test_make_tokenizer(self):
+    self.assertEqual(make_tokenizer("byte"), ByteTokenizer())
+    with self.assertRaisesRegex(ValueError, "does not exist; give the path of a tokenizer.json or 'byte'"):
+      make_tokenizer(os.path.join(self.dir, "missing.json"))
+    with self.assertRaisesRegex(ValueError, "use 'byte' or the path"):
+      make_tokenizer("")
+
+
+if __name__ == "__main__":
+  absltest.main()
