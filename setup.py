@@ -18,7 +18,7 @@ setup(
         "flax>=0.12.0,<0.14",
         "optax>=0.2.5,<0.4",
         "orbax-checkpoint>=0.11.0,<0.14",
-        "grain>=0.2.10,<0.4",
+        "grain>=0.2.13,<0.4",  # per-epoch reseeding and the first-fit packer the data pipeline uses
         "tensorstore>=0.1.75",
         "ml-collections>=1.0.0",
         "chex>=0.1.90",
@@ -28,6 +28,7 @@ setup(
         "tqdm>=4.66",
         "tensorboardX>=2.6",
         "matplotlib>=3.7",  # evaluation and training plots (PNG)
+        "tokenizers>=0.20,<1",  # HF tokenizer.json files (c2jax.data.tokenizer.HFTokenizer)
     ],
     extras_require={
         # Test-only: HF transformers + CPU PyTorch for parity checks (2.13.0 has a CPU build on the CI disk).
@@ -37,6 +38,10 @@ setup(
             "transformers>=5.0,<6",
             "safetensors>=0.4",
             "moto[server]>=5.0",  # a local S3-compatible server for the rollout buffer's S3 test
+            # notebooks/*.ipynb are executed by tests/notebooks_test.py
+            "nbclient>=0.10",
+            "nbformat>=5.9",
+            "ipykernel>=6.29",
         ],
     },
 )

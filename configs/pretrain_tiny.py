@@ -1,15 +1,25 @@
-"""Tiny continued-pretraining run on the Python standard library's sources (byte tokens), CPU-sized.
+"""Tiny continued pretraining (report section 3): bulk code -> long-context extension -> SFT, CPU-sized.
 
-  python experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/tiny \
-      --config.steps=200 --config.step.learning_rate=1e-3
+  python experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/pretrain_tiny
+  # one phase only, longer:
+  python experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/bulk \
+      --config.phase_order=bulk --config.phases.bulk.steps=400
   # the same on 8 fake CPU devices, FSDP x EP x CP:
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python experiments/pretrain_main.py \
       --config=configs/pretrain_tiny.py --workdir=runs/tiny_mesh --config.mesh=fsdp:2,expert:2,context:2
+
+Batch sizes are multiples of 4 so that the 8-device mesh above (batch over fsdp x expert) divides them.
+The report's shape at 1/256 of its lengths: bulk at T=128 (report: 32K) with plain rope, long context at T=512
+(report: 256K, 8x; here 4x) with YaRN factor 4, then SFT on chat-formatted coding-task demonstrations (loss on
+the assistant's part only). MTP is trained by self-distillation in the last two phases only, as in the report.
+Data: the Python standard library's own sources (train/held-out split by file), byte tokens.
 """
 
 import ml_collections
 
-from configs.model import tiny
+
+def _stdlib(split: str, **extra) -> dict:
+  return {"kind": "stdlib", "split": split, "weight": 1.0, **extra}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -17,18 +27,38 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.model = "tiny"  # a module under configs/model
   c.model_overrides = ml_collections.ConfigDict({"vocab_size": 259})  # byte tokenizer: 256 bytes + 3 specials
+  c.tokenizer = "byte"  # or the path of an HF tokenizer.json (vocab_size must cover it)
   c.seed = 0
   # Device mesh, e.g. "fsdp:2,expert:2,context:2" (c2jax.parallel.mesh); empty: one device, no mesh.
   c.mesh = ""
-  c.batch_size = 8
-  c.seq_len = 128
-  c.steps = 60
-  c.log_every = 10
-  c.eval_batches = 4
-  c.max_train_files = 400  # a slice of the stdlib keeps start-up fast; None reads all of it
-  c.step = ml_collections.ConfigDict(dict(
-      learning_rate=3e-3, warmup_steps=10, total_steps=60, final_lr_fraction=0.1, weight_decay=0.1, b1=0.9,
-      b2=0.95, eps=1e-8, grad_clip=1.0, mtp_weight=0.3, z_loss_weight=1e-4, bias_update_rate=1e-3))
-  c.save_checkpoint = True
-  assert tiny  # the model registry is configs/model/<name>.py
+
+  c.phase_order = "bulk,long_context,sft"
+  schedule = dict(decay="cosine", final_lr_fraction=0.1)
+  c.phases = ml_collections.ConfigDict({
+      "bulk": dict(
+          steps=60, seq_len=128, batch_size=8, rope={"type": "default"},
+          sources={"stdlib": _stdlib("train", max_files=400)},
+          learning_rate=3e-3, warmup_steps=10, mtp_weight=0.0, mtp_target="labels", **schedule),
+      "long_context": dict(
+          steps=15, seq_len=512, batch_size=4,
+          # YaRN from the bulk phase's 128 positions to 4x: the rope dims that rotate fastest keep their period.
+          rope={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "mscale": 1.0,
+                "mscale_all_dim": 1.0},
+          sources={"stdlib_long": _stdlib("train", max_files=400, min_bytes=4096)},
+          learning_rate=1e-3, warmup_steps=3, mtp_weight=0.3, mtp_target="self_distill", **schedule),
+      "sft": dict(
+          # One demonstration per row: a tiny_functions prompt (the first observation, with the tool format) and
+          # its answer are ~1.3-1.5K bytes.
+          steps=15, seq_len=1536, batch_size=4, rope={},
+          sources={"tasks": {"kind": "sft", "suite": "tiny_functions", "split": "train", "weight": 1.0}},
+          learning_rate=1e-3, warmup_steps=3, mtp_weight=0.3, mtp_target="self_distill", **schedule),
+  })
+  # AdamW and the other step settings shared by every phase (schedules are per phase).
+  c.optim = ml_collections.ConfigDict(dict(weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, grad_clip=1.0,
+                                           z_loss_weight=1e-4, bias_update_rate=1e-3))
+  # Held-out code perplexity, on files no phase trains on, at one fixed shape so that phases compare.
+  c.eval = ml_collections.ConfigDict(dict(every=15, batches=4, batch_size=8, seq_len=128,
+                                          source=_stdlib("heldout")))
+  c.log_every = 5
+  c.checkpoint = ml_collections.ConfigDict(dict(every=30, keep=2))
   return c

@@ -26,6 +26,7 @@ import jax
 from ml_collections import config_flags
 
 from c2jax.actors.pool import LocalPool
+from c2jax.parallel.distributed import initialize_from_env
 from c2jax.rl import loop
 from c2jax.rl import run_config
 
@@ -54,13 +55,9 @@ def main(argv):
   signal.signal(signal.SIGTERM, _request_stop)
   if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 brings it back
     logging.set_verbosity(logging.WARNING)
-  if os.environ.get("C2JAX_DISTRIBUTED") == "1":
-    # A multi-host trainer. Slurm (and GKE with the kubernetes package) are auto-detected by JAX; elsewhere set
-    # JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID. Process 0 reads the buffer, publishes weights
-    # and runs the local pool (if any).
-    count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
-    jax.distributed.initialize(num_processes=int(count) if count else None,
-                               process_id=int(index) if index else None)
+  # A multi-host trainer when C2JAX_DISTRIBUTED=1: process 0 reads the buffer, publishes weights and runs the local
+  # pool (if any).
+  initialize_from_env()
   c = _CONFIG.value
   # Compiled programs are cached on disk: a restarted trainer or actor skips its compiles.
   cache = c.get("compilation_cache") or os.path.join(os.path.abspath(_WORKDIR.value), "jax_cache")

@@ -54,8 +54,29 @@ def next_token_loss(logits: jax.Array, tokens: jax.Array, loss_mask: jax.Array |
   return cross_entropy(logits[:, :-1], tokens[:, 1:], w)
 
 
-def mtp_loss(mtp_logits: jax.Array, tokens: jax.Array, loss_mask: jax.Array | None = None) -> LossTerms:
+def mtp_pair_weights(k: int, loss_mask: jax.Array | None, segment_ids: jax.Array | None, shape: tuple[int, int]
+                     ) -> jax.Array:
+  """[B, T - k - 1] weight of MTP depth k at position i predicting token i + k + 1.
+
+  The target's `loss_mask` weight, times 0 where position i and its target lie in different documents of a
+  packed row (segments are contiguous, so equal ids at both ends mean one document throughout).
+  """
+  b, t = shape
+  w = jnp.ones((b, t - k - 1), jnp.float32) if loss_mask is None else loss_mask[:, k + 1:].astype(jnp.float32)
+  if segment_ids is not None:
+    w = w * (segment_ids[:, :t - k - 1] == segment_ids[:, k + 1:])
+  return w
+
+
+def mtp_loss(mtp_logits: jax.Array, tokens: jax.Array, loss_mask: jax.Array | None = None,
+             segment_ids: jax.Array | None = None) -> LossTerms:
   """MTP CE summed over depths: mtp_logits [M, B, T, V]; depth k at position i predicts tokens[:, i + k + 1].
+
+  Args:
+    mtp_logits: [M, B, T, V].
+    tokens: [B, T].
+    loss_mask: [B, T] weight of each target token (as `next_token_loss`).
+    segment_ids: [B, T] document ids of packed rows: pairs across documents get weight 0.
 
   Returns the sum over depths and positions with its weight; DeepSeek-V3 scales the mean by lambda / M.
   """
@@ -64,10 +85,54 @@ def mtp_loss(mtp_logits: jax.Array, tokens: jax.Array, loss_mask: jax.Array | No
   for k in range(1, m + 1):
     if k + 1 >= t:
       break
-    w = None if loss_mask is None else loss_mask[:, k + 1:]
+    w = mtp_pair_weights(k, loss_mask, segment_ids, (b, t))
     term = cross_entropy(mtp_logits[k - 1, :, :t - k - 1], tokens[:, k + 1:], w)
     total = LossTerms(sum=total.sum + term.sum, weight=total.weight + term.weight)
   return total
+
+
+@dataclasses.dataclass(frozen=True)
+class DistillTerms:
+  """ce: soft cross-entropy H(teacher, student), the loss; kl: KL(teacher || student) = ce - H(teacher), a metric
+  that reaches 0 when the MTP head reproduces the main model exactly."""
+
+  ce: LossTerms
+  kl: LossTerms
+
+
+jax.tree_util.register_dataclass(DistillTerms, data_fields=["ce", "kl"], meta_fields=[])
+
+def mtp_distill_loss(mtp_logits: jax.Array, logits: jax.Array, loss_mask: jax.Array | None = None,
+                     segment_ids: jax.Array | None = None) -> DistillTerms:
+  """MTP self-distillation (report section 3): depth k learns the main model's own next-token distribution.
+
+  MTP depth k at position i predicts token i + k + 1; the main model predicts that same token at position
+  i + k, so the teacher is softmax(logits[:, i + k]) under stop-gradient: no gradient reaches the main model
+  through the teacher (the student side, MTP module plus the trunk's hidden state it reads, trains as in
+  DeepSeek-V3's MTP).
+
+  Args:
+    mtp_logits: [M, B, T, V] student logits.
+    logits: [B, T, V] main-model logits (the teacher).
+    loss_mask: [B, T] weight of each target token.
+    segment_ids: [B, T] document ids of packed rows.
+  """
+  m, b, t, _ = mtp_logits.shape
+  zero = jnp.zeros((), jnp.float32)
+  ce_sum, kl_sum, weight = zero, zero, zero
+  for k in range(1, m + 1):
+    if k + 1 >= t:
+      break
+    w = mtp_pair_weights(k, loss_mask, segment_ids, (b, t))
+    teacher = jax.lax.stop_gradient(jax.nn.log_softmax(logits[:, k:t - 1].astype(jnp.float32), axis=-1))
+    student = jax.nn.log_softmax(mtp_logits[k - 1, :, :t - k - 1].astype(jnp.float32), axis=-1)
+    p = jnp.exp(teacher)
+    ce = -jnp.sum(p * student, axis=-1)
+    entropy = -jnp.sum(p * teacher, axis=-1)
+    ce_sum += jnp.sum(ce * w)
+    kl_sum += jnp.sum((ce - entropy) * w)
+    weight += jnp.sum(w)
+  return DistillTerms(ce=LossTerms(sum=ce_sum, weight=weight), kl=LossTerms(sum=kl_sum, weight=weight))
 
 
 def z_loss(logits: jax.Array, weights: jax.Array | None = None) -> LossTerms:
