@@ -21,6 +21,7 @@ from typing import Mapping
 
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask, check_split
 from c2jax.envs.env import EnvConfig, first_observation
+from c2jax.envs.protocol import HelpDetail
 from c2jax.eval.policies import ReferencePolicy
 
 def demonstration(task: CodingTask, config: EnvConfig = EnvConfig()) -> tuple[str, str]:
@@ -31,7 +32,7 @@ def demonstration(task: CodingTask, config: EnvConfig = EnvConfig()) -> tuple[st
 
 
 def sft_examples(suite: str, split: str = "train", *, max_examples: int | None = None,
-                 max_turns: int | None = None, max_tokens: int | None = None,
+                 max_turns: int | None = None, max_tokens: int | None = None, instructions: str = "full",
                  suite_options: Mapping | None = None) -> list[tuple[str, str]]:
   """Demonstrations of the tasks of `suite` / `split` that have a reference solution, in suite order.
 
@@ -41,6 +42,8 @@ def sft_examples(suite: str, split: str = "train", *, max_examples: int | None =
     max_examples: the first this many tasks (None: all).
     max_turns, max_tokens: the episode budget the first observation states (the environment's defaults when None;
       set them to the RL / evaluation run's `EnvConfig` so the prompt matches).
+    instructions: the first observation's tool-format help, "full" or "brief" (`protocol.HelpDetail`; as the
+      RL / evaluation run's `EnvConfig.instructions`).
     suite_options: fields of the suite object to override (e.g. {"max_difficulty": 1} for tiny_functions).
 
   Returns:
@@ -56,6 +59,7 @@ def sft_examples(suite: str, split: str = "train", *, max_examples: int | None =
     tasks = tasks[:max_examples]
   defaults = EnvConfig()
   config = dataclasses.replace(defaults, max_turns=defaults.max_turns if max_turns is None else max_turns,
-                               max_tokens=defaults.max_tokens if max_tokens is None else max_tokens)
+                               max_tokens=defaults.max_tokens if max_tokens is None else max_tokens,
+                               instructions=HelpDetail(instructions))
   return [demonstration(t, config)
           for t in tasks if t.solution is not None]

@@ -65,6 +65,7 @@ class EnvConfig:
     max_workdir_entries: files, directories and links the workdir may hold after a call.
     limits: the sandbox limits of every tool call.
     grading_limits: the judge's sandbox limits; grading's defaults when None.
+    instructions: how much of the tool format the first observation spells out (`protocol.HelpDetail`).
   """
 
   max_turns: int = 8
@@ -77,6 +78,7 @@ class EnvConfig:
   max_workdir_entries: int = 10000
   limits: SandboxLimits = dataclasses.field(default_factory=SandboxLimits)
   grading_limits: SandboxLimits | None = None
+  instructions: protocol.HelpDetail = protocol.HelpDetail.FULL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +181,7 @@ def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str])
   return "\n\n".join([
       task.prompt.strip(),
       f"Repository files:\n{listing or '(none)'}",
-      protocol.format_help(),
+      protocol.format_help(config.instructions),
       f"You have {config.max_turns} turns and about {config.max_tokens} tokens; call finish when done.",
   ])
 

@@ -301,8 +301,27 @@ def render(call: ToolCall) -> str:
   return f'<tool name="{name.value}">\n{body}\n</tool>'
 
 
-def format_help() -> str:
-  """A short description of the format with one example per tool, for the first observation."""
+class HelpDetail(enum.Enum):
+  """How much of the tool format the first observation spells out.
+
+  FULL: one rendered example per tool and the value rules (~900 bytes): for models meeting the format cold.
+  BRIEF: the tools' names and arguments and one example in ~300 bytes: for models that learned the format in SFT
+    (the tiny models, whose every prompt byte costs training and sampling compute).
+  """
+
+  FULL = "full"
+  BRIEF = "brief"
+
+
+def format_help(detail: HelpDetail = HelpDetail.FULL) -> str:
+  """A description of the format for the first observation (see `HelpDetail`)."""
+  if detail is HelpDetail.BRIEF:
+    signature = ", ".join(f"{name.value}({', '.join(TOOL_ARGS[name][0] + TOOL_ARGS[name][1])})" for name in ToolName)
+    return "\n".join([
+        f"Tools: {signature}. Call them as blocks, run in order:",
+        render(ToolCall(ToolName.WRITE_FILE, {"path": "a.py", "content": "x = 1\n"})),
+        render(ToolCall(ToolName.FINISH, {})),
+    ])
   examples = [
       ToolCall(ToolName.READ_FILE, {"path": "pkg/module.py"}),
       ToolCall(ToolName.EDIT, {"path": "pkg/module.py", "search": "    return a - b\n",

@@ -226,6 +226,15 @@ class TotalityTest(absltest.TestCase):
     calls = parse(protocol.format_help()).calls
     self.assertEqual({c.name for c in calls}, set(ToolName))
 
+  def test_brief_help_names_every_tool_and_its_example_parses(self):
+    brief = protocol.format_help(protocol.HelpDetail.BRIEF)
+    for name, (required, optional) in protocol.TOOL_ARGS.items():
+      self.assertIn(f"{name.value}({', '.join(required + optional)})", brief)
+    parsed = parse(brief)
+    self.assertEqual([c.name for c in parsed.calls], [ToolName.WRITE_FILE, ToolName.FINISH])
+    self.assertEqual(parsed.errors, ())
+    self.assertLess(len(brief), len(protocol.format_help()) // 2)
+
 
 if __name__ == "__main__":
   absltest.main()
