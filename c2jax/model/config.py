@@ -51,6 +51,22 @@ class MoeDispatch(enum.Enum):
   AUTO = "auto"
 
 
+class Precision(enum.Enum):
+  """Number format of the routed experts' matmuls (Composer 2 report section 5; `pallas_kernels.recipe`).
+
+  BF16: no quantization: the experts run in the model's compute `dtype` with the configured `moe_dispatch`.
+  MXFP8: E4M3 values with E8M0 scales per 32 along each matmul's contraction axis, forward and backward.
+  NVFP4_FWD_MXFP8_BWD: the report's recipe: forward in NVFP4 (E2M1 values, E4M3 scales per 16) with per-token
+    second-level scales, so a token's output never depends on other tokens; backward in MXFP8, both operands
+    re-quantized from the saved high-precision inputs along each gradient's contraction axis.
+  The quantized precisions run the experts as grouped matmuls over expert-sorted rows (whatever `moe_dispatch`).
+  """
+
+  BF16 = "bf16"
+  MXFP8 = "mxfp8"
+  NVFP4_FWD_MXFP8_BWD = "nvfp4_fwd_mxfp8_bwd"
+
+
 class Remat(enum.Enum):
   """Activation rematerialization of each scanned decoder block."""
 
@@ -82,7 +98,8 @@ class ModelConfig:
 
   Attributes mirror HF `DeepseekV3Config`: d_model=hidden_size, n_layers=num_hidden_layers,
   n_heads=num_attention_heads, num_mtp_layers=num_nextn_predict_layers. `moe_dispatch`,
-  `moe_capacity_factor`, `remat`, `scan_unroll` and `dtype` are implementation choices: they never change the math.
+  `moe_capacity_factor`, `remat`, `scan_unroll` and `dtype` are implementation choices: they never change the math;
+  `precision` (the experts' FP8/FP4 recipe) changes it within quantization error and is not exported to HF.
   """
 
   vocab_size: int = 256
@@ -117,6 +134,8 @@ class ModelConfig:
   moe_capacity_factor: float = 1.25
   remat: Remat = Remat.NONE
   scan_unroll: int = 1  # layers per scan iteration; unrolling shallow models saves per-iteration overhead on CPU.
+  # Training numerics (changes the numbers within quantization error; not part of the HF architecture).
+  precision: Precision = Precision.BF16
 
   def __post_init__(self):
     def need(cond: bool, msg: str):
@@ -141,6 +160,9 @@ class ModelConfig:
         need(self.topk_group * (self.n_routed_experts // self.n_group) >= self.num_experts_per_tok,
              "topk_group groups must hold at least num_experts_per_tok experts.")
       need(self.moe_capacity_factor > 0, "moe_capacity_factor must be positive.")
+      need(self.precision is Precision.BF16 or (self.d_model % 32 == 0 and self.moe_intermediate_size % 32 == 0),
+           f"precision={self.precision.value} quantizes the expert matmuls in blocks of 32 along d_model="
+           f"{self.d_model} and moe_intermediate_size={self.moe_intermediate_size}: make both multiples of 32.")
     need(self.num_mtp_layers >= 0, "num_mtp_layers must be >= 0.")
     need(self.scan_unroll >= 1, f"scan_unroll={self.scan_unroll} must be >= 1.")
     need(self.dtype in ("float32", "bfloat16", "float16"), f"dtype={self.dtype!r}: use float32, bfloat16 or float16.")
@@ -292,7 +314,7 @@ def config_from_json_dict(d: Mapping[str, Any]) -> ModelConfig:
     rope["type"] = RopeType(rope["type"])
   if "layout" in rope:
     rope["layout"] = RopeLayout(rope["layout"])
-  for key, enum_cls in (("moe_dispatch", MoeDispatch), ("remat", Remat)):
+  for key, enum_cls in (("moe_dispatch", MoeDispatch), ("remat", Remat), ("precision", Precision)):
     if key in d:
       d[key] = enum_cls(d[key])
   return ModelConfig(rope=RopeConfig(**rope), **d)
