@@ -29,7 +29,7 @@ setup:
 	fi
 
 test: setup $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 demo: $(STAMP)
 	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/demo/pretrain

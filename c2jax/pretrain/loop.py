@@ -78,8 +78,11 @@ def heldout_ce(params, model: ModelConfig, batches: list[dict], layout: Layout |
                put: Callable = lambda b: jax.tree.map(jnp.asarray, b)) -> float:
   """Mean next-token CE (nats/token) over held-out batches {tokens, positions?, segment_ids?, loss_mask?} [B, T]."""
   f = _eval_fn(model, layout)
-  terms = [f(params, put(b)) for b in batches]
-  return float(sum(float(t.sum) for t in terms) / max(sum(float(t.weight) for t in terms), 1e-9))
+  total, weight = 0.0, 0.0
+  for b in batches:  # one batch at a time: see `cpu_mesh` in `run`
+    t = jax.device_get(f(params, put(b)))
+    total, weight = total + float(t.sum), weight + float(t.weight)
+  return total / max(weight, 1e-9)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +196,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
     (work / "config.json").write_text(c.to_json_best_effort(indent=2))
   flops_per_token = 6 * count_params(base).active
   mesh = _mesh(c)
+  cpu_mesh = mesh is not None and jax.default_backend() == "cpu"
   ckpt = ocp.CheckpointManager(
       (work / "checkpoints").absolute(),
       options=ocp.CheckpointManagerOptions(max_to_keep=c.checkpoint.keep, enable_async_checkpointing=True))
@@ -214,6 +218,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
                                                          extra=ocp.args.JsonRestore()))
     state, extra = got["state"], got["extra"]
     logging.warning("resumed from step %d (phase %s)", restored, phase.name)
+  jax.block_until_ready(state)  # before any other sharded program is dispatched (see `cpu_mesh` below)
   start = int(state.step)
   tokens_seen = int(extra["tokens"])
   if primary:
@@ -280,6 +285,11 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
           batch_tokens = int(np.sum(batch["segment_ids"] > 0)) * n_proc if "segment_ids" in batch else int(
               batch["tokens"].size) * n_proc
           state, metrics = built.step(state, built.put(batch))
+          if cpu_mesh:
+            # XLA:CPU runs every fake device's part of a collective on one shared thread pool: two sharded programs
+            # in flight at once can each hold threads the other's collectives wait for (a deadlock, seen with 8
+            # fake devices on 2 cores). One program at a time there; accelerators keep async dispatch.
+            jax.block_until_ready(metrics)
           tokens_seen += batch_tokens
           done = step + 1
           if done % c.log_every == 0 or done == phase.end:
