@@ -36,6 +36,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl = rl
 
   c.task = ml_collections.ConfigDict({"suite": "char_class", "seed": 0})
+  # With task.suite="coding" (c2jax/envs/coding_rl.py: coding_suite, instructions, max_turns, max_tokens), an SFT
+  # warm start on the suite's demonstrations can precede RL: a one-phase run of the pretraining loop, cached by its
+  # settings under cache_dir ($C2JAX_CACHE_DIR or ~/.cache/c2jax when empty; c2jax/rl/warm_start.py).
+  c.sft = ml_collections.ConfigDict(dict(enabled=False, cache_dir="", steps=300, seq_len=768, batch_size=8,
+                                         learning_rate=3e-3, warmup_steps=20, mtp_weight=0.0))
 
   c.actors = ml_collections.ConfigDict(dict(
       num=2,  # local actor processes started by rl_main

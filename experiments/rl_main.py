@@ -29,6 +29,7 @@ from c2jax.actors.pool import LocalPool
 from c2jax.parallel.distributed import initialize_from_env
 from c2jax.rl import loop
 from c2jax.rl import run_config
+from c2jax.rl import warm_start
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/rl_tiny.py", "Run config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/rl", "Checkpoints, logs, TensorBoard (and, by default, the buffer "
@@ -65,6 +66,12 @@ def main(argv):
   os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # inherited by the pool
   workdir = os.path.abspath(_WORKDIR.value)
   os.makedirs(workdir, exist_ok=True)
+  if c.sft.enabled and not c.init_checkpoint:
+    # The SFT warm start (cached by its settings), before any actor starts: they sample from what RL starts from.
+    c.init_checkpoint = warm_start.sft_checkpoint(c, stop=lambda: _stop_requests > 0)
+    if c.init_checkpoint is None:
+      print(json.dumps({"interrupted": True, "stage": "sft"}))
+      sys.exit(130)
   buffer_url, weights_url = run_config.urls(c, workdir)
   config_path = os.path.join(workdir, "config.json")
   if jax.process_index() == 0:

@@ -1,6 +1,6 @@
 """Coding tasks as actor tasks: one turn of `CodingEnv` per sample (report section 4, RL on coding tasks).
 
-  suite = TASK_SUITES.get("coding")(suite="tiny_functions", instructions="brief")
+  suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions="brief")
   task = suite.task("train", 17)             # prompt = BOS + the environment's first observation (byte tokens)
   terms = suite.reward(task, generated)      # {"outcome": fraction of hidden tests passed, "malformed_tool_calls": n}
 
@@ -42,14 +42,15 @@ class CodingTaskSuite:
   """A coding suite (`CODING_SUITES`) as single-turn verifiable tasks over byte tokens.
 
   Attributes:
-    suite: the coding suite's name ("tiny_functions", "realistic").
+    coding_suite: the coding suite's name in `CODING_SUITES` ("tiny_functions", "realistic"); a run config
+      selects it with task.suite="coding", task.coding_suite=<name>.
     seed: unused by the tasks (a coding suite's tasks are fixed); kept so every actor suite takes one.
     max_turns / max_tokens: the budget line of the first observation (as the SFT data's).
     instructions: "full" or "brief" tool-format help in the prompt (`protocol.HelpDetail`).
     name: the registry name, the prefix of task ids.
   """
 
-  suite: str = "tiny_functions"
+  coding_suite: str = "tiny_functions"
   seed: int = 0
   max_turns: int = 8
   max_tokens: int = 8192
@@ -63,20 +64,20 @@ class CodingTaskSuite:
 
   def size(self, split: str) -> int:
     check_split(split)
-    return len(_tasks(self.suite, split))
+    return len(_tasks(self.coding_suite, split))
 
   def coding_task(self, task: Task) -> CodingTask:
     _, split, index = task.task_id.rsplit("/", 2)
-    return _tasks(self.suite, split)[int(index)]
+    return _tasks(self.coding_suite, split)[int(index)]
 
   def task(self, split: str, index: int) -> Task:
     check_split(split)
-    tasks = _tasks(self.suite, split)
+    tasks = _tasks(self.coding_suite, split)
     index = int(index) % len(tasks)
     # What `CodingEnv.reset` returns: a fresh copy lists exactly the task's files, sorted.
     text = first_observation(tasks[index], self.env_config, sorted(tasks[index].files))
     prompt = tuple(int(t) for t in ByteTokenizer().encode(text, bos=True, eos=False))
-    return Task(task_id=f"{self.name}/{self.suite}/{split}/{index}", prompt=prompt, text=text)
+    return Task(task_id=f"{self.name}/{self.coding_suite}/{split}/{index}", prompt=prompt, text=text)
 
   def reward(self, task: Task, generated: np.ndarray) -> dict[str, float]:
     """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' pass fraction."""

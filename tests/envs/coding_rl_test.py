@@ -21,7 +21,7 @@ class CodingTaskSuiteTest(absltest.TestCase):
 
   def test_prompt_is_the_sft_prompt_and_ids_are_stable(self):
     for instructions in ("brief", "full"):
-      suite = TASK_SUITES.get("coding")(suite="tiny_functions", instructions=instructions)
+      suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions=instructions)
       examples = sft.sft_examples("tiny_functions", "heldout", max_examples=3, instructions=instructions)
       for i, (prompt, _) in enumerate(examples):
         task = suite.task("heldout", i)

@@ -1,0 +1,70 @@
+"""The SFT warm start of an RL run (report sections 3-4: a short SFT on coding tasks precedes RL), cached.
+
+  checkpoint = sft_checkpoint(c)      # c: an RL run config with an `sft` block (configs/rl_tiny.py)
+
+The SFT is a one-phase run of the pretraining loop (`c2jax.pretrain.loop`) on the RL task suite's own
+demonstrations (`c2jax.data.sft`: the prompt the actors sample from, the reference solution as the answer), for
+the RL run's exact model. Its directory is named by a hash of everything that determines its result, under
+`c.sft.cache_dir` ($C2JAX_CACHE_DIR or ~/.cache/c2jax when empty): a second RL run with the same SFT settings,
+in any workdir, reuses the finished checkpoint, and an interrupted SFT resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from absl import logging
+import ml_collections
+
+from configs import pretrain_tiny
+
+
+def sft_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The pretraining run config of the SFT: one phase "sft" on `c.task`'s coding suite, the RL run's model."""
+  s = c.sft
+  if c.task.suite != "coding":
+    raise ValueError(f"sft.enabled needs a coding task suite (task.suite='coding'), not {c.task.suite!r}: the SFT "
+                     "data are the coding suite's demonstrations.")
+  p = pretrain_tiny.get_config()
+  p.model = c.model
+  p.model_overrides = ml_collections.ConfigDict(dict(c.model_overrides))
+  p.seed = c.seed
+  p.mesh = c.mesh
+  p.phase_order = "sft"
+  source = {"kind": "sft", "suite": c.task.get("coding_suite", "tiny_functions"), "split": "train", "weight": 1.0,
+            "instructions": c.task.get("instructions", "brief"), "max_turns": c.task.get("max_turns", 8),
+            "max_tokens": c.task.get("max_tokens", 8192)}
+  p.phases = ml_collections.ConfigDict({"sft": dict(
+      steps=s.steps, seq_len=s.seq_len, batch_size=s.batch_size, rope={}, sources={"tasks": source},
+      learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, decay="cosine", final_lr_fraction=0.1,
+      mtp_weight=s.mtp_weight, mtp_target="self_distill")})
+  p.eval = ml_collections.ConfigDict(dict(every=max(s.steps // 4, 1), batches=2, batch_size=s.batch_size,
+                                          seq_len=s.seq_len, source={**source, "split": "heldout"}))
+  p.log_every = 10
+  p.checkpoint = ml_collections.ConfigDict(dict(every=max(s.steps // 4, 1), keep=1))
+  return p
+
+
+def cache_dir(c: ml_collections.ConfigDict, p: ml_collections.ConfigDict) -> str:
+  """<cache>/sft-<hash of the SFT run config>."""
+  root = c.sft.cache_dir or os.environ.get("C2JAX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                                  "c2jax")
+  digest = hashlib.sha256(json.dumps(p.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+  return os.path.join(os.path.abspath(root), f"sft-{digest}")
+
+
+def sft_checkpoint(c: ml_collections.ConfigDict, stop=lambda: False) -> str | None:
+  """Trains (or resumes, or reuses) the SFT of `c` and returns its model checkpoint directory (None when `stop`
+  interrupted it: the same call resumes it)."""
+  from c2jax.pretrain import loop  # pylint: disable=g-import-not-at-top  (jax-heavy; only when SFT runs)
+  p = sft_config(c)
+  workdir = cache_dir(c, p)
+  checkpoint = os.path.join(workdir, "models", "sft")
+  if os.path.exists(os.path.join(checkpoint, "model_config.json")):
+    logging.warning("SFT: reusing %s", checkpoint)
+    return checkpoint
+  logging.warning("SFT: training into %s (a later run with the same settings reuses it)", workdir)
+  result = loop.run(p, workdir, stop=stop)
+  return None if result.get("interrupted") else result["checkpoint"]
