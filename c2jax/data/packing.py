@@ -7,6 +7,8 @@ The steps, each a grain transformation whose state checkpoints (grain replays fr
   2. `ChunkDocument`: a document longer than T is cut into pieces of T tokens (the last one shorter). Each piece is
      its own segment, positions restarting at 0: simple and honest, the model never attends from one piece to
      another, and the first token of a piece is never a target (it would need the previous piece's context).
+     A chat document (one with a weight-0 prompt part) longer than T is refused with one sentence instead: its
+     answer would train without the prompt it answers.
   3. `pack_rows`: grain's first-fit packer places whole pieces into `num_bins` open rows (a piece never straddles
      two rows); a row holds several segments, padded at its end.
   4. `finish_batch`: rows -> the training batch below, with a short last batch padded by empty rows.
@@ -58,6 +60,10 @@ class ChunkDocument(grain.experimental.FlatMapTransform):
 
   def flat_map(self, element: dict[str, np.ndarray]) -> Sequence[dict[str, np.ndarray]]:
     n, t = len(element["tokens"]), self.seq_len
+    if n > t and np.any(element["weights"] == 0):
+      # A chat document (a prompt part with weight 0) cut in pieces would train its answer without the prompt.
+      raise ValueError(f"A chat demonstration of {n} tokens is longer than seq_len={t}: raise seq_len to >= {n} "
+                       "(or shorten the prompts, e.g. instructions='brief' for coding-suite SFT).")
     return [{k: v[s:s + t] for k, v in element.items()} for s in range(0, n, t)]
 
 

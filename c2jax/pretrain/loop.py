@@ -30,6 +30,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import time
 from typing import Callable
 
@@ -166,6 +167,52 @@ def _records(path: pathlib.Path) -> list[dict]:
   return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
 
+def _summary(work: pathlib.Path, phases: list[Phase], *, steps: int, interrupted: bool, primary: bool) -> dict:
+  """The run's summary from what is on disk (written to result.json by process 0 once every phase is done)."""
+  result = {"steps": steps, "interrupted": interrupted, "phases": [p.name for p in phases],
+            "checkpoint": str(work / "models" / phases[-1].name)}
+  evals = _records(work / "eval.jsonl") if primary else []
+  if interrupted or not evals:
+    return result
+  train = _records(work / "metrics.jsonl")
+  # The finding is about training on code: SFT phases (chat-formatted demonstrations) are left out of the fit.
+  pretraining = [p.name for p in phases if not all(s.get("kind") == "sft" for s in p.sources)]
+  fit = loglinear.fit(evals, x="flops", phases=pretraining)
+  loglinear.plot(evals, fit, str(work / "perplexity.png"), x="flops")
+  result.update({
+      "tokens": evals[-1]["tokens"],
+      "heldout_ce_before": evals[0]["heldout_ce"], "heldout_ce_after": evals[-1]["heldout_ce"],
+      "heldout_ppl_before": evals[0]["heldout_ppl"], "heldout_ppl_after": evals[-1]["heldout_ppl"],
+      "heldout_ppl_by_phase": {e["phase"]: e["heldout_ppl"] for e in evals if e["step"] > 0},
+      "train_loss": train[-1]["loss"] if train else None,
+      "tokens_per_s": float(np.median([m["tokens_per_s"] for m in train])) if train else None,
+      "loglinear": fit.to_dict() if fit is not None else None})
+  (work / "result.json").write_text(json.dumps(result, indent=2))
+  return result
+
+
+def _barrier(name: str) -> None:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
+
+
+def _write_model(path: pathlib.Path, params, model: ModelConfig) -> None:
+  """A model checkpoint written beside `path` and renamed into place: a kill leaves the previous one (or none),
+  never a partial one, and a phase trained again after a restart replaces it."""
+  tmp = path.with_name(f".{path.name}.partial")
+  primary = jax.process_index() == 0
+  if primary:
+    shutil.rmtree(tmp, ignore_errors=True)
+  _barrier(f"model-{path.name}-clean")
+  save_checkpoint(str(tmp), params, model)
+  _barrier(f"model-{path.name}-written")
+  if primary:
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+  _barrier(f"model-{path.name}-renamed")
+
+
 def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] = lambda: False) -> dict:
   """Trains every phase of `c.phase_order` (resuming from `workdir/checkpoints` when present).
 
@@ -197,6 +244,12 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
   flops_per_token = 6 * count_params(base).active
   mesh = _mesh(c)
   cpu_mesh = mesh is not None and jax.default_backend() == "cpu"
+  if mesh is not None and n_proc > 1 and mesh.shape["context"] * mesh.shape["tensor"] > jax.local_device_count():
+    # Each host loads whole rows of its own data shard; rows split across hosts would need every host of a row
+    # group to read the same shard.
+    raise ValueError(f"mesh={c.mesh!r}: context x tensor = {mesh.shape['context'] * mesh.shape['tensor']} spans "
+                     f"hosts ({jax.local_device_count()} devices each); pretraining loads whole rows per host: keep "
+                     "context x tensor within one host.")
   ckpt = ocp.CheckpointManager(
       (work / "checkpoints").absolute(),
       options=ocp.CheckpointManagerOptions(max_to_keep=c.checkpoint.keep, enable_async_checkpointing=True))
@@ -208,7 +261,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
   phase = phase_at(phases, restored or 0)
   if phase is None:  # every phase already done: report what is on disk
     logging.warning("every phase is already trained in %s (step %d); nothing to do", work, restored)
-    return json.loads((work / "result.json").read_text())
+    return _summary(work, phases, steps=restored, interrupted=False, primary=primary)
   built = _build(phase, mesh)
   extra = {"phase": None, "data": None, "tokens": 0}
   if restored is None:
@@ -229,7 +282,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
   if primary:
     try:
       from tensorboardX import SummaryWriter
-      tb = SummaryWriter(str(work / "tb"))
+      # After a restart, TensorBoard drops the events a killed run logged past its checkpoint.
+      tb = SummaryWriter(str(work / "tb"), purge_step=None if restored is None else start + 1)
     except ImportError:  # TensorBoard logging is optional; the jsonl files have everything.
       pass
 
@@ -258,6 +312,14 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
   # tokens/s over each logging window (the first window of a phase includes that phase's compile).
   window = {"t": time.perf_counter(), "tokens": tokens_seen}
 
+  def should_stop() -> bool:
+    # Every process must stop before the same step (the next one is a collective): any process's request counts.
+    want = bool(stop())
+    if n_proc > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      want = bool(np.max(multihost_utils.process_allgather(np.int32(want))))
+    return want
+
   def save(phase_name: str, data_state) -> None:
     meta = {"phase": phase_name, "data": data_state, "tokens": tokens_seen}
     ckpt.save(int(state.step), args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -275,16 +337,18 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
                                       shard_index=jax.process_index(), shard_count=n_proc))
         if extra.get("phase") == phase.name and extra.get("data") is not None and int(state.step) > phase.start:
           it.set_state(extra["data"])  # resume the phase's data exactly where its checkpoint left it
+        trained_data = it.get_state()  # the data position of `state`, updated with it in one assignment
         schedule = make_schedule(phase.hp)
         bar.set_description(f"pretrain[{phase.name}]")
         for step in range(int(state.step), phase.end):
-          if stop():
+          if should_stop():
             interrupted = True
             break
           batch = next(it)
+          data_after = it.get_state()
           batch_tokens = int(np.sum(batch["segment_ids"] > 0)) * n_proc if "segment_ids" in batch else int(
               batch["tokens"].size) * n_proc
-          state, metrics = built.step(state, built.put(batch))
+          state, metrics, trained_data = (*built.step(state, built.put(batch)), data_after)
           if cpu_mesh:
             # XLA:CPU runs every fake device's part of a collective on one shared thread pool: two sharded programs
             # in flight at once can each hold threads the other's collectives wait for (a deadlock, seen with 8
@@ -305,20 +369,21 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
           if done % c.eval.every == 0 and done != phase.end:
             evaluate(phase.model, phase.name)
           if done % c.checkpoint.every == 0 and done != phase.end:
-            save(phase.name, it.get_state())
+            save(phase.name, trained_data)
         if interrupted:
           break
-        # The phase is done: its model, its held-out perplexity, and a checkpoint at the boundary.
+        # The phase is done: its held-out perplexity, its model, then the checkpoint at the boundary (a run killed
+        # before that checkpoint trains the phase's end again and rewrites the model).
         evaluate(phase.model, phase.name)
+        _write_model(work / "models" / phase.name, state.params, phase.model)
         save(phase.name, None)
-        save_checkpoint(str(work / "models" / phase.name), state.params, phase.model)
     except KeyboardInterrupt:
       interrupted = True
     finally:
       # Whatever stopped the loop, what was trained is checkpointed with its data position.
       try:
         if int(state.step) > (ckpt.latest_step() or 0) and it is not None:
-          save(phase.name, it.get_state())
+          save(phase.name, trained_data)
         ckpt.wait_until_finished()
       except Exception as e:  # e.g. interrupted inside a step, whose input state was donated
         logging.warning("could not checkpoint the last steps (%s); a restart resumes from step %s", e,
@@ -326,26 +391,9 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, stop: Callable[[], bool] 
       if tb is not None:
         tb.flush()
 
-  evals = _records(work / "eval.jsonl") if primary else []
-  train = _records(work / "metrics.jsonl") if primary else []
-  result = {"steps": int(state.step), "interrupted": interrupted, "tokens": tokens_seen,
-            "phases": [p.name for p in phases]}
   if interrupted:
     logging.warning("stopped at step %d; the same command resumes from the checkpoint", int(state.step))
-  elif primary and evals:
-    # The finding is about training on code: SFT phases (chat-formatted demonstrations) are left out of the fit.
-    pretraining = [p.name for p in phases if not all(s.get("kind") == "sft" for s in p.sources)]
-    fit = loglinear.fit(evals, x="flops", phases=pretraining)
-    loglinear.plot(evals, fit, str(work / "perplexity.png"), x="flops")
-    result.update({
-        "heldout_ce_before": evals[0]["heldout_ce"], "heldout_ce_after": evals[-1]["heldout_ce"],
-        "heldout_ppl_before": evals[0]["heldout_ppl"], "heldout_ppl_after": evals[-1]["heldout_ppl"],
-        "heldout_ppl_by_phase": {e["phase"]: e["heldout_ppl"] for e in evals if e["step"] > 0},
-        "train_loss": train[-1]["loss"] if train else None,
-        "tokens_per_s": float(np.median([m["tokens_per_s"] for m in train])) if train else None,
-        "checkpoint": str(work / "models" / phases[-1].name),
-        "loglinear": fit.to_dict() if fit is not None else None})
-    (work / "result.json").write_text(json.dumps(result, indent=2))
+  result = _summary(work, phases, steps=int(state.step), interrupted=interrupted, primary=primary)
   if tb is not None:
     tb.close()
   return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from typing import Any
 
 import jax
@@ -93,6 +94,13 @@ def make_schedule(hp: StepConfig) -> optax.Schedule:
   return lambda count: local(count - hp.schedule_offset)
 
 
+def _decay_mask(params: Params, train_mtp: bool) -> Any:
+  """Which leaves weight decay shrinks: all but the MTP modules of a step that does not train them (a phase without
+  the MTP loss leaves them as they are, for the phase that distils them). Always a mask, so that the optimizer
+  state has one structure in every phase."""
+  return {k: jax.tree.map(lambda _: train_mtp or k != "mtp", v) for k, v in params.items()}
+
+
 def make_optimizer(hp: StepConfig) -> optax.GradientTransformation:
   """AdamW with warmup + decay and clipping; leaves outside `trainable_mask` are never touched.
 
@@ -100,7 +108,8 @@ def make_optimizer(hp: StepConfig) -> optax.GradientTransformation:
   weight decay continue one optimizer state.
   """
   chain = [optax.clip_by_global_norm(hp.grad_clip)] if hp.grad_clip > 0 else []
-  chain.append(optax.adamw(make_schedule(hp), b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=hp.weight_decay))
+  chain.append(optax.adamw(make_schedule(hp), b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=hp.weight_decay,
+                           mask=functools.partial(_decay_mask, train_mtp=hp.mtp_weight > 0)))
   tx = optax.chain(*chain)
   return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
                                lambda p: jax.tree.map(lambda m: "train" if m else "frozen", trainable_mask(p)))

@@ -223,7 +223,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
   if primary:
     try:
       from tensorboardX import SummaryWriter
-      tb = SummaryWriter(str(work / "tb"))
+      # After a restart, TensorBoard drops the events a killed run logged past its checkpoint.
+      tb = SummaryWriter(str(work / "tb"), purge_step=None if restored_step is None else restored_step + 1)
     except ImportError:  # TensorBoard logging is optional; metrics.jsonl has everything.
       pass
 

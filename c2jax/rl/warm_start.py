@@ -7,6 +7,9 @@ demonstrations (`c2jax.data.sft`: the prompt the actors sample from, the referen
 the RL run's exact model. Its directory is named by a hash of everything that determines its result, under
 `c.sft.cache_dir` ($C2JAX_CACHE_DIR or ~/.cache/c2jax when empty): a second RL run with the same SFT settings,
 in any workdir, reuses the finished checkpoint, and an interrupted SFT resumes where it stopped.
+
+The demonstrations are the `train` split's reference solutions: the tasks RL then trains on, so RL's training
+reward after a warm start is inflated; only the held-out figures measure what RL adds.
 """
 
 from __future__ import annotations
@@ -48,11 +51,21 @@ def sft_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def cache_dir(c: ml_collections.ConfigDict, p: ml_collections.ConfigDict) -> str:
-  """<cache>/sft-<hash of the SFT run config>."""
+  """<cache>/sft-<hash of the SFT run config and of the demonstrations' text>.
+
+  The text is hashed too: a change to the prompt format, the suite's tasks or the reference policy makes a new SFT
+  rather than reusing one trained on other prompts.
+  """
+  from c2jax.data import sft  # pylint: disable=g-import-not-at-top  (imports the coding suites)
   root = c.sft.cache_dir or os.environ.get("C2JAX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
                                                                                   "c2jax")
-  digest = hashlib.sha256(json.dumps(p.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
-  return os.path.join(os.path.abspath(root), f"sft-{digest}")
+  h = hashlib.sha256(json.dumps(p.to_dict(), sort_keys=True, default=str).encode())
+  source = dict(p.phases.sft.sources.tasks)
+  for prompt, response in sft.sft_examples(source["suite"], source["split"], max_turns=source["max_turns"],
+                                           max_tokens=source["max_tokens"], instructions=source["instructions"]):
+    h.update(prompt.encode())
+    h.update(response.encode())
+  return os.path.join(os.path.abspath(root), f"sft-{h.hexdigest()[:16]}")
 
 
 def sft_checkpoint(c: ml_collections.ConfigDict, stop=lambda: False) -> str | None:
@@ -67,4 +80,4 @@ def sft_checkpoint(c: ml_collections.ConfigDict, stop=lambda: False) -> str | No
     return checkpoint
   logging.warning("SFT: training into %s (a later run with the same settings reuses it)", workdir)
   result = loop.run(p, workdir, stop=stop)
-  return None if result.get("interrupted") else result["checkpoint"]
+  return None if result["interrupted"] else checkpoint

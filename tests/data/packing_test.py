@@ -47,6 +47,13 @@ class PackingTest(parameterized.TestCase):
       else:
         self.assertTrue((batch[key][2:] == want).all(), key)
 
+  def test_a_chat_document_longer_than_a_row_is_refused(self):
+    chat = packing.tokenize((("a long question?", 0.0), ("yes", 1.0)), TOK)  # 21 tokens, prompt weight 0
+    ds = packing.chunk_documents(grain.MapDataset.source([chat]).to_iter_dataset(), 16)
+    with self.assertRaisesRegex(ValueError, "raise seq_len to >= 21"):
+      next(iter(ds))
+    self.assertLen(list(packing.chunk_documents(grain.MapDataset.source([chat]).to_iter_dataset(), 21)), 1)
+
   @parameterized.parameters((16, 3), (64, 5))
   def test_no_token_lost_or_duplicated(self, seq_len, batch_size):
     texts = corpora.documents(40, 3 * seq_len, seed=seq_len)

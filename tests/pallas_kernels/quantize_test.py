@@ -169,7 +169,7 @@ def nvfp4_edge_rows() -> np.ndarray:
   x[1, 48:] = 0.0  # zero block inside a non-zero row
   x[2, :16] = 1.0
   x[2, 16:32] *= 1e-5 / np.max(np.abs(x[2, 16:32]))  # E4M3 subnormal block scale
-  x[2, 32:48] *= 1e-8  # block scale underflows to 0: zero codes
+  x[2, 32:48] *= 1e-8  # block scale underflows to 0: the codes saturate but dequantize to +-0
   x[2, 48:] *= (2.0**-6 / 448) / np.max(np.abs(x[2, 48:]))  # block scale at the smallest E4M3 normal
   x[3] *= 1e3
   x[3, 3] = 1e-3

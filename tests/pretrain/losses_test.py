@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from c2jax.model import losses
-from c2jax.pretrain.step import Decay, StepConfig, document_mask, make_schedule
+from c2jax.pretrain.step import Decay, StepConfig, document_mask, make_optimizer, make_schedule
 
 
 def _log_softmax(x):
@@ -92,6 +92,22 @@ class ScheduleTest(parameterized.TestCase):
   def test_no_warmup_starts_at_the_peak(self):
     f = make_schedule(StepConfig(learning_rate=2.0, warmup_steps=0, total_steps=10))
     self.assertAlmostEqual(float(f(0)), 2.0, places=6)
+
+
+class OptimizerTest(absltest.TestCase):
+
+  def test_a_step_without_the_mtp_loss_leaves_the_mtp_modules_alone(self):
+    params = {"embed": jnp.ones((4, 2)), "mtp": {"w": jnp.ones((3,))}}
+    zero = jax.tree.map(jnp.zeros_like, params)
+    structures = []
+    for weight in (0.0, 0.3):
+      tx = make_optimizer(StepConfig(learning_rate=0.1, warmup_steps=0, weight_decay=0.5, mtp_weight=weight))
+      state = tx.init(params)
+      structures.append(jax.tree.structure(state))
+      updates, _ = tx.update(zero, state, params)
+      self.assertLess(float(updates["embed"].max()), 0.0)  # decoupled weight decay shrinks trained leaves
+      self.assertEqual(float(jnp.abs(updates["mtp"]["w"]).max()) > 0, weight > 0)
+    self.assertEqual(structures[0], structures[1])  # one optimizer state across phases with and without MTP
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import shutil
 import tempfile
 
 from absl.testing import absltest
@@ -132,6 +133,21 @@ class LoopTest(absltest.TestCase):
     self.assertEqual(evals, full_evals)
     # Nothing left to do: a fourth call reports the finished run.
     self.assertEqual(loop.run(c, d)["steps"], 7)
+
+
+  def test_a_kill_after_a_periodic_checkpoint_loses_only_the_steps_after_it(self):
+    d = tempfile.mkdtemp()
+    c = _small_config()
+    c.checkpoint.every = 2
+    loop.run(c, d, stop=_StopAfter(3))  # checkpoints at step 2 (periodic) and 3 (on stop), logs steps 1-3
+    # A kill right after step 3: its checkpoint never committed, its logs did.
+    shutil.rmtree(os.path.join(d, "checkpoints", "3"))
+    self.assertIn(3, _losses(d))
+    final = loop.run(c, d)  # resumes from step 2, drops the logs of step 3, trains it again
+    self.assertEqual(final["steps"], 7)
+    self.assertEqual(_losses(d), _losses(self.full_dir))
+    self.assertEqual([json.loads(l) for l in open(f"{d}/eval.jsonl")],
+                     [json.loads(l) for l in open(f"{self.full_dir}/eval.jsonl")])
 
 
 class ConfigTest(absltest.TestCase):
