@@ -1,0 +1,136 @@
+"""Throughput of synchronous RL vs asynchronous RL with in-flight weight updates on the same config, in one
+invocation (report section 6; PipelineRL reports about 2x).
+
+  .venv/bin/python tools/bench_rl.py                                    # configs/rl_tiny.py, 20 steps x 3 repeats
+  .venv/bin/python tools/bench_rl.py --steps=8 --repeats=1 --warmup=2 --set=actors.num=1   # a quick look
+  .venv/bin/python tools/bench_rl.py --config=configs/rl_tiny.py --set=actors.max_lag=2 --keep
+
+Each repeat runs `experiments/rl_main.py` twice, one run at a time, interleaved (sync, async, sync, async, ...) so
+that a slow moment of a shared machine hurts both alike: `--config.schedule=sync` (max_lag 0, weights swapped only
+between sampler calls: on-policy) and `--config.schedule=async` with `actors.weight_updates=in_flight` (actors keep
+sampling during updates and swap new weights into running generations). Both get the same seed per repeat, the
+held-out evaluator process off and 2 evaluation tasks (evaluation is not timed), and share one compilation cache
+(tools/sweep.py runs them, so the config reaches rl_main as JSON and any `--set` override applies to both).
+
+Figures per run, from the trainer's per-step log (metrics.jsonl) after the first --warmup steps (start-up and
+compiles excluded): samples/s = rows trained / sum of step times, trained tokens/s = action tokens trained / sum of
+step times, trainer wait fraction = time spent waiting for a batch from the buffer / sum of step times (a step's time
+is its wait plus its update and publish). Reported: the medians over repeats per schedule, `ratio` = async / sync
+samples/s, `tokens_ratio` the same for tokens/s, `trainer_wait_fraction` = the async runs' median wait fraction.
+The whole-run figures of result.json (start-up included; the first run also pays the shared compiles, so they favour
+later runs) are printed beside them.
+
+The last line printed is one JSON object with at least `ratio` and `trainer_wait_fraction`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import sys
+import tempfile
+from typing import Mapping, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
+
+from tools import sweep as sweep_lib  # noqa: E402
+
+SCHEDULES = {
+    "sync": {"schedule": "sync"},
+    "async": {"schedule": "async", "actors.weight_updates": "in_flight"},
+}
+
+
+def steady_state(history: Sequence[Mapping], rows_per_step: int, warmup: int) -> dict[str, float]:
+  """samples/s, tokens/s and the wait fraction of the steps after the first `warmup` of a run's metrics.jsonl.
+
+  Raises:
+    ValueError: when the run logged no step past the warm-up.
+  """
+  steps = [h for h in history if h["step"] > warmup]
+  if not steps:
+    raise ValueError(f"No step past the {warmup} warm-up steps was logged; raise --steps above --warmup.")
+  seconds = sum(h["time/step_s"] for h in steps)
+  return {"samples_per_s": len(steps) * rows_per_step / seconds,
+          "tokens_per_s": sum(h["tokens"] for h in steps) / seconds,
+          "wait_fraction": sum(h["buffer/wait_s"] for h in steps) / seconds,
+          "staleness_mean": statistics.fmean(h["staleness/mean"] for h in steps),
+          "steps_timed": len(steps)}
+
+
+def summarize(per_run: Mapping[str, Sequence[Mapping[str, float]]]) -> dict:
+  """Medians per schedule and the async / sync ratios."""
+  med = {s: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for s, runs in per_run.items()}
+  return {"ratio": med["async"]["samples_per_s"] / med["sync"]["samples_per_s"],
+          "tokens_ratio": med["async"]["tokens_per_s"] / med["sync"]["tokens_per_s"],
+          "trainer_wait_fraction": med["async"]["wait_fraction"],
+          "sync_wait_fraction": med["sync"]["wait_fraction"],
+          "sync": med["sync"], "async": med["async"]}
+
+
+def plan(base, workdir: str | os.PathLike, *, steps: int, repeats: int,
+         overrides: Mapping | None = None) -> list[sweep_lib.Run]:
+  """The runs in execution order: repeat 0 sync, repeat 0 async, repeat 1 sync, ... (seed = repeat)."""
+  common = {"trainer.steps": steps, "eval.process": False, "eval.tasks": 2, **(overrides or {})}
+  sweep = sweep_lib.Sweep(name="bench_rl", description="sync vs async", cells=SCHEDULES,
+                          seeds=tuple(range(repeats)), metrics=())
+  runs = sweep_lib.plan_runs(sweep, base, workdir, common=common)
+  return sorted(runs, key=lambda r: (r.seed, list(SCHEDULES).index(r.cell)))
+
+
+def main(argv: list[str]) -> None:
+  from absl import flags
+
+  del argv
+  f = flags.FLAGS
+  if f.steps <= f.warmup:
+    raise ValueError(f"--steps={f.steps} must exceed --warmup={f.warmup} (warm-up steps are not timed).")
+  overrides = sweep_lib.parse_set(f.set)
+  workdir = pathlib.Path(f.workdir or tempfile.mkdtemp(prefix="bench_rl_"))
+  runs = plan(sweep_lib.load_config(f.config), workdir, steps=f.steps, repeats=f.repeats, overrides=overrides)
+  statuses = sweep_lib.execute(runs, parallel=1)
+  failed = [r for r in runs if statuses[r.name] is not sweep_lib.Status.DONE]
+  if failed:
+    raise SystemExit("bench_rl: runs did not finish: " + ", ".join(f"{r.name} ({statuses[r.name].value}, log "
+                                                                     f"{r.log})" for r in failed))
+  per_run, whole = {s: [] for s in SCHEDULES}, {s: [] for s in SCHEDULES}
+  for r in runs:
+    c = json.loads(r.config)
+    rows = c["trainer"]["groups_per_step"] * c["actors"]["group_size"]
+    per_run[r.cell].append(steady_state(sweep_lib.read_history(r.workdir / "metrics.jsonl"), rows, f.warmup))
+    whole[r.cell].append(json.loads((r.workdir / "result.json").read_text()))
+  out = summarize(per_run)
+  print(f"\n{f.repeats} repeats x {f.steps} steps ({f.warmup} warm-up steps not timed), medians:")
+  print(f"{'schedule':<8} {'samples/s':>10} {'tokens/s':>10} {'wait':>7} {'staleness':>9}   whole run (result.json)")
+  for s in SCHEDULES:
+    m = out[s]
+    w = {k: statistics.median(x[k] for x in whole[s]) for k in ("samples_per_s", "tokens_per_s", "wait_fraction")}
+    out[s]["whole_run"] = w
+    print(f"{s:<8} {m['samples_per_s']:>10.2f} {m['tokens_per_s']:>10.1f} {m['wait_fraction']:>7.1%} "
+          f"{m['staleness_mean']:>9.2f}   {w['samples_per_s']:.2f} samples/s, {w['tokens_per_s']:.1f} tokens/s, "
+          f"wait {w['wait_fraction']:.1%}")
+  print(f"async / sync: {out['ratio']:.2f}x samples/s, {out['tokens_ratio']:.2f}x tokens/s; trainer waits "
+        f"{out['trainer_wait_fraction']:.1%} of its step time (async)")
+  if not f.keep and not f.workdir:
+    shutil.rmtree(workdir, ignore_errors=True)
+  else:
+    print(f"runs kept in {workdir}")
+  out.update({"steps": f.steps, "repeats": f.repeats, "warmup": f.warmup, "config": f.config, "set": overrides})
+  print(json.dumps(out))
+
+
+if __name__ == "__main__":
+  from absl import app
+  from absl import flags
+
+  flags.DEFINE_string("config", "configs/rl_tiny.py", "Run config (path[:arg]) both schedules start from.")
+  flags.DEFINE_integer("steps", 20, "Trainer steps per run.")
+  flags.DEFINE_integer("repeats", 3, "Interleaved (sync, async) pairs.")
+  flags.DEFINE_integer("warmup", 3, "Leading steps of each run left out of the timing (start-up, compiles).")
+  flags.DEFINE_multi_string("set", [], "key=value override for both schedules (repeatable), e.g. --set=actors.num=1.")
+  flags.DEFINE_string("workdir", "", "Where the runs go (kept); empty: a temporary directory, deleted unless --keep.")
+  flags.DEFINE_bool("keep", False, "Keep the temporary run directories.")
+  app.run(main)
