@@ -84,6 +84,7 @@ def fit(records: Sequence[dict], x: str = "flops", phases: Sequence[str] | None 
 def plot(records: Sequence[dict], result: Fit | None, path: str, x: str = "flops") -> None:
   """PNG of held-out perplexity against x on log-log axes, coloured by phase, with the fitted line."""
   import matplotlib
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
@@ -99,6 +100,7 @@ def plot(records: Sequence[dict], result: Fit | None, path: str, x: str = "flops
             label=f"fit: ppl ∝ {x}^{result.slope:.3f} (R²={result.r2:.3f})")
   ax.set_xscale("log")
   ax.set_yscale("log")
+  ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels of a short decade overlap
   ax.set_xlabel({"flops": "training FLOPs (6 x active params x tokens)", "tokens": "tokens", "step": "step"}[x])
   ax.set_ylabel("held-out code perplexity")
   ax.set_title("Held-out perplexity during continued pretraining")
