@@ -70,6 +70,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
+from c2jax.rl.loop import read_history  # noqa: E402  (a run's metrics.jsonl, one record per step)
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RL_MAIN = REPO / "experiments" / "rl_main.py"
 FROM_JSON = REPO / "configs" / "from_json.py"
@@ -415,23 +417,6 @@ def parse_metric(spec: str) -> tuple[str, str | None]:
     raise ValueError(f"Metric {spec!r} is not `<result.json key>` or `<metrics.jsonl key>@<agg>` with agg in "
                      f"{', '.join(AGGREGATIONS)}.")
   return key, (agg if sep else None)
-
-
-def read_history(path: str | os.PathLike) -> list[dict]:
-  """A run's metrics.jsonl, one record per step (after a restart the last record of a step counts; a line cut short
-  by a kill is skipped)."""
-  path = pathlib.Path(path)
-  if not path.exists():
-    return []
-  by_step = {}
-  for line in path.read_text().splitlines():
-    try:
-      m = json.loads(line)
-    except json.JSONDecodeError:
-      continue
-    if isinstance(m, dict) and isinstance(m.get("step"), int):
-      by_step[m["step"]] = m
-  return [by_step[k] for k in sorted(by_step)]
 
 
 def metric_value(spec: str, result: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> float:

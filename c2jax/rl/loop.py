@@ -89,9 +89,10 @@ def _append(path: pathlib.Path):
   return open(path, "a")
 
 
-def _history(path: pathlib.Path, upto: int) -> list[dict]:
-  """The metrics of steps 1..upto logged by earlier runs of this workdir (after a restart, the last record of a
-  step is the one that counts)."""
+def read_history(path: str | os.PathLike, upto: int | None = None) -> list[dict]:
+  """A run's metrics.jsonl, one record per step up to `upto` (all when None): after a restart the last record of a
+  step is the one that counts, and a line cut short by a kill is skipped (tools/sweep.py reads runs with it too)."""
+  path = pathlib.Path(path)
   if not path.exists():
     return []
   by_step = {}
@@ -100,7 +101,7 @@ def _history(path: pathlib.Path, upto: int) -> list[dict]:
       m = json.loads(line)
     except json.JSONDecodeError:  # a line cut short by a kill
       continue
-    if isinstance(m, dict) and isinstance(m.get("step"), int) and m["step"] <= upto:
+    if isinstance(m, dict) and isinstance(m.get("step"), int) and (upto is None or m["step"] <= upto):
       by_step[m["step"]] = m
   return [by_step[k] for k in sorted(by_step)]
 
@@ -241,7 +242,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
   clock = _Clock()
   start = int(state.step)
   trained_tokens = 0
-  history = _history(work / "metrics.jsonl", start) if primary else []
+  history = read_history(work / "metrics.jsonl", start) if primary else []
   interrupted = False
   out = (lambda name: _append(work / name)) if primary else (lambda name: open(os.devnull, "w"))
   with out("metrics.jsonl") as log, out("consumed.jsonl") as consumed, \
