@@ -34,6 +34,7 @@ import numpy as np
 
 from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.tasks import Task, TaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.rollouts import admission
@@ -252,8 +253,9 @@ class Actor:
     prompt_length = np.full(self.cfg.group_size, len(task.prompt), np.int32)
     lengths = np.asarray(s.lengths[rows], np.int32)
     tokens = np.asarray(s.tokens[rows], np.int32)
-    terms = [self.suite.reward(task, tokens[i, len(task.prompt):len(task.prompt) + lengths[i]])
-             for i in range(self.cfg.group_size)]
+    terms = tasks_lib.rewards(self.suite, [task] * self.cfg.group_size,
+                              [tokens[i, len(task.prompt):len(task.prompt) + lengths[i]]
+                               for i in range(self.cfg.group_size)])
     names = self.writer.spec.reward_terms
     missing = [n for n in names if n not in terms[0]]
     if missing:

@@ -17,6 +17,7 @@ import numpy as np
 
 from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.tasks import TaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
@@ -50,8 +51,9 @@ def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int
   out = jax.device_get(sampler_lib.generate(params, prompts, lengths, jax.random.key(seed), cfg=model,
                                             sampling=sampling))
   tokens, n_gen = np.asarray(out.samples.tokens), np.asarray(out.samples.lengths)
-  outcome = np.array([suite.reward(chosen[r // samples], tokens[r, lengths[r]:lengths[r] + n_gen[r]])["outcome"]
-                      for r in range(rows)], np.float64).reshape(tasks, samples)
+  terms = tasks_lib.rewards(suite, [chosen[r // samples] for r in range(rows)],
+                            [tokens[r, lengths[r]:lengths[r] + n_gen[r]] for r in range(rows)])
+  outcome = np.array([t["outcome"] for t in terms], np.float64).reshape(tasks, samples)
   solved = (outcome >= success_threshold).sum(1)
   result = {f"pass@{k}": float(np.mean([pass_at_k(samples, int(c), k) for c in solved]))
             for k in pass_k if k <= samples}

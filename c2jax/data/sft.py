@@ -42,7 +42,7 @@ def sft_examples(suite: str, split: str = "train", *, max_examples: int | None =
     max_examples: the first this many tasks (None: all).
     max_turns, max_tokens: the episode budget the first observation states (the environment's defaults when None;
       set them to the RL / evaluation run's `EnvConfig` so the prompt matches).
-    instructions: the first observation's tool-format help, "full" or "brief" (`protocol.HelpDetail`; as the
+    instructions: the first observation's tool-format help, "full", "brief" or "none" (`protocol.HelpDetail`; as the
       RL / evaluation run's `EnvConfig.instructions`).
     suite_options: fields of the suite object to override (e.g. {"max_difficulty": 1} for tiny_functions).
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -28,11 +29,15 @@ from c2jax.envs.tasks import TASK_SUITES, Task, check_split
 
 
 @functools.lru_cache(maxsize=16)
-def _tasks(suite: str, split: str) -> tuple[CodingTask, ...]:
+def _tasks(suite: str, split: str, options: tuple[tuple[str, Any], ...] = ()) -> tuple[CodingTask, ...]:
   import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
-  tasks = tuple(t for t in CODING_SUITES.get(suite).tasks(split) if t.solution is not None)
+  suite_obj = CODING_SUITES.get(suite)
+  if options:
+    suite_obj = suite_obj(**dict(options))
+  tasks = tuple(t for t in suite_obj.tasks(split) if t.solution is not None)
   if not tasks:
-    raise ValueError(f"Coding suite {suite!r} has no {split} tasks with a reference solution.")
+    raise ValueError(f"Coding suite {suite!r} ({dict(options) or 'defaults'}) has no {split} tasks with a "
+                     "reference solution.")
   return tasks
 
 
@@ -46,7 +51,11 @@ class CodingTaskSuite:
       selects it with task.suite="coding", task.coding_suite=<name>.
     seed: unused by the tasks (a coding suite's tasks are fixed); kept so every actor suite takes one.
     max_turns / max_tokens: the budget line of the first observation (as the SFT data's).
-    instructions: "full" or "brief" tool-format help in the prompt (`protocol.HelpDetail`).
+    instructions: "full", "brief" or "none" tool-format help in the prompt (`protocol.HelpDetail`).
+    suite_options: fields of the coding suite to override, e.g. {"max_difficulty": 1} for tiny_functions (as the
+      SFT source's `suite_options`); stored as sorted (name, value) pairs so the suite stays hashable.
+    reward_workers: samples graded at once (`c2jax.envs.tasks.rewards`): each waits on its own sandbox and judge
+      processes, so a few threads overlap their start-up (4 give ~2x on 2 cores; tools/bench_sandbox.py).
     name: the registry name, the prefix of task ids.
   """
 
@@ -55,7 +64,13 @@ class CodingTaskSuite:
   max_turns: int = 8
   max_tokens: int = 8192
   instructions: str = "brief"
+  suite_options: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
+  reward_workers: int = 4
   name: str = "coding"
+
+  def __post_init__(self):
+    options = self.suite_options.items() if hasattr(self.suite_options, "items") else self.suite_options
+    object.__setattr__(self, "suite_options", tuple(sorted((str(k), v) for k, v in options)))
 
   @property
   def env_config(self) -> EnvConfig:
@@ -64,15 +79,15 @@ class CodingTaskSuite:
 
   def size(self, split: str) -> int:
     check_split(split)
-    return len(_tasks(self.coding_suite, split))
+    return len(_tasks(self.coding_suite, split, self.suite_options))
 
   def coding_task(self, task: Task) -> CodingTask:
     _, split, index = task.task_id.rsplit("/", 2)
-    return _tasks(self.coding_suite, split)[int(index)]
+    return _tasks(self.coding_suite, split, self.suite_options)[int(index)]
 
   def task(self, split: str, index: int) -> Task:
     check_split(split)
-    tasks = _tasks(self.coding_suite, split)
+    tasks = _tasks(self.coding_suite, split, self.suite_options)
     index = int(index) % len(tasks)
     # What `CodingEnv.reset` returns: a fresh copy lists exactly the task's files, sorted.
     text = first_observation(tasks[index], self.env_config, sorted(tasks[index].files))

@@ -170,7 +170,12 @@ MAX_LISTED_FILES = 200  # the first observation lists at most this many reposito
 
 
 def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str]) -> str:
-  """The episode's first observation: the task, the repository listing, the tool format and the budget.
+  """The episode's first observation: the tool format, the budget, the repository listing, then the task.
+
+  The task statement comes last, right before the model's answer: as a system prompt precedes a user's request,
+  and because a small model copies names and constants from the statement far more easily at a short distance
+  (the tiny models' failure with the statement first was answers that ignored it). `config.instructions` NONE
+  leaves the tool format out (models SFT'd on it).
 
   `CodingEnv.reset` returns it with `files` = the sandbox's listing of the fresh copy (the sorted paths of
   `task.files`); SFT demonstrations (`c2jax.data.sft`) build the same text without a sandbox.
@@ -178,12 +183,11 @@ def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str])
   listing = "\n".join(files[:MAX_LISTED_FILES])
   if len(files) > MAX_LISTED_FILES:
     listing += f"\n[... {len(files) - MAX_LISTED_FILES} more files]"
-  return "\n\n".join([
-      task.prompt.strip(),
-      f"Repository files:\n{listing or '(none)'}",
-      protocol.format_help(config.instructions),
-      f"You have {config.max_turns} turns and about {config.max_tokens} tokens; call finish when done.",
-  ])
+  parts = [protocol.format_help(config.instructions),
+           f"You have {config.max_turns} turns and about {config.max_tokens} tokens; call finish when done.",
+           f"Repository files:\n{listing or '(none)'}",
+           task.prompt.strip()]
+  return "\n\n".join(p for p in parts if p)
 
 
 class CodingEnv:

@@ -307,14 +307,19 @@ class HelpDetail(enum.Enum):
   FULL: one rendered example per tool and the value rules (~900 bytes): for models meeting the format cold.
   BRIEF: the tools' names and arguments and one example in ~300 bytes: for models that learned the format in SFT
     (the tiny models, whose every prompt byte costs training and sampling compute).
+  NONE: no description: for models that learned the format in SFT and are only ever prompted the same way (the
+    CPU-sized coding RL runs, where the prompt is the listing, the budget and the task in ~200 bytes).
   """
 
   FULL = "full"
   BRIEF = "brief"
+  NONE = "none"
 
 
 def format_help(detail: HelpDetail = HelpDetail.FULL) -> str:
-  """A description of the format for the first observation (see `HelpDetail`)."""
+  """A description of the format for the first observation (see `HelpDetail`); empty for NONE."""
+  if detail is HelpDetail.NONE:
+    return ""
   if detail is HelpDetail.BRIEF:
     signature = ", ".join(f"{name.value}({', '.join(TOOL_ARGS[name][0] + TOOL_ARGS[name][1])})" for name in ToolName)
     return "\n".join([

@@ -3,6 +3,7 @@
   suite = TASK_SUITES.get("char_class")(seed=0)
   task = suite.task("train", 17)                  # deterministic from (seed, split, index)
   terms = suite.reward(task, generated_tokens)    # {"outcome": 0.75, ...}: the raw reward terms of one sample
+  many = rewards(suite, [task] * 8, samples)     # the same for many samples, `suite.reward_workers` at a time
 
 A suite is registered by name, so a run config picks it with `--config.task.suite=<name>`. The verifier returns
 the environment's raw signals (names from `c2jax.rl.rewards.REWARD_TERMS`); their weighting happens in the trainer
@@ -11,8 +12,9 @@ the environment's raw signals (names from `c2jax.rl.rewards.REWARD_TERMS`); thei
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -48,7 +50,26 @@ class TaskSuite(Protocol):
     """The task `index` (taken modulo `size(split)`) of `split`."""
 
   def reward(self, task: Task, generated: np.ndarray) -> Mapping[str, float]:
-    """The raw reward terms of one sample; `generated` [N] holds the sampled tokens (without the prompt)."""
+    """The raw reward terms of one sample; `generated` [N] holds the sampled tokens (without the prompt).
+
+    A suite whose verifier waits on something outside the process (a sandbox, a judge) may declare an int
+    attribute `reward_workers` > 1: `rewards` then calls `reward` from that many threads at once.
+    """
+
+
+def rewards(suite: TaskSuite, tasks: Sequence[Task], generated: Sequence[np.ndarray]) -> list[Mapping[str, float]]:
+  """`suite.reward` of each (task, sample) pair, in order; `getattr(suite, "reward_workers", 1)` at a time.
+
+  Coding suites grade each sample in its own sandbox processes, so threads overlap their start-up and the tests'
+  run time (c2jax/envs/coding_rl.py); pure-Python verifiers keep the default of one.
+  """
+  if len(tasks) != len(generated):
+    raise ValueError(f"{len(tasks)} tasks for {len(generated)} samples.")
+  workers = int(getattr(suite, "reward_workers", 1))
+  if workers <= 1 or len(tasks) <= 1:
+    return [suite.reward(t, g) for t, g in zip(tasks, generated)]
+  with concurrent.futures.ThreadPoolExecutor(min(workers, len(tasks)), thread_name_prefix="reward") as pool:
+    return list(pool.map(suite.reward, tasks, generated))
 
 
 TASK_SUITES: Registry = Registry("task suite")

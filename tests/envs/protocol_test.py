@@ -234,6 +234,7 @@ class TotalityTest(absltest.TestCase):
     self.assertEqual([c.name for c in parsed.calls], [ToolName.WRITE_FILE, ToolName.FINISH])
     self.assertEqual(parsed.errors, ())
     self.assertLess(len(brief), len(protocol.format_help()) // 2)
+    self.assertEqual(protocol.format_help(protocol.HelpDetail.NONE), "")
 
 
 if __name__ == "__main__":
