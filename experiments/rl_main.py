@@ -28,6 +28,7 @@ from ml_collections import config_flags
 from c2jax.actors.pool import LocalPool
 from c2jax.parallel.distributed import initialize_from_env
 from c2jax.rl import loop
+from c2jax.rl import report
 from c2jax.rl import run_config
 from c2jax.rl import warm_start
 
@@ -86,6 +87,8 @@ def main(argv):
   pool = LocalPool(os.path.join(workdir, "logs"), members, optional=("evaluator",))
   with pool:
     result = loop.run(c, workdir, health_check=pool.check, stop=lambda: _stop_requests > 0)
+  if "pass_at_1_after" in result:
+    print("\n" + report.summary_table(result) + "\n", flush=True)
   print(json.dumps(result))
   if result.get("interrupted"):
     sys.exit(130)  # so that schedulers (Slurm --requeue, Kubernetes) see an unfinished run

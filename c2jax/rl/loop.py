@@ -353,7 +353,11 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
       "reward_first": float(np.mean(rewards[:5])) if rewards else None,
       "reward_last": float(np.mean(rewards[-5:])) if rewards else None,
       "pass_at_1_before": before["pass@1"], "pass_at_1_after": after["pass@1"],
+      # best-of-K under a fixed name (K = eval.samples, in "k") and under its K-specific one
+      "k": k, "best_of_k_before": before[f"best_of_{k}"], "best_of_k_after": after[f"best_of_{k}"],
       f"best_of_{k}_before": before[f"best_of_{k}"], f"best_of_{k}_after": after[f"best_of_{k}"],
+      "reward_heldout_before": before["reward/mean"], "reward_heldout_after": after["reward/mean"],
+      "tokens_trained": int(sum(h.get("tokens", 0) for h in history)),
       "staleness_mean": float(np.mean([h["staleness/mean"] for h in history])) if history else None,
       "filtered_fraction": float(np.mean([h["filtered_fraction"] for h in history])) if history else None,
       "tokens_per_s": history[-1]["tokens_per_s"] if history else None,
@@ -366,5 +370,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
         if isinstance(v, float):
           tb.add_scalar(f"eval_{name}/{key}", v, int(state.step))
     tb.close()
+  from c2jax.rl import report  # pylint: disable=g-import-not-at-top  (report imports this module)
+  result["plot"] = report.plot_training(work, k=k)
   (work / "result.json").write_text(json.dumps(result, indent=2))
   return result
