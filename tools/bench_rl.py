@@ -1,9 +1,9 @@
 """Throughput of synchronous RL vs asynchronous RL with in-flight weight updates on the same config, in one
 invocation (report section 6; PipelineRL reports about 2x).
 
-  .venv/bin/python tools/bench_rl.py                                    # configs/rl_tiny.py, 20 steps x 3 repeats
+  .venv/bin/python tools/bench_rl.py                                    # configs/rl_char_class.py, 20 steps x 3 repeats
   .venv/bin/python tools/bench_rl.py --steps=8 --repeats=1 --warmup=2 --set=actors.num=1   # a quick look
-  .venv/bin/python tools/bench_rl.py --config=configs/rl_tiny.py --set=actors.max_lag=2 --keep
+  .venv/bin/python tools/bench_rl.py --config=configs/rl_char_class.py --set=actors.max_lag=2 --keep
 
 Each repeat runs `experiments/rl_main.py` twice, one run at a time, interleaved (sync, async, sync, async, ...) so
 that a slow moment of a shared machine hurts both alike: `--config.schedule=sync` (max_lag 0, weights swapped only
@@ -126,7 +126,7 @@ if __name__ == "__main__":
   from absl import app
   from absl import flags
 
-  flags.DEFINE_string("config", "configs/rl_tiny.py", "Run config (path[:arg]) both schedules start from.")
+  flags.DEFINE_string("config", "configs/rl_char_class.py", "Run config (path[:arg]) both schedules start from.")
   flags.DEFINE_integer("steps", 20, "Trainer steps per run.")
   flags.DEFINE_integer("repeats", 3, "Interleaved (sync, async) pairs.")
   flags.DEFINE_integer("warmup", 3, "Leading steps of each run left out of the timing (start-up, compiles).")

@@ -1,10 +1,10 @@
 """Ablation sweeps: a grid of run-config overrides x seeds, each cell an `experiments/rl_main.py` run, then one
 results table (report section 4: every design choice of the RL recipe is one config override).
 
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/dr_grpo_vs_grpo.py
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/kl_estimator.py --seeds=3 \
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/dr_grpo_vs_grpo.py
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/kl_estimator.py --seeds=3 \
       --parallel=2 --workdir=runs/sweeps/kl_estimator --set=trainer.steps=40 --set=eval.tasks=8
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/async_vs_sync.py --dry_run
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/async_vs_sync.py --dry_run
 
 A sweep file (configs/sweeps/<name>.py) defines `get_sweep()` returning
 

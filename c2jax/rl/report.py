@@ -90,7 +90,7 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
             for i in range(len(history))]
   top.plot(versions, smooth, color="tab:blue", lw=2, label=f"mean of last {window}")
   top.set_ylabel("train reward")
-  top.legend(loc="lower right", fontsize=8)
+  top.legend(loc="upper left", fontsize=8)
   top.grid(alpha=0.3)
   if evals:
     xs = sorted(evals)
@@ -100,12 +100,12 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
       bottom.plot(xs, [evals[v][key] for v in xs], "s-", color="tab:orange", label=f"best-of-{k}")
     bottom.plot(xs, [evals[v]["reward/mean"] for v in xs], "^--", color="tab:purple", alpha=0.6,
                 label="mean outcome")
-    bottom.legend(loc="lower right", fontsize=8)
+    bottom.legend(loc="upper left", fontsize=8)
   bottom.set_ylabel("held-out")
   bottom.set_xlabel("weights version (trainer step)")
   bottom.set_ylim(-0.02, 1.02)
   bottom.grid(alpha=0.3)
-  fig.suptitle(f"RL: {work.name}")
+  fig.suptitle(f"RL: {work.parent.name}/{work.name}")
   fig.tight_layout()
   path = work / "training.png"
   fig.savefig(path, dpi=110)

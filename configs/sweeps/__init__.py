@@ -1,10 +1,10 @@
 """Ablation sweeps of the RL recipe's design choices (report section 4), run by tools/sweep.py:
 
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/dr_grpo_vs_grpo.py [--seeds=3]
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/dr_grpo_vs_grpo.py [--seeds=3]
 
 Each file defines `get_sweep()` -> {"name", "description", "cells": {cell: {dotted override key: value}}, "seeds",
 "metrics", and optionally "curves" (metrics.jsonl keys plotted over steps) and "max_parallel"}; override keys are
-fields of configs/rl_tiny.py's config (tests/tools/sweep_test.py checks that every file's keys exist). Metrics are
+fields of configs/rl_char_class.py's config (tests/tools/sweep_test.py checks that every file's keys exist). Metrics are
 result.json keys or `<metrics.jsonl key>@<first|last|mean|max|delta>` (see tools/sweep.py).
 
   dr_grpo_vs_grpo      std normalization x length normalization of the advantage / loss
@@ -22,5 +22,5 @@ OUTCOME_METRICS = ("pass_at_1_before", "pass_at_1_after", "best_of_8_before", "b
                    "reward_last")
 
 # Variable response lengths on the built-in char_class task: a row ends at EOS (byte tokenizer id 258) or at
-# actors.max_new_tokens. (configs/rl_tiny.py samples fixed-length rows: no stop tokens.)
+# actors.max_new_tokens. (configs/rl_char_class.py samples fixed-length rows: no stop tokens.)
 EOS = 258

@@ -1,6 +1,6 @@
 """Asynchronous RL with in-flight weight updates vs weights swapped between sampler calls vs synchronous RL.
 
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/async_vs_sync.py
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/async_vs_sync.py
 """
 
 from configs.sweeps import OUTCOME_METRICS

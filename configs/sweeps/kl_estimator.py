@@ -1,6 +1,6 @@
 """KL estimator: k1 (the report's choice) vs k3 vs no KL penalty.
 
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/kl_estimator.py
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/kl_estimator.py
 """
 
 from configs.sweeps import OUTCOME_METRICS

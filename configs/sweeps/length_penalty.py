@@ -1,6 +1,6 @@
 """The nonlinear length penalty C_{k,q} on vs off.
 
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/length_penalty.py
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/length_penalty.py
 """
 
 from configs.sweeps import EOS, OUTCOME_METRICS

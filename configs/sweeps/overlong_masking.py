@@ -1,11 +1,11 @@
 """Overlong rollouts (cut at the length budget) kept in the loss (the report, Dr. GRPO) vs masked out (DAPO).
 
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/overlong_masking.py
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/overlong_masking.py
 """
 
 from configs.sweeps import EOS, OUTCOME_METRICS
 
-# Without a stop token every row of configs/rl_tiny.py is cut at the budget, and masking would train on nothing.
+# Without a stop token every row of configs/rl_char_class.py is cut at the budget, and masking would train on nothing.
 _VARIABLE_LENGTH = {"actors.stop_tokens": [EOS]}
 
 

@@ -1,6 +1,6 @@
 """Routing replay on (the actor's expert choices forced in the update) vs off (the trainer routes afresh).
 
-  python tools/sweep.py --config=configs/rl_tiny.py --sweep=configs/sweeps/routing_replay.py
+  python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/routing_replay.py
 """
 
 from configs.sweeps import OUTCOME_METRICS

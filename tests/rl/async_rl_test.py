@@ -59,7 +59,7 @@ class AsyncRLTest(absltest.TestCase):
     work = pathlib.Path(tempfile.mkdtemp())  # not create_tempdir: pytest does not parse absl flags
     self.addCleanup(shutil.rmtree, work, ignore_errors=True)
     cache = str(work / "jax_cache")
-    cmd = [sys.executable, str(_ROOT / "experiments" / "rl_main.py"), "--config=configs/rl_tiny.py",
+    cmd = [sys.executable, str(_ROOT / "experiments" / "rl_main.py"), "--config=configs/rl_char_class.py",
            f"--workdir={work}", f"--config.trainer.steps={STEPS}",
            f"--config.trainer.groups_per_step={GROUPS_PER_STEP}", "--config.trainer.checkpoint_every=2",
            "--config.trainer.keep_checkpoints=8",

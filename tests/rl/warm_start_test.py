@@ -10,6 +10,7 @@ from c2jax.pretrain import loop as pretrain_loop
 from c2jax.pretrain.phases import phases_from_config
 from c2jax.rl import run_config
 from c2jax.rl import warm_start
+from configs import rl_char_class
 from configs import rl_tiny
 
 
@@ -53,7 +54,7 @@ class WarmStartTest(absltest.TestCase):
     self.assertEqual(warm_start.sft_checkpoint(c), target)
 
   def test_needs_a_coding_suite(self):
-    c = rl_tiny.get_config()
+    c = rl_char_class.get_config()
     with self.assertRaisesRegex(ValueError, "coding task suite"):
       warm_start.sft_config(c)
 

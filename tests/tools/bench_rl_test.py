@@ -7,7 +7,7 @@ import tempfile
 
 from absl.testing import absltest
 
-from configs import rl_tiny
+from configs import rl_char_class
 from tools import bench_rl
 
 
@@ -21,7 +21,7 @@ class BenchRlTest(absltest.TestCase):
   def test_plan_interleaves_the_schedules_with_shared_overrides(self):
     tmp = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
-    runs = bench_rl.plan(rl_tiny.get_config(), tmp, steps=5, repeats=2, overrides={"actors.num": 1})
+    runs = bench_rl.plan(rl_char_class.get_config(), tmp, steps=5, repeats=2, overrides={"actors.num": 1})
     self.assertEqual([r.name for r in runs], ["sync/seed_0", "async/seed_0", "sync/seed_1", "async/seed_1"])
     configs = [json.loads(r.config) for r in runs]
     self.assertEqual([c["schedule"] for c in configs], ["sync", "async"] * 2)

@@ -21,7 +21,7 @@ import ml_collections
 
 from c2jax.rl import run_config
 from configs import from_json
-from configs import rl_tiny
+from configs import rl_char_class
 from tools import sweep as sweep_lib
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -56,10 +56,10 @@ _FAKE_LONG_RUN = textwrap.dedent("""
 _DRIVER = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, {repo!r})
-    from configs import rl_tiny
+    from configs import rl_char_class
     from tools import sweep as sweep_lib
     sweep = sweep_lib.Sweep(name="toy", description="", cells={{"a": {{}}}}, seeds=(0, 1), metrics=())
-    runs = sweep_lib.plan_runs(sweep, rl_tiny.get_config(), {workdir!r})
+    runs = sweep_lib.plan_runs(sweep, rl_char_class.get_config(), {workdir!r})
     out = sweep_lib.execute(runs, parallel=2, progress=False, poll_s=0.05,
                             command=lambda run: [sys.executable, {script!r}])
     print(json.dumps({{k: v.value for k, v in out.items()}}))
@@ -81,7 +81,7 @@ class SweepFilesTest(parameterized.TestCase):
     self.assertEqual(sweep.name, path.stem)
     self.assertGreaterEqual(len(sweep.cells), 2)
     self.assertNotEmpty(sweep.description)
-    runs = sweep_lib.plan_runs(sweep, rl_tiny.get_config(), tempfile.mkdtemp(), seeds=(0,))
+    runs = sweep_lib.plan_runs(sweep, rl_char_class.get_config(), tempfile.mkdtemp(), seeds=(0,))
     self.assertLen(runs, len(sweep.cells))
     configs = [ml_collections.ConfigDict(json.loads(r.config)) for r in runs]
     for c in configs:
@@ -117,11 +117,11 @@ class SweepTest(absltest.TestCase):
       sweep_lib.load_sweep(path)
 
   def test_overrides_are_checked_against_the_config(self):
-    base = rl_tiny.get_config()
+    base = rl_char_class.get_config()
     c = sweep_lib.apply_overrides(base, {"rl.kl_coef": 0, "actors.stop_tokens": (258,), "eval.process": "false",
                                          "trainer.steps": 3})
     self.assertEqual((c.rl.kl_coef, c.actors.stop_tokens, c.eval.process, c.trainer.steps), (0.0, [258], False, 3))
-    self.assertEqual(base.trainer.steps, rl_tiny.get_config().trainer.steps)  # the base is not modified
+    self.assertEqual(base.trainer.steps, rl_char_class.get_config().trainer.steps)  # the base is not modified
     with self.assertRaisesRegex(ValueError, "has no field 'advantag'"):
       sweep_lib.apply_overrides(base, {"rl.advantag": "grpo"})
     with self.assertRaisesRegex(ValueError, "has no section 'rll'"):
@@ -143,7 +143,7 @@ class SweepTest(absltest.TestCase):
       sweep_lib.apply_overrides(base, {"rl.advantage": 3})
 
   def test_run_commands_and_configs(self):
-    runs = sweep_lib.plan_runs(_sweep(), rl_tiny.get_config(), self.tmp, seeds=(3, 4),
+    runs = sweep_lib.plan_runs(_sweep(), rl_char_class.get_config(), self.tmp, seeds=(3, 4),
                                common={"trainer.steps": 2})
     self.assertEqual([r.name for r in runs], ["a/seed_3", "a/seed_4", "b/seed_3", "b/seed_4"])
     r = runs[1]
@@ -160,14 +160,14 @@ class SweepTest(absltest.TestCase):
                      ("grpo", 4, 2, str(self.tmp / "jax_cache")))
     self.assertEqual(ml_collections.ConfigDict(json.loads(runs[2].config)).rl.kl_coef, 0.0)
     with self.assertRaisesRegex(ValueError, "would override what cell 'a' ablates"):
-      sweep_lib.plan_runs(_sweep(), rl_tiny.get_config(), self.tmp, common={"rl.advantage": "dr_grpo"})
+      sweep_lib.plan_runs(_sweep(), rl_char_class.get_config(), self.tmp, common={"rl.advantage": "dr_grpo"})
 
   def test_parallelism_counts_the_processes_of_a_run(self):
-    runs = sweep_lib.plan_runs(_sweep(), rl_tiny.get_config(), self.tmp)
+    runs = sweep_lib.plan_runs(_sweep(), rl_char_class.get_config(), self.tmp)
     self.assertEqual(sweep_lib.processes_per_run(runs[0].config), 4)  # trainer + 2 actors + evaluator
     self.assertEqual(sweep_lib.default_parallel(runs, cores=2), 1)
     self.assertEqual(sweep_lib.default_parallel(runs, cores=16), 4)
-    runs = sweep_lib.plan_runs(_sweep(), rl_tiny.get_config(), self.tmp,
+    runs = sweep_lib.plan_runs(_sweep(), rl_char_class.get_config(), self.tmp,
                                common={"actors.num": 1, "eval.process": False})
     self.assertEqual(sweep_lib.default_parallel(runs, cores=16), 8)
 
@@ -193,7 +193,7 @@ class SweepTest(absltest.TestCase):
     script = self.tmp / "fake_rl_main.py"
     script.write_text(_FAKE_RUN)
     sweep = _sweep(cells={"a": {"rl.advantage": "grpo"}, "broken": {"rl.kl_coef": 0.0}})
-    runs = sweep_lib.plan_runs(sweep, rl_tiny.get_config(), self.tmp / "sweep")
+    runs = sweep_lib.plan_runs(sweep, rl_char_class.get_config(), self.tmp / "sweep")
     fake = lambda run: [sys.executable, str(script), f"--workdir={run.workdir}"]
     statuses = sweep_lib.execute(runs, parallel=2, command=fake, progress=False, poll_s=0.05, env=dict(os.environ))
     self.assertEqual(statuses, {"a/seed_0": sweep_lib.Status.DONE, "a/seed_1": sweep_lib.Status.DONE,
@@ -205,7 +205,7 @@ class SweepTest(absltest.TestCase):
     self.assertCountEqual(starts, [str(r.workdir) for r in runs] + [str(r.workdir) for r in runs[2:]])
 
     results = sweep_lib.collect(runs, sweep.metrics)
-    paths = sweep_lib.write_report(sweep, results, self.tmp / "sweep", base="configs/rl_tiny.py", parallel=2)
+    paths = sweep_lib.write_report(sweep, results, self.tmp / "sweep", base="configs/rl_char_class.py", parallel=2)
     md = paths["md"].read_text()
     # Cell a: pass_at_1_after 0.5 and 1.5 (seeds 0, 1); reward/mean@last = step 2's 0.2 + seed.
     self.assertIn("| a | 2/2 | 1 ± 0.7071 [0.5, 1.5] | 0.7 ± 0.7071 [0.2, 1.2] |", md)
@@ -220,7 +220,7 @@ class SweepTest(absltest.TestCase):
     for key in ("png", "curves"):
       self.assertGreater(paths[key].stat().st_size, 1000)
 
-    changed = sweep_lib.plan_runs(sweep, rl_tiny.get_config(), self.tmp / "sweep", common={"trainer.steps": 7})
+    changed = sweep_lib.plan_runs(sweep, rl_char_class.get_config(), self.tmp / "sweep", common={"trainer.steps": 7})
     with self.assertRaisesRegex(ValueError, "started with another config"):
       sweep_lib.execute(changed, parallel=1, command=fake, progress=False)
 
