@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine:
 #   make test   installs bubblewrap if missing (root + apt-get), creates .venv, installs c2jax with its test extras,
 #               runs the whole suite
-#   make demo   creates .venv, installs, runs the tiny pretraining and the tiny asynchronous RL job
+#   make demo   creates .venv, installs, runs the tiny pretraining and the main job (SFT -> asynchronous RL on
+#               coding tasks -> held-out evaluation; configs/rl_tiny.py)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

@@ -47,7 +47,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The RL recipe: every field of c2jax.rl.config.RLConfig, defaults from the report (Dr. GRPO, k1 KL, routing
   # replay, the plausibility filter, no overlong masking, the nonlinear length penalty).
   rl = to_config_dict(RLConfig(model=tiny.get_model_config()))
-  rl.optim.learning_rate = 1e-3  # a tiny SFT'd model; the report's scale uses ~1e-6
+  # 1e-3 collapsed the SFT'd policy within 3 steps (reward 0, entropy x5); 1e-4 and 3e-4 are stable. The report's
+  # scale uses ~1e-6.
+  rl.optim.learning_rate = 3e-4
+  # The report's nonlinear length penalty, on: - 0.1 * C_{k=1,q=0.5}(tokens / 1000) costs a 170-token answer 0.016.
+  rl.reward.length_penalty.weight = 0.1
   c.rl = rl
 
   # c2jax/envs/coding_rl.py: the coding suite as single-turn tasks; suite_options selects tasks of the suite.
@@ -56,8 +60,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                           suite_options={"max_difficulty": 1}, reward_workers=4))
   # The SFT warm start on the suite's train-split demonstrations: a one-phase run of the pretraining loop, cached by
   # its settings under cache_dir ($C2JAX_CACHE_DIR or ~/.cache/c2jax when empty; c2jax/rl/warm_start.py). Skipped
-  # when init_checkpoint is set. Rows of 1024 tokens hold ~2.5 demonstrations (first-fit packing).
-  c.sft = ml_collections.ConfigDict(dict(enabled=True, cache_dir="", steps=300, seq_len=1024, batch_size=4,
+  # when init_checkpoint is set. Rows of 1024 tokens hold ~2.5 demonstrations (first-fit packing); 600 steps are ~4 min
+  # on 2 CPU cores (WORKSPACE_NOTES.md: what more SFT buys at this size).
+  c.sft = ml_collections.ConfigDict(dict(enabled=True, cache_dir="", steps=600, seq_len=1024, batch_size=4,
                                          learning_rate=3e-3, warmup_steps=20, mtp_weight=0.0))
 
   c.actors = ml_collections.ConfigDict(dict(
