@@ -47,8 +47,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
           sources={"stdlib_long": _stdlib("train", max_files=400, min_bytes=4096)},
           learning_rate=1e-3, warmup_steps=3, mtp_weight=0.3, mtp_target="self_distill", **schedule),
       "sft": dict(
-          # One demonstration per row: a tiny_functions prompt (the first observation, with the brief tool format
-          # the tiny RL runs use) and its answer are ~0.55-0.7K bytes (~1.3-1.5K with the full format help).
+          # One demonstration per row: a tiny_functions prompt (the first observation, with the brief tool format)
+          # and its answer are ~0.55-0.7K bytes (~1.3-1.5K with the full format help).
           steps=15, seq_len=768, batch_size=8, rope={},
           sources={"tasks": {"kind": "sft", "suite": "tiny_functions", "split": "train", "weight": 1.0,
                              "instructions": "brief"}},

@@ -6,8 +6,8 @@ built-in toy task char_class (report sections 4 and 6), for tests, quick ablatio
   python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/dr_grpo_vs_grpo.py
 
 A task names a character class after a random prefix (`qzk|digits>`); 8 sampled bytes earn the fraction in the
-class (c2jax/envs/char_class.py). Same fields as configs/rl_tiny.py (the coding main job), so every override and
-sweep file applies to both.
+class (c2jax/envs/char_class.py). The RL, actor, trainer and eval fields are configs/rl_tiny.py's (the coding main
+job), so a sweep file over them applies to both; task fields differ by suite (answer_tokens here).
 """
 
 import ml_collections

@@ -2,8 +2,6 @@
 (report sections 3-6).
 
   python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_tiny
-  # the same after the tiny continued pretraining (make demo): RL starts from its SFT phase's model
-  python experiments/rl_main.py --config=configs/rl_tiny.py --config.init_checkpoint=runs/demo/pretrain/models/sft
   # ablations of the recipe (c2jax/rl/config.py), e.g. GRPO instead of Dr. GRPO, or synchronous RL:
   python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_grpo --config.rl.advantage=grpo
   python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_sync --config.schedule=sync

@@ -51,6 +51,17 @@ def _request_stop(signum, frame):
     logging.warning("signal %d: stopping after the current step and checkpointing", signum)
 
 
+def _started_from(workdir: str) -> str | None:
+  """The init_checkpoint of the RL run in `workdir` when it has an RL checkpoint to resume from, else None."""
+  checkpoints = os.path.join(workdir, "checkpoints")
+  steps = [d for d in os.listdir(checkpoints) if d.isdigit()] if os.path.isdir(checkpoints) else []
+  config_path = os.path.join(workdir, "config.json")
+  if not steps or not os.path.exists(config_path):
+    return None
+  with open(config_path, encoding="utf-8") as f:
+    return json.load(f).get("init_checkpoint") or None
+
+
 def main(argv):
   del argv
   signal.signal(signal.SIGINT, _request_stop)
@@ -69,7 +80,10 @@ def main(argv):
   os.makedirs(workdir, exist_ok=True)
   if c.sft.enabled and not c.init_checkpoint:
     # The SFT warm start (cached by its settings), before any actor starts: they sample from what RL starts from.
-    c.init_checkpoint = warm_start.sft_checkpoint(c, stop=lambda: _stop_requests > 0)
+    # A run that already checkpointed RL resumes from its own state: its SFT is not needed (nor retrained when the
+    # cache was cleared).
+    c.init_checkpoint = (_started_from(workdir)
+                         or warm_start.sft_checkpoint(c, stop=lambda: _stop_requests > 0))
     if c.init_checkpoint is None:
       print(json.dumps({"interrupted": True, "stage": "sft"}))
       sys.exit(130)

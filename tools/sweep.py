@@ -256,7 +256,7 @@ def plan_runs(sweep: Sweep, base: ml_collections.ConfigDict, workdir: str | os.P
 
   Args:
     sweep: the grid.
-    base: the base run config (configs/rl_tiny.py).
+    base: the base run config (configs/rl_char_class.py or configs/rl_tiny.py).
     workdir: the sweep's directory; run dirs go under it.
     seeds: replaces the sweep's seeds when given.
     common: `--set` overrides for every run (may not touch a key a cell sets: that would erase the ablation).
@@ -639,7 +639,8 @@ if __name__ == "__main__":
   from absl import app
   from absl import flags
 
-  flags.DEFINE_string("config", "configs/rl_tiny.py", "Base run config (path[:arg]).")
+  flags.DEFINE_string("config", "configs/rl_char_class.py", "Base run config (path[:arg]); the sweep files' keys "
+                      "are its fields (configs/rl_tiny.py, the coding main job, holds most of them).")
   flags.DEFINE_string("sweep", None, "Sweep file (configs/sweeps/<name>.py).", required=True)
   flags.DEFINE_string("seeds", "", "N (seeds 0..N-1) or a comma list; empty: the sweep file's seeds.")
   flags.DEFINE_integer("parallel", 0, "Runs at once; 0: max(1, cores // processes per run).")

@@ -5,8 +5,8 @@ and evaluation policies see and emit (report section 3: a short SFT phase on cod
   {"kind": "sft", "suite": "tiny_functions", "split": "train"}   # the same as a pipeline source (sources.py)
 
 A demonstration is one episode's first turn:
-  prompt   = the environment's first observation (`CodingEnv.reset`: the task prompt, the repository listing, the
-             tool format and the budget line). `SamplerPolicy` feeds BOS + the transcript, and the transcript of a
+  prompt   = the environment's first observation (`CodingEnv.reset`: the tool format, the budget line, the
+             repository listing and, last, the task prompt). `SamplerPolicy` feeds BOS + the transcript, and the transcript of a
              first turn is exactly this observation;
   response = what `ReferencePolicy` writes: a write_file call per solution file (protocol.render), rm calls for
              the files it deletes, and finish. The sampler stops at EOS, so the tokenized response ends with EOS.

@@ -2,7 +2,7 @@
 sandbox, and the hidden tests decide the reward (report section 4: environments that mimic real coding sessions).
 
   env = CodingEnv(EnvConfig(max_turns=8))
-  observation = env.reset(task)                  # prompt + file listing + the tool format (protocol.py)
+  observation = env.reset(task)                  # the tool format (protocol.py), budget, file listing, then the task
   while True:
     result = env.step(model_text)                # runs the turn's tool calls in order
     if result.done:                              # finish, or the turn / token budget is spent
@@ -282,7 +282,7 @@ class CodingEnv:
     for error in parsed.errors:
       parts.append(f"<error>malformed tool call, not run: {error}</error>")
     if not parts:
-      parts.append("<error>no tool call found; write a <tool> block (see the format above) or finish.</error>")
+      parts.append("<error>no tool call found; write a <tool> block, or finish.</error>")
     for key, value in step.items():
       self._totals[key] += value
     if not self._done:

@@ -19,7 +19,7 @@ with the checkpoint; the update sees token versions in its own step numbering.
 
 Outputs in `workdir`: checkpoints/ (orbax), metrics.jsonl (one line per step), consumed.jsonl (the (shard, seq) of
 every group each step trained on; after a restart, the last line of a step is the one that counts), tb/
-(TensorBoard), eval.jsonl (held-out evaluations), result.json.
+(TensorBoard), eval.jsonl (held-out evaluations), result.json, training.png (c2jax/rl/report.py).
 """
 
 from __future__ import annotations
@@ -371,6 +371,10 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
           tb.add_scalar(f"eval_{name}/{key}", v, int(state.step))
     tb.close()
   from c2jax.rl import report  # pylint: disable=g-import-not-at-top  (report imports this module)
-  result["plot"] = report.plot_training(work, k=k)
+  try:
+    result["plot"] = report.plot_training(work, k=k)
+  except Exception as e:  # pylint: disable=broad-except  (a plot never costs a finished run its result.json)
+    logging.warning("could not draw training.png: %s", e)
+    result["plot"] = None
   (work / "result.json").write_text(json.dumps(result, indent=2))
   return result

@@ -73,16 +73,18 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
   history = read_history(work / "metrics.jsonl")
   if not history:
     return None
-  import matplotlib  # pylint: disable=g-import-not-at-top  (only the end of a run draws)
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  # The object API, not pyplot: drawing must not switch the backend of the process that calls it (a notebook).
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 
   evals = {}  # version -> record; the trainer's before/after win over the evaluator's at the same version
   for r in _read_jsonl(work / "eval_during.jsonl"):
     evals[int(r["version"])] = r
   for r in _read_jsonl(work / "eval.jsonl"):
     evals[int(r["version"])] = r
-  fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+  fig = Figure(figsize=(7, 6))
+  FigureCanvasAgg(fig)
+  top, bottom = fig.subplots(2, 1, sharex=True)
   versions = [h["version"] for h in history]
   top.plot(versions, [h["reward/mean"] for h in history], color="tab:gray", alpha=0.5, lw=1, label="per step")
   window = 5
@@ -109,5 +111,4 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
   fig.tight_layout()
   path = work / "training.png"
   fig.savefig(path, dpi=110)
-  plt.close(fig)
   return str(path)

@@ -14,6 +14,7 @@ reward after a warm start is inflated; only the held-out figures measure what RL
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ def sft_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   p.model_overrides = ml_collections.ConfigDict(dict(c.model_overrides))
   p.seed = c.seed
   p.mesh = c.mesh
+  p.tokenizer = c.task.get("tokenizer", "byte")  # the RL prompts' tokenizer (c2jax/envs/coding_rl.py)
   p.phase_order = "sft"
   source = {"kind": "sft", "suite": c.task.get("coding_suite", "tiny_functions"), "split": "train", "weight": 1.0,
             "instructions": c.task.get("instructions", "brief"), "max_turns": c.task.get("max_turns", 8),
@@ -61,9 +63,13 @@ def cache_dir(c: ml_collections.ConfigDict, p: ml_collections.ConfigDict) -> str
   root = c.sft.cache_dir or os.environ.get("C2JAX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
                                                                                   "c2jax")
   h = hashlib.sha256(json.dumps(p.to_dict(), sort_keys=True, default=str).encode())
+  if p.tokenizer != "byte":  # a tokenizer file retrained under the same path is another SFT
+    with open(p.tokenizer, "rb") as f:
+      h.update(f.read())
   source = dict(p.phases.sft.sources.tasks)
   for prompt, response in sft.sft_examples(source["suite"], source["split"], max_turns=source["max_turns"],
-                                           max_tokens=source["max_tokens"], instructions=source["instructions"]):
+                                           max_tokens=source["max_tokens"], instructions=source["instructions"],
+                                           suite_options=dict(source.get("suite_options") or {})):
     h.update(prompt.encode())
     h.update(response.encode())
   return os.path.join(os.path.abspath(root), f"sft-{h.hexdigest()[:16]}")
@@ -76,9 +82,14 @@ def sft_checkpoint(c: ml_collections.ConfigDict, stop=lambda: False) -> str | No
   p = sft_config(c)
   workdir = cache_dir(c, p)
   checkpoint = os.path.join(workdir, "models", "sft")
-  if os.path.exists(os.path.join(checkpoint, "model_config.json")):
-    logging.warning("SFT: reusing %s", checkpoint)
-    return checkpoint
-  logging.warning("SFT: training into %s (a later run with the same settings reuses it)", workdir)
-  result = loop.run(p, workdir, stop=stop)
+  os.makedirs(os.path.dirname(workdir), exist_ok=True)
+  # One process trains a given SFT; others with the same settings (parallel sweep cells on one host) wait for it and
+  # reuse its checkpoint. Processes on other hosts see the same lock only when the cache is on a shared file system.
+  with open(f"{workdir}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.exists(os.path.join(checkpoint, "model_config.json")):
+      logging.warning("SFT: reusing %s", checkpoint)
+      return checkpoint
+    logging.warning("SFT: training into %s (a later run with the same settings reuses it)", workdir)
+    result = loop.run(p, workdir, stop=stop)
   return None if result["interrupted"] else checkpoint

@@ -102,6 +102,15 @@ class AsyncRLTest(absltest.TestCase):
     self.assertLess(resumed_at, STEPS)  # the second run really trained the rest
     self.assertEqual(result["steps"], STEPS)
     self.assertEqual(result["groups_consumed"], STEPS * GROUPS_PER_STEP)
+    # The end of the run: the before/after table on stdout, then the JSON with the figures it shows, and the plot.
+    self.assertIn("pass@1", resumed.stdout)
+    self.assertEqual(result["k"], 4)
+    for key in ("pass_at_1_before", "pass_at_1_after", "best_of_k_before", "best_of_k_after", "tokens_trained",
+                "samples_per_s", "staleness_mean", "filtered_fraction"):
+      self.assertIsNotNone(result[key], key)
+    self.assertEqual(result["best_of_k_after"], result["best_of_4_after"])
+    self.assertGreater(result["tokens_trained"], 0)
+    self.assertTrue((work / "training.png").exists())
 
     # Each step's groups: the last record of the step counts (a restart redoes the steps after its checkpoint).
     last = {}

@@ -39,7 +39,13 @@ class WarmStartTest(absltest.TestCase):
     a = warm_start.cache_dir(c, warm_start.sft_config(c))
     self.assertEqual(a, warm_start.cache_dir(c, warm_start.sft_config(c)))
     c.sft.learning_rate = 1e-3
-    self.assertNotEqual(a, warm_start.cache_dir(c, warm_start.sft_config(c)))
+    b = warm_start.cache_dir(c, warm_start.sft_config(c))
+    self.assertNotEqual(a, b)
+    c.task.suite_options = {"max_difficulty": 1}
+    d = warm_start.cache_dir(c, warm_start.sft_config(c))
+    self.assertNotEqual(b, d)
+    c.task.instructions = "none"
+    self.assertNotEqual(d, warm_start.cache_dir(c, warm_start.sft_config(c)))
     self.assertTrue(a.startswith(os.path.abspath(c.sft.cache_dir)))
 
   def test_a_finished_sft_is_reused_without_training(self):
