@@ -1,7 +1,7 @@
 """Coding tasks as actor tasks: one turn of `CodingEnv` per sample (report section 4, RL on coding tasks).
 
   suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions="brief")
-  task = suite.task("train", 17)             # prompt = BOS + the environment's first observation (byte tokens)
+  task = suite.task("train", 17)             # prompt = BOS + the environment's first observation (tokenized)
   terms = suite.reward(task, generated)      # {"outcome": fraction of hidden tests passed, "malformed_tool_calls": n}
 
 A sample is the model's first (and only) turn: its tool calls run in a fresh sandbox copy of the task, then the
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail
@@ -41,10 +41,16 @@ def _tasks(suite: str, split: str, options: tuple[tuple[str, Any], ...] = ()) ->
   return tasks
 
 
+@functools.lru_cache(maxsize=4)
+def _tokenizer(spec: str, suite: str):
+  from c2jax.data import bpe  # pylint: disable=g-import-not-at-top  (imports the SFT data, which imports this)
+  return make_tokenizer(bpe.resolve(spec, suite))
+
+
 @TASK_SUITES.register("coding")
 @dataclasses.dataclass(frozen=True)
 class CodingTaskSuite:
-  """A coding suite (`CODING_SUITES`) as single-turn verifiable tasks over byte tokens.
+  """A coding suite (`CODING_SUITES`) as single-turn verifiable tasks over tokens (bytes by default).
 
   Attributes:
     coding_suite: the coding suite's name in `CODING_SUITES` ("tiny_functions", "realistic"); a run config
@@ -54,6 +60,9 @@ class CodingTaskSuite:
     instructions: "full", "brief" or "none" tool-format help in the prompt (`protocol.HelpDetail`).
     suite_options: fields of the coding suite to override, e.g. {"max_difficulty": 1} for tiny_functions (as the
       SFT source's `suite_options`); stored as sorted (name, value) pairs so the suite stays hashable.
+    tokenizer: "byte" (the default), the path of a tokenizer.json, or "bpe:<vocab_size>" (a BPE of the suite's own
+      train text, trained on first use and cached: c2jax/data/bpe.py): how prompts are encoded and samples decoded;
+      the SFT (c2jax/rl/warm_start.py) uses the same one, and the model's vocab_size must cover it.
     reward_workers: samples graded at once (`c2jax.envs.tasks.rewards`): each waits on its own sandbox and judge
       processes, so a few threads overlap their start-up (4 give ~2x on 2 cores; tools/bench_sandbox.py).
     name: the registry name, the prefix of task ids.
@@ -65,12 +74,15 @@ class CodingTaskSuite:
   max_tokens: int = 8192
   instructions: str = "brief"
   suite_options: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
+  tokenizer: str = "byte"
   reward_workers: int = 4
   name: str = "coding"
 
   def __post_init__(self):
     options = self.suite_options.items() if hasattr(self.suite_options, "items") else self.suite_options
-    object.__setattr__(self, "suite_options", tuple(sorted((str(k), v) for k, v in options)))
+    # Lists (what JSON makes of tuples) become tuples: the options key a cache of the suite's tasks.
+    object.__setattr__(self, "suite_options", tuple(sorted(
+        (str(k), tuple(v) if isinstance(v, list) else v) for k, v in options)))
 
   @property
   def env_config(self) -> EnvConfig:
@@ -91,12 +103,12 @@ class CodingTaskSuite:
     index = int(index) % len(tasks)
     # What `CodingEnv.reset` returns: a fresh copy lists exactly the task's files, sorted.
     text = first_observation(tasks[index], self.env_config, sorted(tasks[index].files))
-    prompt = tuple(int(t) for t in ByteTokenizer().encode(text, bos=True, eos=False))
+    prompt = tuple(int(t) for t in _tokenizer(self.tokenizer, self.coding_suite).encode(text, bos=True, eos=False))
     return Task(task_id=f"{self.name}/{self.coding_suite}/{split}/{index}", prompt=prompt, text=text)
 
   def reward(self, task: Task, generated: np.ndarray) -> dict[str, float]:
     """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' pass fraction."""
-    text = ByteTokenizer().decode(generated)
+    text = _tokenizer(self.tokenizer, self.coding_suite).decode(generated)
     with CodingEnv(self.env_config) as env:
       env.reset(self.coding_task(task))
       env.step(text)

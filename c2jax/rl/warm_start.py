@@ -22,6 +22,7 @@ import os
 from absl import logging
 import ml_collections
 
+from c2jax.data import bpe
 from configs import pretrain_tiny
 
 
@@ -36,7 +37,8 @@ def sft_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   p.model_overrides = ml_collections.ConfigDict(dict(c.model_overrides))
   p.seed = c.seed
   p.mesh = c.mesh
-  p.tokenizer = c.task.get("tokenizer", "byte")  # the RL prompts' tokenizer (c2jax/envs/coding_rl.py)
+  # The RL prompts' tokenizer (c2jax/envs/coding_rl.py); "bpe:<n>" resolves to its (cached) file.
+  p.tokenizer = bpe.resolve(c.task.get("tokenizer", "byte"), c.task.get("coding_suite", "tiny_functions"))
   p.phase_order = "sft"
   source = {"kind": "sft", "suite": c.task.get("coding_suite", "tiny_functions"), "split": "train", "weight": 1.0,
             "instructions": c.task.get("instructions", "brief"), "max_turns": c.task.get("max_turns", 8),
