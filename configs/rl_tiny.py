@@ -60,8 +60,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # its settings under cache_dir ($C2JAX_CACHE_DIR or ~/.cache/c2jax when empty; c2jax/rl/warm_start.py). Skipped
   # when init_checkpoint is set. Rows of 1024 tokens hold ~2.5 demonstrations (first-fit packing); 600 steps are ~4 min
   # on 2 CPU cores (WORKSPACE_NOTES.md: what more SFT buys at this size).
+  # suite_options: the SFT's own selection of the suite's tasks (empty: the task's).
   c.sft = ml_collections.ConfigDict(dict(enabled=True, cache_dir="", steps=600, seq_len=1024, batch_size=4,
-                                         learning_rate=3e-3, warmup_steps=20, mtp_weight=0.0))
+                                         learning_rate=3e-3, warmup_steps=20, mtp_weight=0.0, suite_options={}))
 
   c.actors = ml_collections.ConfigDict(dict(
       num=2,  # local actor processes started by rl_main

@@ -43,7 +43,9 @@ def sft_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   source = {"kind": "sft", "suite": c.task.get("coding_suite", "tiny_functions"), "split": "train", "weight": 1.0,
             "instructions": c.task.get("instructions", "brief"), "max_turns": c.task.get("max_turns", 8),
             "max_tokens": c.task.get("max_tokens", 8192),
-            "suite_options": dict(c.task.get("suite_options", None) or {})}
+            # The SFT may see more of the suite than RL samples from (e.g. every difficulty, then RL on the easy
+            # tasks): sft.suite_options when given, else the task's.
+            "suite_options": dict(s.get("suite_options", None) or c.task.get("suite_options", None) or {})}
   p.phases = ml_collections.ConfigDict({"sft": dict(
       steps=s.steps, seq_len=s.seq_len, batch_size=s.batch_size, rope={}, sources={"tasks": source},
       learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, decay="cosine", final_lr_fraction=0.1,
