@@ -64,8 +64,7 @@ def cache_dir(c: ml_collections.ConfigDict, p: ml_collections.ConfigDict) -> str
   rather than reusing one trained on other prompts.
   """
   from c2jax.data import sft  # pylint: disable=g-import-not-at-top  (imports the coding suites)
-  root = c.sft.cache_dir or os.environ.get("C2JAX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                                  "c2jax")
+  root = c.sft.cache_dir or bpe.default_cache_dir()
   h = hashlib.sha256(json.dumps(p.to_dict(), sort_keys=True, default=str).encode())
   if p.tokenizer != "byte":  # a tokenizer file retrained under the same path is another SFT
     with open(p.tokenizer, "rb") as f:
