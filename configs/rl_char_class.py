@@ -20,6 +20,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = rl_tiny.get_config()
   # The tiny model at d=64 (2 layers: 1 dense + 1 MoE), from a random init: no SFT.
   del c.model_overrides["d_model"]
+  c.model_overrides.vocab_size = 259  # char_class speaks bytes (256 + 3 specials), not the main job's BPE
   c.init_checkpoint = ""
   c.sft.enabled = False
   c.rl.optim.learning_rate = 1e-2  # a tiny model from scratch on a toy task; the report's scale uses ~1e-6

@@ -10,12 +10,20 @@
       --config.buffer=s3://bucket/run/buffer --config.weights=s3://bucket/run/weights
   python experiments/actor_main.py --buffer=s3://bucket/run/buffer --weights=s3://bucket/run/weights
 
-The tasks are tiny_functions (c2jax/envs/suites/procedural.py): write a one-line Python function from a sentence
-and an example; a sample is one turn of the coding environment (write_file + finish), graded in a sandbox by the
-task's hidden tests (reward = the fraction passed). The prompt is the first observation without the tool-format
-help (`instructions="none"`: the SFT teaches the format), ~170-270 byte tokens; an answer is ~150-190.
-First a cached SFT on the train split's reference solutions (c2jax/rl/warm_start.py), then RL on the train split;
-held-out tasks (never trained on, by SFT or RL) measure pass@1 and best-of-8 before and after RL.
+The tasks are tiny_compositions (c2jax/envs/suites/compositions.py): write a one-line Python function over a list
+from a sentence that names its reducer, mapper and filter in words ("the sum of the squares of the even numbers in
+xs") and an example; a sample is one turn of the coding environment (write_file + finish), graded in a sandbox by
+the task's hidden tests (reward = the fraction passed). Held-out tasks are compositions never trained on (by SFT or
+RL), whose parts all are. Tokens are a 512-token byte-level BPE of the suite's train text (c2jax/data/bpe.py,
+trained on first use and cached): prompts are the first observation without the tool-format help
+(`instructions="none"`: the SFT teaches the format), 63-115 tokens; an answer is 62-85.
+First a short cached SFT on the train split's reference solutions (c2jax/rl/warm_start.py), then RL on the train
+split; the held-out tasks measure pass@1 and best-of-8 before and after RL.
+
+Why this suite and tokenizer at CPU scale: a 2-layer byte-level model does not learn, within minutes, to read a
+statement at all (tiny_functions: held-out pass@1 <= 0.03 after 300-900 SFT steps, and even on train tasks the
+function body ignores the words); with words as single tokens it reads them (WORKSPACE_NOTES.md, the coding main
+job). tiny_functions (which also needs constants copied) stays available: --config.task.coding_suite=tiny_functions.
 
 configs/rl_char_class.py is the seconds-scale variant on a built-in toy task (tests, quick sweeps).
 """
@@ -26,16 +34,17 @@ from c2jax.model.config import ModelConfig  # noqa: F401  (documents where model
 from c2jax.rl.config import RLConfig, to_config_dict
 from configs.model import tiny
 
-EOS = 258  # the byte tokenizer's end of sequence: where a turn ends
+TOKENIZER = "bpe:512"  # c2jax/data/bpe.py: 512 tokens, specials <pad> 0, <s> 1, </s> 2
+EOS = 2  # the BPE's end of sequence (bpe.SPECIALS): where a turn ends
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
   c = ml_collections.ConfigDict()
   c.model = "tiny"  # a module under configs/model
-  # Byte tokens (256 bytes + 3 specials); 2 layers (1 dense + 1 MoE) keep each compile to seconds on a CPU.
+  # The BPE's 512 tokens; 2 layers (1 dense + 1 MoE) keep each compile to seconds on a CPU.
   c.model_overrides = ml_collections.ConfigDict(
-      {"vocab_size": 259, "n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1, "d_model": 128})
+      {"vocab_size": 512, "n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1, "d_model": 128})
   c.init_checkpoint = ""  # a c2jax model checkpoint (pretraining / SFT) to start from; empty: the SFT below
   c.seed = 0
   c.mesh = ""  # the trainer's device mesh, e.g. "fsdp:2,expert:2" (c2jax.parallel.mesh); empty: one device
@@ -45,32 +54,35 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The RL recipe: every field of c2jax.rl.config.RLConfig, defaults from the report (Dr. GRPO, k1 KL, routing
   # replay, the plausibility filter, no overlong masking, the nonlinear length penalty).
   rl = to_config_dict(RLConfig(model=tiny.get_model_config()))
-  # 1e-3 collapsed the SFT'd policy within 3 steps (reward 0, entropy x5); 3e-4 is stable but narrowed it (held-out
-  # best-of-8 0.54 -> 0.35 in 40 steps); 1e-4 kept best-of-8 at 0.49-0.54 and raised the mean outcome
-  # (WORKSPACE_NOTES.md). The report's scale uses ~1e-6.
+  # 1e-4 with a 10-step warmup. Adam's first update is a sign step of the full rate on every weight: on a 32-sample
+  # gradient, without warmup, it alone moved the SFT'd policy by a KL of 0.14-0.23 per token at 2e-4 / 3e-4, and
+  # train reward then fell to ~0.05-0.2. With the warmup, 2e-4 drifted held-out pass@1 down (0.67 -> 0.66 at step
+  # 30); 1e-4 raised it by 0.08-0.10 in 40 steps. The report's scale uses ~1e-6 (WORKSPACE_NOTES.md: the RL runs).
   rl.optim.learning_rate = 1e-4
-  # The report's nonlinear length penalty, on: - 0.1 * C_{k=1,q=0.5}(tokens / 1000) costs a 170-token answer 0.016.
+  rl.optim.warmup_steps = 10
+  # The report's nonlinear length penalty, on: - 0.1 * C_{k=1,q=0.5}(tokens / 1000) costs a 75-token answer 0.007.
   rl.reward.length_penalty.weight = 0.1
   c.rl = rl
 
   # c2jax/envs/coding_rl.py: the coding suite as single-turn tasks; suite_options selects tasks of the suite.
-  c.task = ml_collections.ConfigDict(dict(suite="coding", coding_suite="tiny_functions", seed=0, max_turns=8,
-                                          max_tokens=8192, instructions="none",
-                                          suite_options={"max_difficulty": 1}, reward_workers=4))
+  c.task = ml_collections.ConfigDict(dict(suite="coding", coding_suite="tiny_compositions", seed=0, max_turns=8,
+                                          max_tokens=8192, instructions="none", tokenizer=TOKENIZER,
+                                          suite_options={}, reward_workers=4))
   # The SFT warm start on the suite's train-split demonstrations: a one-phase run of the pretraining loop, cached by
   # its settings under cache_dir ($C2JAX_CACHE_DIR or ~/.cache/c2jax when empty; c2jax/rl/warm_start.py). Skipped
-  # when init_checkpoint is set. Rows of 1024 tokens hold ~2.5 demonstrations (first-fit packing); 600 steps are ~4 min
-  # on 2 CPU cores (WORKSPACE_NOTES.md: what more SFT buys at this size).
+  # when init_checkpoint is set. Rows of 512 tokens hold ~3 demonstrations (first-fit packing); 300 steps are ~2.5
+  # min on 2 CPU cores and reach held-out pass@1 ~0.67 sampled, ~0.81 greedy. Shorter SFTs leave a policy that RL
+  # at these rates does not improve on held-out tasks (150 and 220 steps: WORKSPACE_NOTES.md).
   # suite_options: the SFT's own selection of the suite's tasks (empty: the task's).
-  c.sft = ml_collections.ConfigDict(dict(enabled=True, cache_dir="", steps=600, seq_len=1024, batch_size=4,
+  c.sft = ml_collections.ConfigDict(dict(enabled=True, cache_dir="", steps=300, seq_len=512, batch_size=8,
                                          learning_rate=3e-3, warmup_steps=20, mtp_weight=0.0, suite_options={}))
 
   c.actors = ml_collections.ConfigDict(dict(
       num=2,  # local actor processes started by rl_main
       external=False,  # True: start none; actors run elsewhere against the same URLs
       group_size=8, groups_per_call=2,
-      prompt_len=288,  # >= the longest prompt (270 tokens with BOS); prompts are left-aligned, then padded
-      max_new_tokens=208,  # the longest reference answer is 190 tokens with EOS
+      prompt_len=128,  # >= the longest prompt (115 tokens with BOS); prompts are left-aligned, then padded
+      max_new_tokens=96,  # the longest reference answer is 85 tokens with EOS
       temperature=1.0, stop_tokens=[EOS],
       chunk_steps=16,  # decode steps between checks for newer weights
       max_lag=1,  # admission: a group starts at most this many versions before the update that trains on it

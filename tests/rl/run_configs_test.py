@@ -5,8 +5,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 import c2jax.envs  # noqa: F401  (registers the suites)
+from c2jax.data import bpe
 from c2jax.data import sft
-from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.data.tokenizer import make_tokenizer
 from c2jax.rl import run_config
 from c2jax.rl import warm_start
 from configs import rl_char_class
@@ -29,7 +30,8 @@ class RunConfigsTest(parameterized.TestCase):
     c = rl_tiny.get_config()
     suite = run_config.task_suite(c)
     actors = run_config.actor_config(c)
-    tok = ByteTokenizer()
+    tok = make_tokenizer(bpe.resolve(c.task.tokenizer, c.task.coding_suite))
+    self.assertEqual(c.model_overrides.vocab_size, tok.vocab_size)
     for split in ("train", "heldout"):
       longest = max(len(suite.task(split, i).prompt) for i in range(suite.size(split)))
       self.assertLessEqual(longest, actors.prompt_len, split)
@@ -42,11 +44,13 @@ class RunConfigsTest(parameterized.TestCase):
       demo = max(len(tok.encode(p, bos=True, eos=False)) + len(tok.encode(r, bos=False, eos=True))
                  for p, r in examples)
       self.assertLessEqual(demo, c.sft.seq_len, split)
-    self.assertIn(tok.EOS, actors.stop_tokens)
+    self.assertIn(tok.eos_id, actors.stop_tokens)
     # The SFT trains the RL run's own model on the same prompts.
     p = warm_start.sft_config(c)
     source = dict(p.phases.sft.sources.tasks)
-    self.assertEqual((source["instructions"], dict(source["suite_options"])), ("none", {"max_difficulty": 1}))
+    self.assertEqual((source["suite"], source["instructions"], dict(source["suite_options"])),
+                     (c.task.coding_suite, "none", dict(c.task.suite_options)))
+    self.assertEqual(p.tokenizer, bpe.resolve(c.task.tokenizer, c.task.coding_suite))
 
 
 if __name__ == "__main__":
