@@ -1,7 +1,6 @@
-"""tiny_compositions: distinct functions, held-out compositions whose parts are all trained on, references that
-compute the spec, no constant-solvable task, graded in the sandbox."""
+"""tiny_compositions: distinct functions, held-out compositions whose parts are all trained on, graded in the sandbox
+(references that compute their spec and no constant-solvable task: suites_test.py, for every grammar)."""
 
-import ast
 import random
 
 from absl.testing import absltest
@@ -10,9 +9,8 @@ from c2jax.envs import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs import suites  # noqa: F401  (registers the suites)
-from c2jax.envs.coding_tasks import CODING_SUITES
 from c2jax.envs.sandbox import SandboxPool
-from c2jax.envs.suites import compositions, procedural
+from c2jax.envs.suites import compositions
 
 
 def _parts(task_id: str) -> list[str]:
@@ -21,11 +19,6 @@ def _parts(task_id: str) -> list[str]:
 
 
 class CompositionsTest(absltest.TestCase):
-
-  def test_registered(self):
-    suite = CODING_SUITES.get("tiny_compositions")
-    self.assertEqual(suite.name, "tiny_compositions")
-    self.assertEqual(suite(seed=3).seed, 3)
 
   def test_disjoint_distinct_functions(self):
     suite = compositions.TinyCompositionsSuite(seed=0)
@@ -61,25 +54,6 @@ class CompositionsTest(absltest.TestCase):
     self.assertEqual(a.tasks("heldout"), b.tasks("heldout"))
     self.assertNotEqual([t.task_id for t in a.tasks("heldout")],
                         [t.task_id for t in compositions.TinyCompositionsSuite(seed=6).tasks("heldout")])
-
-  def test_references_match_the_python_functions(self):
-    rng = random.Random(0)
-    for spec in compositions.all_specs():
-      namespace = {}
-      exec(procedural.make_task(spec, 0).solution["solution.py"], namespace)  # trusted: generated above
-      for _ in range(5):
-        value = procedural._input(spec, rng)
-        self.assertEqual(namespace["f"](value), spec.fn(value), spec.key)
-
-  def test_no_task_is_solved_by_a_constant(self):
-    for seed in (0, 1):
-      suite = compositions.TinyCompositionsSuite(seed=seed)
-      for task in suite.tasks("train") + suite.tasks("heldout"):
-        tree = ast.parse(task.hidden_tests["hidden_tests/test_solution.py"])
-        expected = [ast.dump(node.args[1]) for node in ast.walk(tree)
-                    if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "assertEqual"]
-        self.assertLen(expected, task.expected_tests, task.task_id)
-        self.assertGreater(len(set(expected)), 1, f"{task.task_id} (seed {seed}): a constant passes it")
 
   @absltest.skipIf(sandbox_lib.unavailable_reason() is not None, sandbox_lib.unavailable_reason() or "")
   def test_sample_graded_in_sandbox(self):

@@ -8,6 +8,7 @@ import random
 import re
 
 from absl.testing import absltest
+from absl.testing import parameterized
 
 from c2jax.envs import coding_tasks as ct
 from c2jax.envs import grading
@@ -15,6 +16,7 @@ from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.coding_tasks import CODING_SUITES, Category
 from c2jax.envs.sandbox import SandboxPool
+from c2jax.envs.suites import compositions
 from c2jax.envs.suites import procedural
 
 
@@ -59,14 +61,13 @@ def _grade_both(task: ct.CodingTask) -> tuple[str, dict, dict]:
   return task.task_id, grading.grade(task, task.solved_files()), grading.grade(task, task.files)
 
 
-class ProceduralTest(absltest.TestCase):
+class ProceduralTest(parameterized.TestCase):
 
-  def test_registered(self):
-    self.assertIn("tiny_functions", CODING_SUITES)
+  @parameterized.parameters("tiny_functions", "tiny_compositions")
+  def test_registered(self, name):
     self.assertIn("realistic", CODING_SUITES)
-    suite = CODING_SUITES.get("tiny_functions")
-    self.assertEqual(suite.name, "tiny_functions")
-    self.assertEqual(suite(seed=3).seed, 3)
+    suite = CODING_SUITES.get(name)
+    self.assertEqual((suite.name, type(suite(seed=3)), suite(seed=3).seed), (name, type(suite), 3))
 
   def test_thousands_of_disjoint_tasks(self):
     suite = procedural.TinyFunctionsSuite(seed=0)
@@ -103,23 +104,26 @@ class ProceduralTest(absltest.TestCase):
     self.assertTrue(all(t.difficulty == 1 for t in easy.tasks("train")))
     self.assertGreater(easy.size("train"), 100)
 
-  def test_references_match_the_python_functions(self):
+  @parameterized.parameters(procedural.TinyFunctionsSuite, compositions.TinyCompositionsSuite)
+  def test_references_match_the_python_functions(self, suite_class):
     # Host-side and cheap: the reference body computes what the spec's Python function computes.
     rng = random.Random(0)
-    for spec in rng.sample(procedural.all_specs(), 300):
+    specs = procedural.GRAMMARS[suite_class.GRAMMAR]()
+    for spec in rng.sample(specs, min(300, len(specs))):
       namespace = {}
       exec(procedural.make_task(spec, 0).solution["solution.py"], namespace)  # trusted: generated above
       for _ in range(5):
         value = procedural._input(spec, rng)
         self.assertEqual(namespace["f"](value), spec.fn(value), spec.key)
 
-  def test_no_task_is_solved_by_a_constant(self):
+  @parameterized.parameters(procedural.TinyFunctionsSuite, compositions.TinyCompositionsSuite)
+  def test_no_task_is_solved_by_a_constant(self, suite_class):
     # Host-side: read each hidden test's expected outputs (the second argument of every assertEqual). A task whose
     # outputs are all equal would reward `return <constant>` (it was so for str.count_z, int.min-8, ...).
     for seed in (0, 1):
-      suite = procedural.TinyFunctionsSuite(seed=seed)
+      suite = suite_class(seed=seed)
       tasks = suite.tasks("train") + suite.tasks("heldout")
-      self.assertLen(tasks, len(procedural.all_specs()))
+      self.assertLen(tasks, len(procedural.GRAMMARS[suite_class.GRAMMAR]()))
       for task in tasks:
         tree = ast.parse(task.hidden_tests["hidden_tests/test_solution.py"])
         expected = [ast.dump(node.args[1]) for node in ast.walk(tree)

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import random
+from typing import ClassVar
 
-from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask, check_split
-from c2jax.envs.suites.procedural import FunctionSpec, make_task
+from c2jax.envs.coding_tasks import CODING_SUITES
+from c2jax.envs.suites.procedural import GRAMMARS, FunctionSpec, TinyFunctionsSuite
 
 # (key, phrase for "<reducer> <phrase> of", the expression of x)
 _MAPPERS = (
@@ -86,18 +86,9 @@ def all_specs() -> tuple[FunctionSpec, ...]:
   return specs
 
 
-@functools.lru_cache(maxsize=16)
-def _splits(seed: int, heldout_fraction: float, max_difficulty: int) -> dict[str, tuple[FunctionSpec, ...]]:
-  specs = list(all_specs())
-  random.Random(seed).shuffle(specs)
-  n_heldout = int(round(len(specs) * heldout_fraction))
-  keep = lambda group: tuple(s for s in group if s.difficulty <= max_difficulty)  # noqa: E731
-  return {"heldout": keep(specs[:n_heldout]), "train": keep(specs[n_heldout:])}
-
-
 @dataclasses.dataclass(frozen=True)
-class TinyCompositionsSuite:
-  """The grammar split by a seed (the same fields as `procedural.TinyFunctionsSuite`).
+class TinyCompositionsSuite(TinyFunctionsSuite):
+  """The grammar split by a seed; fields, splits and tasks as `procedural.TinyFunctionsSuite`'s.
 
   Attributes:
     seed: permutes the grammar (which compositions are held out) and draws the test inputs.
@@ -105,29 +96,10 @@ class TinyCompositionsSuite:
     max_difficulty: keeps only tasks of difficulty <= this.
   """
 
-  seed: int = 0
-  heldout_fraction: float = 0.2
-  max_difficulty: int = 3
+  GRAMMAR: ClassVar[str] = "tiny_compositions"
+
   name: str = "tiny_compositions"
 
-  def _split_specs(self, split: str) -> tuple[FunctionSpec, ...]:
-    check_split(split)
-    return _splits(self.seed, self.heldout_fraction, self.max_difficulty)[split]
 
-  def size(self, split: str) -> int:
-    return len(self._split_specs(split))
-
-  def task(self, split: str, index: int) -> CodingTask:
-    """Task `index` (modulo the split's size) of `split`."""
-    specs = self._split_specs(split)
-    return make_task(specs[int(index) % len(specs)], self.seed, self.name)
-
-  def tasks(self, split: str) -> list[CodingTask]:
-    return [make_task(spec, self.seed, self.name) for spec in self._split_specs(split)]
-
-  def __call__(self, **overrides) -> "TinyCompositionsSuite":
-    """The suite with other fields: `CODING_SUITES.get("tiny_compositions")(seed=3)`."""
-    return dataclasses.replace(self, **overrides)
-
-
+GRAMMARS["tiny_compositions"] = all_specs
 TINY_COMPOSITIONS = CODING_SUITES.register("tiny_compositions")(TinyCompositionsSuite())

@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import random
 import string
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from c2jax.envs.coding_tasks import CODING_SUITES, Category, CodingTask, HIDDEN_TESTS_DIR, check_split
 
@@ -253,6 +253,10 @@ def make_task(spec: FunctionSpec, seed: int, suite: str = "tiny_functions") -> C
   )
 
 
+GRAMMARS: dict[str, Callable[[], tuple[FunctionSpec, ...]]] = {"tiny_functions": all_specs}
+"""Grammar name -> its specs in their fixed order; a suite class names its grammar (`TinyFunctionsSuite.GRAMMAR`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TinyFunctionsSuite:
   """The grammar split by a seed.
@@ -263,6 +267,8 @@ class TinyFunctionsSuite:
     max_difficulty: keeps only tasks of difficulty <= this (a curriculum starts at 1).
   """
 
+  GRAMMAR: ClassVar[str] = "tiny_functions"  # the key of its specs in GRAMMARS
+
   seed: int = 0
   heldout_fraction: float = 0.2
   max_difficulty: int = 3
@@ -270,7 +276,7 @@ class TinyFunctionsSuite:
 
   def _split_specs(self, split: str) -> tuple[FunctionSpec, ...]:
     check_split(split)
-    return _splits(self.seed, self.heldout_fraction, self.max_difficulty)[split]
+    return _splits(self.GRAMMAR, self.seed, self.heldout_fraction, self.max_difficulty)[split]
 
   def size(self, split: str) -> int:
     return len(self._split_specs(split))
@@ -289,8 +295,9 @@ class TinyFunctionsSuite:
 
 
 @functools.lru_cache(maxsize=16)
-def _splits(seed: int, heldout_fraction: float, max_difficulty: int) -> dict[str, tuple[FunctionSpec, ...]]:
-  specs = list(all_specs())
+def _splits(grammar: str, seed: int, heldout_fraction: float,
+            max_difficulty: int) -> dict[str, tuple[FunctionSpec, ...]]:
+  specs = list(GRAMMARS[grammar]())
   random.Random(seed).shuffle(specs)
   n_heldout = int(round(len(specs) * heldout_fraction))
   keep = lambda group: tuple(s for s in group if s.difficulty <= max_difficulty)  # noqa: E731
