@@ -28,7 +28,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # answer_tokens > 0: only the first n bytes are graded, free text follows (c2jax/envs/char_class.py).
   c.task = ml_collections.ConfigDict({"suite": "char_class", "seed": 0, "answer_tokens": 0})
   c.actors.update(prompt_len=16, max_new_tokens=8, stop_tokens=[],  # fixed-length rows of 8 bytes
-                  chunk_steps=2, pending_lease_s=120.0)
+                  chunk_steps=2, pending_lease_s=120.0,
+                  # One sampler call per actor holds a whole trainer batch (4 groups x 8 rows): a call's fixed cost
+                  # dominates 8-token rows, and with 2 per call the actors fell behind the trainer (bench_rl).
+                  groups_per_call=4)
   c.trainer.steps = 80
   c.eval.tasks = 16
   return c

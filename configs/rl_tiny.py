@@ -88,13 +88,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       chunk_steps=16,  # decode steps between checks for newer weights
       max_lag=1,  # admission: a group starts at most this many versions before the update that trains on it
       weight_updates="in_flight",  # in_flight | between_calls
-      poll_interval_s=0.05,
+      poll_interval_s=0.05,  # a refused actor polls trainer.json this often, and asks again when it changes
+      admission_recheck_s=1.0,  # ... or after this long
       pending_lease_s=300.0,  # admission forgets the begun groups of an actor silent this long
+      cpus="",  # Linux cpu-list ("2-3") the actors and the evaluator are pinned to; empty: no pinning
   ))
 
   c.trainer = ml_collections.ConfigDict(dict(
       steps=40, groups_per_step=4, checkpoint_every=10, keep_checkpoints=2,
       take_timeout_s=900.0,  # fail if no batch arrives for this long
+      poll_interval_s=0.02,  # how often the trainer looks for newly committed groups while it waits
+      cpus="",  # Linux cpu-list ("0-1") the trainer is pinned to after SFT (c2jax/actors/placement.py)
   ))
   c.buffer = ""  # URL (path, s3://, gs://); empty: <workdir>/buffer
   c.weights = ""  # URL; empty: <workdir>/weights

@@ -124,6 +124,8 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.INFO)
   c = _config()
+  from c2jax.actors import placement
+  placement.pin(placement.parse_cpus(c.actors.get("cpus", "")))  # before this process computes anything
   result = run_actor(c) if _ROLE.value == "actor" else run_evaluator(c)
   print(json.dumps(result))
 

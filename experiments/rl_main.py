@@ -25,6 +25,7 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
+from c2jax.actors import placement
 from c2jax.actors.pool import LocalPool
 from c2jax.parallel.distributed import initialize_from_env
 from c2jax.rl import loop
@@ -78,6 +79,9 @@ def main(argv):
   os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # inherited by the pool
   workdir = os.path.abspath(_WORKDIR.value)
   os.makedirs(workdir, exist_ok=True)
+  # Malformed CPU lists fail here, before any SFT; the trainer is pinned after it (SFT may use every core).
+  trainer_cpus = placement.parse_cpus(c.trainer.get("cpus", ""))
+  placement.parse_cpus(c.actors.get("cpus", ""))
   if c.sft.enabled and not c.init_checkpoint:
     # The SFT warm start (cached by its settings), before any actor starts: they sample from what RL starts from.
     # A run that already checkpointed RL resumes from its own state: its SFT is not needed (nor retrained when the
@@ -98,6 +102,7 @@ def main(argv):
     members = {f"actor-{i}": common + [f"--actor_id=actor-{i}"] for i in range(c.actors.num)}
     if c.eval.process:
       members["evaluator"] = common + ["--role=evaluator", f"--logdir={workdir}"]
+  placement.pin(trainer_cpus)
   pool = LocalPool(os.path.join(workdir, "logs"), members, optional=("evaluator",))
   with pool:
     result = loop.run(c, workdir, health_check=pool.check, stop=lambda: _stop_requests > 0)

@@ -4,6 +4,7 @@ invocation (report section 6; PipelineRL reports about 2x).
   .venv/bin/python tools/bench_rl.py                                    # configs/rl_char_class.py, 20 steps x 3 repeats
   .venv/bin/python tools/bench_rl.py --steps=8 --repeats=1 --warmup=2 --set=actors.num=1   # a quick look
   .venv/bin/python tools/bench_rl.py --config=configs/rl_char_class.py --set=actors.max_lag=2 --keep
+  .venv/bin/python tools/bench_rl.py --placement=shared                 # every process on every core
 
 Each repeat runs `experiments/rl_main.py` twice, one run at a time, interleaved (sync, async, sync, async, ...) so
 that a slow moment of a shared machine hurts both alike: `--config.schedule=sync` (max_lag 0, weights swapped only
@@ -20,11 +21,18 @@ samples/s, `tokens_ratio` the same for tokens/s, `trainer_wait_fraction` = the a
 The whole-run figures of result.json (start-up included; the first run also pays the shared compiles, so they favour
 later runs) are printed beside them.
 
+Placement (`--placement`). `split` (the default) pins the trainer to the first half of this process's CPUs and
+the actor pool to the rest (`trainer.cpus`, `actors.cpus`; c2jax/actors/placement.py), as a cluster gives training
+and inference their own accelerators: synchronous RL then leaves each side idle while the other works, which is
+what asynchronous RL wins back. `shared` leaves every process on every core; on a machine with few cores the
+actors and the trainer then contend for the same CPU and the comparison mostly measures that contention.
+
 The last line printed is one JSON object with at least `ratio` and `trainer_wait_fraction`.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import pathlib
@@ -36,6 +44,7 @@ from typing import Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
+from c2jax.actors import placement as placement_lib  # noqa: E402
 from tools import sweep as sweep_lib  # noqa: E402
 
 SCHEDULES = {
@@ -71,6 +80,21 @@ def summarize(per_run: Mapping[str, Sequence[Mapping[str, float]]]) -> dict:
           "sync": med["sync"], "async": med["async"]}
 
 
+class Placement(enum.Enum):
+  """Where the processes run (see the module docstring)."""
+
+  SPLIT = "split"
+  SHARED = "shared"
+
+
+def placement_overrides(which: Placement) -> dict[str, str]:
+  """The trainer.cpus / actors.cpus overrides of a placement."""
+  if which is Placement.SHARED:
+    return {}
+  trainer, actors = placement_lib.split_cpus()
+  return {"trainer.cpus": placement_lib.format_cpus(trainer), "actors.cpus": placement_lib.format_cpus(actors)}
+
+
 def plan(base, workdir: str | os.PathLike, *, steps: int, repeats: int,
          overrides: Mapping | None = None) -> list[sweep_lib.Run]:
   """The runs in execution order: repeat 0 sync, repeat 0 async, repeat 1 sync, ... (seed = repeat)."""
@@ -88,7 +112,7 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   if f.steps <= f.warmup:
     raise ValueError(f"--steps={f.steps} must exceed --warmup={f.warmup} (warm-up steps are not timed).")
-  overrides = sweep_lib.parse_set(f.set)
+  overrides = {**placement_overrides(Placement(f.placement)), **sweep_lib.parse_set(f.set)}
   workdir = pathlib.Path(f.workdir or tempfile.mkdtemp(prefix="bench_rl_"))
   runs = plan(sweep_lib.load_config(f.config), workdir, steps=f.steps, repeats=f.repeats, overrides=overrides)
   statuses = sweep_lib.execute(runs, parallel=1)
@@ -118,7 +142,8 @@ def main(argv: list[str]) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
   else:
     print(f"runs kept in {workdir}")
-  out.update({"steps": f.steps, "repeats": f.repeats, "warmup": f.warmup, "config": f.config, "set": overrides})
+  out.update({"steps": f.steps, "repeats": f.repeats, "warmup": f.warmup, "config": f.config,
+              "placement": f.placement, "set": overrides})
   print(json.dumps(out))
 
 
@@ -130,6 +155,8 @@ if __name__ == "__main__":
   flags.DEFINE_integer("steps", 20, "Trainer steps per run.")
   flags.DEFINE_integer("repeats", 3, "Interleaved (sync, async) pairs.")
   flags.DEFINE_integer("warmup", 3, "Leading steps of each run left out of the timing (start-up, compiles).")
+  flags.DEFINE_enum("placement", Placement.SPLIT.value, [p.value for p in Placement],
+                    "split: trainer and actors on disjoint halves of the CPUs; shared: all on all.")
   flags.DEFINE_multi_string("set", [], "key=value override for both schedules (repeatable), e.g. --set=actors.num=1.")
   flags.DEFINE_string("workdir", "", "Where the runs go (kept); empty: a temporary directory, deleted unless --keep.")
   flags.DEFINE_bool("keep", False, "Keep the temporary run directories.")

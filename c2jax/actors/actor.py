@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import random
 import time
 from typing import Callable
 
@@ -69,7 +70,10 @@ class ActorConfig:
     weight_updates: IN_FLIGHT or BETWEEN_CALLS.
     split: which split of the suite to draw tasks from.
     seed: with the actor id, seeds the task choice and sampling keys.
-    poll_interval_s: sleep between checks while waiting for weights or admission.
+    poll_interval_s: sleep between checks while waiting for weights or admission (a refused actor polls only the
+      trainer's progress, one small object, and asks admission again as soon as it changes).
+    admission_recheck_s: a refused actor asks admission again after this long even when the trainer's progress has
+      not changed.
     stop_tokens: tokens that end a row (e.g. EOS).
     pending_lease_s: admission ignores the begun groups of an actor silent for this long (it is gone); a live
       actor renews its lease every pending_lease_s / 4.
@@ -88,6 +92,7 @@ class ActorConfig:
   poll_interval_s: float = 0.05
   stop_tokens: tuple[int, ...] = ()
   pending_lease_s: float = 120.0
+  admission_recheck_s: float = 1.0
 
   def __post_init__(self):
     for name in ("group_size", "groups_per_call", "prompt_len", "max_new_tokens", "chunk_steps"):
@@ -95,6 +100,9 @@ class ActorConfig:
         raise ValueError(f"ActorConfig.{name}={getattr(self, name)} must be >= 1.")
     if self.max_lag < 0:
       raise ValueError(f"ActorConfig.max_lag={self.max_lag} must be >= 0.")
+    for name in ("poll_interval_s", "admission_recheck_s"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"ActorConfig.{name}={getattr(self, name)} must be > 0.")
     if self.temperature <= 0:
       raise ValueError("ActorConfig.temperature must be > 0: RL trains on the sampling distribution.")
     object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
@@ -152,6 +160,8 @@ class Actor:
     self._next_task = max([self.writer.next_seq + len(pending)] + [t.get("n", -1) + 1 for _, t in pending])
     if self._unfinished:
       logging.info("%s: %d unfinished group(s) from a previous run will be re-run.", actor_id, len(self._unfinished))
+    self._contended = False  # the last admission lost a race with another actor's (see _verify)
+    self._jitter = random.Random(_seed(actor_id, "jitter"))
 
   # -- weights ------------------------------------------------------------------------------------------------------
 
@@ -213,10 +223,28 @@ class Actor:
         self._unfinished.add(ticket_id)
         self._retried.add(ticket_id)
       tickets.append((ticket_id, ticket))
+    new = []
     for _ in range(self._admit(len(tickets))):
       ticket = self._new_ticket()
-      tickets.append((self.writer.begin(ticket), ticket))
-    return tickets
+      new.append((self.writer.begin(ticket), ticket))
+    keep = self._verify(len(new)) if new else 0
+    for ticket_id, _ in new[keep:]:
+      self.writer.cancel(ticket_id)
+    self._next_task -= len(new) - keep  # a cancelled draw is made again by the next admission
+    self._contended = keep < len(new)
+    return tickets + new[:keep]
+
+  def _verify(self, n: int) -> int:
+    """How many of the `n` tickets this actor has just begun stay within the budget, now that they are visible to
+    every actor (begin, then verify). Another actor admitted by the same status read sees these tickets when it
+    verifies its own, and this one sees theirs, so the budget is never exceeded; each counts its own tickets last,
+    and when both back off, each retries after a random pause (`run`)."""
+    status = admission.read_status(self.buffer_url, pending_lease_s=self.cfg.pending_lease_s)
+    keep = 0
+    while keep < n and admission.admit(dataclasses.replace(status, pending=status.pending - n + keep), self.version,
+                                       self.cfg.max_lag):
+      keep += 1
+    return keep
 
   # -- sampling ------------------------------------------------------------------------------------------------------
 
@@ -307,17 +335,26 @@ class Actor:
     """Loops until `stop()` or `max_groups` groups are committed."""
     if not self.wait_for_weights(stop):
       return self.stats
-    wait = self.cfg.poll_interval_s
     while not stop() and (max_groups is None or self.stats.groups < max_groups):
       if not self.step(stop):
-        self.writer.heartbeat(self.cfg.pending_lease_s / 4)
         t0 = time.perf_counter()
-        time.sleep(wait)
+        if self._contended:  # lost a race for the budget: another actor may back off too, so retry soon, apart
+          time.sleep(self._jitter.uniform(0.0, self.cfg.poll_interval_s))
+        else:
+          self._wait_for_progress(stop)
         self.stats.waited_s += time.perf_counter() - t0
-        # Back off while not admitted (each check reads every shard's head: cheap locally, requests on S3).
-        wait = min(2 * wait, max(self.cfg.poll_interval_s, 1.0))
-      else:
-        wait = self.cfg.poll_interval_s
-        if on_step is not None:
-          on_step(self)
+      elif on_step is not None:
+        on_step(self)
     return self.stats
+
+  def _wait_for_progress(self, stop: Callable[[], bool]) -> None:
+    """After a refused admission: sleeps until the trainer's progress changes (what can admit this actor), polling
+    trainer.json alone every `poll_interval_s`, and at most `admission_recheck_s` (a full re-check then catches
+    what progress does not show: a gone actor's lease running out, a cancelled ticket)."""
+    seen = admission.read_progress(self.buffer_url)
+    deadline = time.perf_counter() + self.cfg.admission_recheck_s
+    while not stop() and time.perf_counter() < deadline:
+      self.writer.heartbeat(self.cfg.pending_lease_s / 4)
+      time.sleep(self.cfg.poll_interval_s)
+      if admission.read_progress(self.buffer_url) != seen:
+        return

@@ -4,7 +4,8 @@
   result = run(config, workdir)        # what experiments/rl_main.py calls (after starting the actor pool)
 
 Each step:
-  1. `RolloutReader.take(groups_per_step)`: each committed group exactly once, whole;
+  1. `RolloutReader.take(groups_per_step)`: each committed group exactly once, whole (read in a background thread
+     during the previous update, c2jax/rollouts/prefetch.py; the checkpointed cursor is that of the trained batches);
   2. `update_step` on the collated batch (`c2jax.rl.update`; the recipe in `config.rl`);
   3. publish the new weights (`WeightStore`: a delta on the previous version, a full snapshot every N), then the
      trainer's progress (`trainer.json`: version and groups consumed), which admission reads;
@@ -52,6 +53,7 @@ from c2jax.rl.update import RLState, init_state, update_step
 from c2jax.rollouts import admission
 from c2jax.rollouts.buffer import RolloutReader
 from c2jax.rollouts.collate import groups_to_batch
+from c2jax.rollouts.prefetch import Prefetcher
 from c2jax.rollouts.storage import Store
 from c2jax.rollouts.weight_store import WeightStore
 
@@ -117,6 +119,12 @@ def batch_template(spec, rows: int) -> dict:
   if spec.n_moe_layers:
     batch["expert_ids"] = np.zeros((spec.n_moe_layers, rows, t, spec.experts_per_tok), np.int32)
   return batch
+
+
+def _depth(buffer_url: str, trained: dict) -> int:
+  """Committed groups not yet trained on (a batch read ahead included), from the shards' head.json: a metric read
+  while the reader belongs to the prefetch thread."""
+  return max(0, admission.read_status(buffer_url).committed - sum(trained.values()))
 
 
 def _abstract(state: RLState):
@@ -216,6 +224,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
   reader = RolloutReader(buffer_url, spec=spec, cursor=cursor)
   if primary:
     reader.publish_progress(version, gps)
+  # The next batch is read in the background during each update (process 0 reads for all).
+  prefetch = Prefetcher(reader, gps, poll_interval_s=c.trainer.get("poll_interval_s", 0.05))
 
   if before is None and primary:
     before = {**run_eval(jax.device_put(params_host)), "version": version}
@@ -245,12 +255,12 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
   history = read_history(work / "metrics.jsonl", start) if primary else []
   interrupted = False
   out = (lambda name: _append(work / name)) if primary else (lambda name: open(os.devnull, "w"))
-  with out("metrics.jsonl") as log, out("consumed.jsonl") as consumed, \
+  with prefetch, out("metrics.jsonl") as log, out("consumed.jsonl") as consumed, \
       tqdm.tqdm(total=steps, initial=start, desc="rl", unit="step", disable=not primary) as bar:
     try:
       for step in range(start, steps):
         t_wait = time.perf_counter()
-        groups = []
+        groups, taken_cursor = [], None
         deadline = time.perf_counter() + c.trainer.take_timeout_s
         # Process 0 reads the buffer; the other processes of a multi-host trainer receive the same batch, and the
         # same decision to stop (all processes must stop at the same step to save one checkpoint together).
@@ -258,7 +268,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
         try:
           while primary and not groups and not stop():
             health_check()
-            groups = reader.take(gps, timeout_s=1.0)  # all gps groups or none: a stop never strands half a batch
+            # all gps groups or none: a stop never strands half a batch
+            groups, taken_cursor = prefetch.take(timeout_s=1.0)
             if not groups and time.perf_counter() > deadline:
               status = admission.read_status(buffer_url)
               raise TimeoutError(
@@ -283,22 +294,28 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
         if halt:
           interrupted = True
           break
-        taken_cursor = dict(reader.cursor)
+        if primary and step + 1 < steps:
+          prefetch.start()  # the next batch, read while this one trains
         in_flight = _in_flight_rows(batch)
         # The update counts versions in its own steps (see the module docstring).
         batch["policy_version"] = batch["policy_version"] - offset
         state, metrics = step_fn(state, put(batch))
-        trained_cursor = taken_cursor
+        if taken_cursor is not None:  # process 0's; the others never read the buffer
+          trained_cursor = taken_cursor
         version = int(state.step) + offset
         params_host = _host(state.params)
+        m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        t_publish = time.perf_counter()
         pub = weights.publish(version, params_host) if primary else None
         if primary:
-          reader.publish_progress(version, gps)
-        m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+          reader.publish_progress(version, gps, cursor=trained_cursor)
+        t_published = time.perf_counter()
         trained_tokens += int(m["tokens"])
         elapsed = time.perf_counter() - clock.start
-        m.update({"step": step + 1, "version": version, "buffer/depth": reader.backlog() if primary else 0,
+        depth = _depth(buffer_url, trained_cursor) if primary else 0
+        m.update({"step": step + 1, "version": version, "buffer/depth": depth,
                   "buffer/wait_s": waited, "time/step_s": time.perf_counter() - t_step + waited,
+                  "time/update_s": t_publish - t_step, "time/publish_s": t_published - t_publish,
                   "time/wait_fraction": clock.waiting / elapsed, "tokens_per_s": trained_tokens / elapsed,
                   "samples_per_s": (step + 1 - start) * rows / elapsed,
                   "weights/stored_bytes": pub.stored_bytes if pub else 0,

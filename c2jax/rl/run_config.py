@@ -64,7 +64,8 @@ def actor_config(c: ml_collections.ConfigDict) -> ActorConfig:
                      max_lag=0 if sync else a.max_lag,
                      weight_updates=WeightUpdates.BETWEEN_CALLS if sync else updates, split="train",
                      seed=c.seed, poll_interval_s=a.poll_interval_s, stop_tokens=tuple(a.stop_tokens),
-                     pending_lease_s=a.get("pending_lease_s", 120.0))
+                     pending_lease_s=a.get("pending_lease_s", 120.0),
+                     admission_recheck_s=a.get("admission_recheck_s", 1.0))
 
 
 def task_suite(c: ml_collections.ConfigDict) -> TaskSuite:

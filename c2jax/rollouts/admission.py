@@ -20,9 +20,11 @@ An actor holding weights version v may start it iff `target - v <= max_lag`. The
 only after an update and its weights publish, so trainer_version is always loadable; with max_lag = 0 a group is
 started only by the weights that will train on it (synchronous RL).
 
-Bound on overshoot: there is no lock. Actors that read the same status concurrently may all be admitted before
-any of their `begin` records lands, so with N actors the buffer can run ahead of the budget by fewer than N groups
-(each actor overshoots by at most its one in-flight decision). Pending tickets count as started groups while
+Races without a lock: actors that read the same status concurrently may all be admitted before any of their
+`begin` records lands. So an actor begins its tickets and then verifies them against a fresh status, counting its
+own last, and cancels those past the budget (`Actor._verify`): of two racing actors, each sees the other's
+tickets, so together they never exceed the budget; both may back off, and retry after a random pause. (This
+needs read-after-write consistency of the store, which local files, GCS and S3 give.) Pending tickets count as started groups while
 their writer is alive: a live writer rewrites its head.json at least every `lease / 4` (`RolloutWriter.heartbeat`,
 between decode chunks and while waiting), and `read_status(..., pending_lease_s=lease)` ignores the pending
 tickets of a head older than the lease. Otherwise an actor id that never comes back (scaled down, renamed, a
@@ -89,6 +91,17 @@ def read_status(url: str, default_groups_per_step: int = 1, pending_lease_s: flo
   return BufferStatus(committed=committed, pending=pending, consumed=int(trainer.get("groups_consumed", 0)),
                       trainer_version=int(trainer.get("version", 0)),
                       groups_per_step=max(1, int(trainer.get("groups_per_step", default_groups_per_step))))
+
+
+def read_progress(url: str) -> tuple[int, int]:
+  """(trainer_version, groups consumed) from trainer.json alone: one small read, what a refused actor polls.
+
+  Only the trainer's progress lowers the target of a refused actor (other actors' commits and begins leave
+  committed + pending as it is or raise it), so an actor re-runs the full `read_status` when this changes instead
+  of reading every shard's head.json on each poll.
+  """
+  trainer = _store(url).read_json("trainer.json") or {}
+  return int(trainer.get("version", 0)), int(trainer.get("groups_consumed", 0))
 
 
 def target_version(status: BufferStatus) -> int:

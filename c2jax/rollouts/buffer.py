@@ -580,17 +580,21 @@ class RolloutReader:
       total += max(committed, self._fetched.get(sid, 0)) - self._cursor.get(sid, 0)
     return total
 
-  def publish_progress(self, version: int, groups_per_step: int) -> None:
+  def publish_progress(self, version: int, groups_per_step: int, cursor: Mapping[str, int] | None = None) -> None:
     """Writes trainer.json for the actors' admission control (c2jax/rollouts/admission.py).
 
     Args:
       version: the trainer's weights version (updates done).
       groups_per_step: groups consumed per update.
+      cursor: the groups the updates so far have consumed; None: every group handed out (`self.cursor`). A trainer
+        that reads its next batch ahead passes the cursor of the batches it trained on, so admission does not
+        count a batch read ahead as consumed.
     """
     if groups_per_step < 1:
       raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}.")
-    self._root.write_json("trainer.json", {"version": int(version), "groups_consumed": sum(self._cursor.values()),
-                                           "cursor": dict(self._cursor), "groups_per_step": int(groups_per_step),
+    cursor = dict(self._cursor if cursor is None else cursor)
+    self._root.write_json("trainer.json", {"version": int(version), "groups_consumed": sum(cursor.values()),
+                                           "cursor": cursor, "groups_per_step": int(groups_per_step),
                                            "time": time.time()})
 
   # Internals.

@@ -6,6 +6,9 @@ One sampler configuration (2 groups x 4 rows, 6 new tokens) is shared by every t
 import dataclasses
 import shutil
 import tempfile
+import threading
+import time
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -115,6 +118,62 @@ class ActorTest(absltest.TestCase):
     for g in groups[2:]:
       mask = g.data["loss_mask"] > 0
       self.assertTrue(np.all(g.data["policy_version"][mask] == 1))
+
+  def test_a_refused_actor_asks_again_as_soon_as_the_trainer_moves(self):
+    # Without this an actor slept in growing back-offs (up to 1 s) while the trainer finished steps of ~0.1 s,
+    # and the trainer then waited on an empty buffer.
+    self._trainer_progress(0, 0)
+    actor = self._actor(dataclasses.replace(CFG, admission_recheck_s=60.0))
+    self.assertEqual(admission.read_progress(self.buffer), (0, 0))
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (actor._wait_for_progress(lambda: False), done.set()))
+    waiter.start()
+    self.assertFalse(done.wait(0.3))  # nothing changed: still waiting
+    self._trainer_progress(1, 2)
+    self.assertTrue(done.wait(10))  # well before admission_recheck_s
+    waiter.join()
+    self.assertEqual(admission.read_progress(self.buffer), (1, 2))
+    # Without progress it asks again after admission_recheck_s, and a stop ends the wait at once.
+    t0 = time.perf_counter()
+    self._actor(dataclasses.replace(CFG, admission_recheck_s=0.2), "a1")._wait_for_progress(lambda: False)
+    self._actor(actor_id="a2")._wait_for_progress(lambda: True)
+    self.assertLess(time.perf_counter() - t0, 10)
+
+  def test_racing_admissions_never_exceed_the_budget(self):
+    # max_lag 0, 2 groups per update: exactly 2 groups may start before the trainer moves. Two actors admitted by
+    # the same status read (neither's tickets visible yet) both begin 2.
+    self.store.publish(0, self.params[0])
+    self._trainer_progress(0, 0)
+    a, b = self._actor(actor_id="a"), self._actor(actor_id="b")
+    for actor in (a, b):
+      actor.refresh_weights()
+    self.assertEqual((a._admit(0), b._admit(0)), (2, 2))
+    stale = admission.read_status(self.buffer)
+    # Calls: a admits (stale), a verifies (fresh), b admits (stale: it raced a), b verifies (fresh).
+    with mock.patch.object(admission, "read_status", side_effect=[stale, mock.DEFAULT, stale, mock.DEFAULT],
+                           wraps=admission.read_status):
+      # The first to verify sees only its own tickets and keeps them; the second sees both and cancels its own.
+      got_a, got_b = a._take_tickets(), b._take_tickets()
+    self.assertEqual((len(got_a), len(got_b)), (2, 0))
+    self.assertEqual((a._contended, b._contended), (False, True))
+    self.assertEqual(b._next_task, 0)  # the cancelled draws are made again
+    self.assertEqual(admission.read_status(self.buffer).pending, 2)
+    # The worst interleaving: both begin before either verifies. Each sees the other's tickets: both back off.
+    c, d = self._actor(actor_id="c"), self._actor(actor_id="d")
+    for actor in (c, d):
+      actor.refresh_weights()
+    self._trainer_progress(1, 2)  # a budget of 2 more groups
+    self.store.publish(1, self.params[1])
+    for actor in (c, d):
+      actor.refresh_weights()
+      for _ in range(2):
+        actor.writer.begin(actor._new_ticket())
+    self.assertEqual((c._verify(2), d._verify(2)), (0, 0))
+
+  def test_config_rejects_nonpositive_intervals(self):
+    for name in ("poll_interval_s", "admission_recheck_s"):
+      with self.assertRaisesRegex(ValueError, name):
+        dataclasses.replace(CFG, **{name: 0.0})
 
   def test_restarted_actor_reruns_the_groups_it_had_begun(self):
     self.store.publish(0, self.params[0])

@@ -4,9 +4,11 @@ pair costs ~1-2 min of start-up and compiles on 2 cores; the tool was run by han
 import json
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 
+from c2jax.actors import placement
 from configs import rl_char_class
 from tools import bench_rl
 
@@ -28,6 +30,18 @@ class BenchRlTest(absltest.TestCase):
     self.assertEqual(configs[1]["actors"]["weight_updates"], "in_flight")
     for c in configs:
       self.assertEqual((c["trainer"]["steps"], c["actors"]["num"], c["eval"]["process"]), (5, 1, False))
+
+  def test_split_placement_pins_trainer_and_actors_to_disjoint_cpus(self):
+    self.assertEqual(bench_rl.placement_overrides(bench_rl.Placement.SHARED), {})
+    with mock.patch.object(placement.os, "sched_getaffinity", return_value={0, 1, 2, 3, 4}, create=True):
+      got = bench_rl.placement_overrides(bench_rl.Placement.SPLIT)
+    self.assertEqual(got, {"trainer.cpus": "0-2", "actors.cpus": "3-4"})
+    tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    runs = bench_rl.plan(rl_char_class.get_config(), tmp, steps=5, repeats=1, overrides=got)
+    for r in runs:  # both schedules get the same placement
+      c = json.loads(r.config)
+      self.assertEqual((c["trainer"]["cpus"], c["actors"]["cpus"]), ("0-2", "3-4"))
 
   def test_steady_state_leaves_out_the_warmup_and_the_ratio_is_async_over_sync(self):
     slow_first = _history(step_s=0.5, wait_s=0.25)
