@@ -5,5 +5,6 @@
   buffer.py        RolloutWriter (one append-only shard per actor, commit record last), RolloutReader
   admission.py     the PipelineRL-style budget: how far ahead of the trainer an actor may start a group
   collate.py       committed groups -> the RL batch of c2jax/rl/batch.py
+  prefetch.py      the trainer's next batch, read in a background thread during the update
   weight_store.py  versioned, XOR-delta-compressed weights with checksums and a LATEST pointer written last
 """
