@@ -33,5 +33,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   # dominates 8-token rows, and with 2 per call the actors fell behind the trainer (bench_rl).
                   groups_per_call=4)
   c.trainer.steps = 80
-  c.eval.tasks = 16
+  c.eval.update(tasks=16, samples=8, best_of=8, every_versions=10)
   return c

@@ -101,7 +101,8 @@ def run_evaluator(c) -> dict:
       continue
     r = evaluate(jax.device_put(params), model=model, suite=suite, tasks=c.eval.tasks, samples=c.eval.samples,
                  sampling=sampling, prompt_len=actor_cfg.prompt_len, seed=c.seed,
-                 success_threshold=cfg.success_threshold, pass_k=cfg.pass_k)
+                 success_threshold=cfg.success_threshold,
+                 pass_k=tuple(sorted(set(cfg.pass_k) | {run_config.best_of(c)})))
     r["version"], r["time"] = version, time.time()
     with open(os.path.join(logdir, "eval_during.jsonl"), "a") as f:
       f.write(json.dumps(r) + "\n")

@@ -82,6 +82,7 @@ def main(argv):
   # Malformed CPU lists fail here, before any SFT; the trainer is pinned after it (SFT may use every core).
   trainer_cpus = placement.parse_cpus(c.trainer.get("cpus", ""))
   placement.parse_cpus(c.actors.get("cpus", ""))
+  run_config.best_of(c)  # and a best-of-K the held-out evaluation cannot estimate
   if c.sft.enabled and not c.init_checkpoint:
     # The SFT warm start (cached by its settings), before any actor starts: they sample from what RL starts from.
     # A run that already checkpointed RL resumes from its own state: its SFT is not needed (nor retrained when the

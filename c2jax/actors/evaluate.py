@@ -5,7 +5,8 @@ RL should raise both the mean and the best-of-K; a policy that only sharpens rai
   result["pass@1"], result["best_of_8"]
 
 pass@k is the unbiased estimator 1 - C(n - c, k) / C(n, k) per task (n samples, c solved), averaged over tasks;
-best_of_K is the mean over tasks of the highest outcome among the K samples.
+best_of_k the expected highest outcome (a pass fraction: partial credit counts) among k of a task's n samples
+drawn without replacement, averaged over tasks: with n > k samples both are far less noisy than one draw of k.
 """
 
 from __future__ import annotations
@@ -30,12 +31,25 @@ def pass_at_k(n: int, c: int, k: int) -> float:
   return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def best_of_k(outcomes, k: int) -> float:
+  """Unbiased E[max of k of the n outcomes drawn without replacement]: with the outcomes sorted ascending,
+  sum_i o_(i) C(i - 1, k - 1) / C(n, k) (the i-th smallest is the maximum of C(i - 1, k - 1) of the k-subsets);
+  1 <= k <= n. k = n is the plain maximum."""
+  o = np.sort(np.asarray(outcomes, np.float64))
+  n = len(o)
+  if not 1 <= k <= n:
+    raise ValueError(f"best_of_{k} needs 1 <= k <= samples per task ({n}).")
+  weights = np.array([math.comb(i, k - 1) for i in range(n)], np.float64) / math.comb(n, k)
+  return float(np.dot(weights, o))
+
+
 def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int, samples: int,
              sampling: SamplingConfig, prompt_len: int = 16, split: str = "heldout", seed: int = 0,
              success_threshold: float = 1.0, pass_k: tuple[int, ...] = (1,)) -> dict:
   """Samples `samples` completions of each of the first `tasks` tasks of `split` in one sampler batch.
 
-  Returns: {"pass@k" for k in pass_k (k <= samples), f"best_of_{samples}", "reward/mean", "tasks", "samples"}.
+  Returns: {"pass@k" and "best_of_k" for k in pass_k (k <= samples), f"best_of_{samples}", "reward/mean", "tasks",
+  "samples"}.
   """
   chosen = [suite.task(split, i) for i in range(tasks)]
   rows = tasks * samples
@@ -57,7 +71,8 @@ def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int
   solved = (outcome >= success_threshold).sum(1)
   result = {f"pass@{k}": float(np.mean([pass_at_k(samples, int(c), k) for c in solved]))
             for k in pass_k if k <= samples}
-  result[f"best_of_{samples}"] = float(outcome.max(1).mean())
+  for k in sorted({k for k in pass_k if k <= samples} | {samples}):
+    result[f"best_of_{k}"] = float(np.mean([best_of_k(row, k) for row in outcome]))
   result["reward/mean"] = float(outcome.mean())
   result["tasks"], result["samples"] = tasks, samples
   return result

@@ -238,11 +238,14 @@ def array_record(paths: str | Sequence[str], field: str | None = None, min_bytes
 @SOURCES.register("sft")
 def sft(suite: str = "tiny_functions", split: str = "train", max_examples: int | None = None,
         max_turns: int | None = None, max_tokens: int | None = None, instructions: str = "full",
-        suite_options: Mapping | None = None, min_bytes: int = 0) -> grain.MapDataset:
+        suite_options: Mapping | None = None, min_bytes: int = 0, copies: int = 1, flawed: int = 0,
+        flaw: str = "incomplete_call", seed: int = 0) -> grain.MapDataset:
   """Chat demonstrations of a coding suite's reference solutions (c2jax/data/sft.py), as (prompt, 0) +
-  (response, 1) parts: the loss is on the assistant turn only."""
+  (response, 1) parts: the loss is on the assistant turn only. copies / flawed / flaw / seed: an imperfect teacher
+  (`sft.sft_examples`)."""
   from c2jax.data import sft as sft_lib  # pylint: disable=g-import-not-at-top  (imports the task suites)
   examples = sft_lib.sft_examples(suite, split, max_examples=max_examples, max_turns=max_turns,
-                                  max_tokens=max_tokens, instructions=instructions, suite_options=suite_options)
+                                  max_tokens=max_tokens, instructions=instructions, suite_options=suite_options,
+                                  copies=copies, flawed=flawed, flaw=flaw, seed=seed)
   docs = [((p, 0.0), (r, 1.0)) for p, r in examples]
   return grain.MapDataset.source([d for d in docs if document_bytes(d) >= min_bytes])

@@ -200,7 +200,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
                                  stop_tokens=actor_cfg.stop_tokens)
   run_eval = functools.partial(
       evaluate, model=model, suite=suite, tasks=c.eval.tasks, samples=c.eval.samples, sampling=eval_sampling,
-      prompt_len=actor_cfg.prompt_len, seed=c.seed, success_threshold=cfg.success_threshold, pass_k=cfg.pass_k)
+      prompt_len=actor_cfg.prompt_len, seed=c.seed, success_threshold=cfg.success_threshold,
+      pass_k=tuple(sorted(set(cfg.pass_k) | {run_config.best_of(c)})))
 
   if restored_step is None:
     state = init(jax.random.key(c.seed), initial_params(c, model))
@@ -365,12 +366,12 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, health_check: Callable[[]
     f.write(json.dumps({"when": "before", **before}) + "\n")
     f.write(json.dumps({"when": "after", **after}) + "\n")
   rewards = [h["reward/mean"] for h in history]
-  k = c.eval.samples
+  k = run_config.best_of(c)
   result.update({
       "reward_first": float(np.mean(rewards[:5])) if rewards else None,
       "reward_last": float(np.mean(rewards[-5:])) if rewards else None,
       "pass_at_1_before": before["pass@1"], "pass_at_1_after": after["pass@1"],
-      # best-of-K under a fixed name (K = eval.samples, in "k") and under its K-specific one
+      # best-of-K under a fixed name (K = eval.best_of, in "k") and under its K-specific one
       "k": k, "best_of_k_before": before[f"best_of_{k}"], "best_of_k_after": after[f"best_of_{k}"],
       f"best_of_{k}_before": before[f"best_of_{k}"], f"best_of_{k}_after": after[f"best_of_{k}"],
       "reward_heldout_before": before["reward/mean"], "reward_heldout_after": after["reward/mean"],

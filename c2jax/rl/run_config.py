@@ -75,6 +75,15 @@ def task_suite(c: ml_collections.ConfigDict) -> TaskSuite:
   return TASK_SUITES.get(name)(**kwargs)
 
 
+def best_of(c: ml_collections.ConfigDict) -> int:
+  """K of the held-out best-of-K: `eval.best_of` (estimated from `eval.samples` >= K samples per task), or, when
+  the config has none, `eval.samples` itself."""
+  k = int(c.eval.get("best_of", 0) or c.eval.samples)
+  if not 1 <= k <= c.eval.samples:
+    raise ValueError(f"eval.best_of={k} must lie in [1, eval.samples={c.eval.samples}].")
+  return k
+
+
 def urls(c: ml_collections.ConfigDict, workdir: str) -> tuple[str, str]:
   """(buffer URL, weights URL): the config's, or `<workdir>/buffer` and `<workdir>/weights`."""
   return (c.buffer or os.path.join(workdir, "buffer"), c.weights or os.path.join(workdir, "weights"))

@@ -45,13 +45,17 @@ def sft_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "max_tokens": c.task.get("max_tokens", 8192),
             # The SFT may see more of the suite than RL samples from (e.g. every difficulty, then RL on the easy
             # tasks): sft.suite_options when given, else the task's.
-            "suite_options": dict(s.get("suite_options", None) or c.task.get("suite_options", None) or {})}
+            "suite_options": dict(s.get("suite_options", None) or c.task.get("suite_options", None) or {}),
+            # An imperfect teacher (c2jax/data/sft.py): `flawed` of every task's `copies` demonstrations carry `flaw`.
+            **{k: s.teacher[k] for k in ("copies", "flawed", "flaw") if "teacher" in s and k in s.teacher}}
   p.phases = ml_collections.ConfigDict({"sft": dict(
       steps=s.steps, seq_len=s.seq_len, batch_size=s.batch_size, rope={}, sources={"tasks": source},
       learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, decay="cosine", final_lr_fraction=0.1,
       mtp_weight=s.mtp_weight, mtp_target="self_distill")})
+  # Held-out loss on the reference's own turns (not the teacher's flawed ones).
   p.eval = ml_collections.ConfigDict(dict(every=max(s.steps // 4, 1), batches=2, batch_size=s.batch_size,
-                                          seq_len=s.seq_len, source={**source, "split": "heldout"}))
+                                          seq_len=s.seq_len,
+                                          source={**source, "split": "heldout", "copies": 1, "flawed": 0}))
   p.log_every = 10
   p.checkpoint = ml_collections.ConfigDict(dict(every=max(s.steps // 4, 1), keep=1))
   return p
@@ -70,9 +74,10 @@ def cache_dir(c: ml_collections.ConfigDict, p: ml_collections.ConfigDict) -> str
     with open(p.tokenizer, "rb") as f:
       h.update(f.read())
   source = dict(p.phases.sft.sources.tasks)
+  teacher = {k: source[k] for k in ("copies", "flawed", "flaw") if k in source}
   for prompt, response in sft.sft_examples(source["suite"], source["split"], max_turns=source["max_turns"],
                                            max_tokens=source["max_tokens"], instructions=source["instructions"],
-                                           suite_options=dict(source.get("suite_options") or {})):
+                                           suite_options=dict(source.get("suite_options") or {}), **teacher):
     h.update(prompt.encode())
     h.update(response.encode())
   return os.path.join(os.path.abspath(root), f"sft-{h.hexdigest()[:16]}")

@@ -77,5 +77,53 @@ class SFTTest(parameterized.TestCase):
       self.assertEqual(TOK.decode(tokens[mask == 1]), response)
 
 
+class ImperfectTeacherTest(parameterized.TestCase):
+
+  @parameterized.parameters("tiny_compositions", "realistic")
+  def test_exactly_flawed_of_copies_per_task(self, suite):
+    clean = sft.sft_examples(suite, "train", max_examples=5)
+    examples = sft.sft_examples(suite, "train", max_examples=5, copies=4, flawed=1)
+    self.assertLen(examples, 4 * len(clean))
+    for i, (prompt, response) in enumerate(clean):
+      copies = examples[4 * i:4 * i + 4]
+      self.assertEqual({p for p, _ in copies}, {prompt})  # the same prompt, consecutive
+      self.assertEqual(sum(r == response for _, r in copies), 3)
+
+  @parameterized.parameters("tiny_compositions", "realistic")
+  def test_incomplete_call_writes_nothing_of_its_file(self, suite):
+    for task in CODING_SUITES.get(suite).tasks("train")[:5]:
+      flawed = sft.FLAWS.get("incomplete_call")(task)
+      parsed = protocol.parse(flawed)
+      (first, _), *rest = sorted(task.solution.items())
+      written = {c.args["path"]: c.args["content"] for c in parsed.calls if c.name == protocol.ToolName.WRITE_FILE}
+      # The cut-off call is malformed and dropped; every other call of the reference turn stands, finish included.
+      self.assertNotIn(first, written)
+      self.assertEqual(written, dict(rest))
+      self.assertLen(parsed.errors, 1)
+      self.assertIn("not closed", parsed.errors[0])
+      self.assertEqual(parsed.calls[-1].name, protocol.ToolName.FINISH)
+      reference = ReferencePolicy().act(task, [""])
+      self.assertTrue(reference.startswith(flawed.split("\n<tool")[0]))  # a prefix of the reference's call
+
+  def test_which_copies_are_flawed_follows_the_seed(self):
+    a = sft.sft_examples("tiny_compositions", "train", max_examples=20, copies=4, flawed=2, seed=0)
+    b = sft.sft_examples("tiny_compositions", "train", max_examples=20, copies=4, flawed=2, seed=0)
+    c = sft.sft_examples("tiny_compositions", "train", max_examples=20, copies=4, flawed=2, seed=1)
+    self.assertEqual(a, b)
+    self.assertNotEqual(a, c)
+    self.assertEqual(sorted(a), sorted(c))  # the same demonstrations, other positions
+
+  def test_no_flaw_is_the_reference(self):
+    self.assertEqual(sft.sft_examples("tiny_compositions", "train", copies=1, flawed=0),
+                     sft.sft_examples("tiny_compositions", "train"))
+    self.assertEqual(sft.sft_examples("tiny_compositions", "train", max_examples=3, copies=2),
+                     [e for e in sft.sft_examples("tiny_compositions", "train", max_examples=3) for _ in range(2)])
+
+  @parameterized.parameters(dict(copies=0), dict(copies=2, flawed=3), dict(flawed=-1), dict(flaw="typo"))
+  def test_bad_settings_are_refused(self, **kwargs):
+    with self.assertRaises((ValueError, KeyError)):
+      sft.sft_examples("tiny_compositions", "train", max_examples=2, **kwargs)
+
+
 if __name__ == "__main__":
   absltest.main()

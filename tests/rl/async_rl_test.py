@@ -65,7 +65,8 @@ class AsyncRLTest(absltest.TestCase):
            "--config.trainer.keep_checkpoints=8",
            "--config.trainer.take_timeout_s=300", f"--config.actors.group_size={GROUP}",
            "--config.actors.groups_per_call=1", "--config.actors.num=2", "--config.eval.process=False",
-           "--config.eval.tasks=2", "--config.eval.samples=4", f"--config.compilation_cache={cache}"]
+           "--config.eval.tasks=2", "--config.eval.samples=4", "--config.eval.best_of=4",
+           f"--config.compilation_cache={cache}"]
     buffer = work / "buffer"
     log = open(work / "trainer.log", "ab")
     self.addCleanup(log.close)

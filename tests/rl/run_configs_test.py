@@ -25,6 +25,16 @@ class RunConfigsTest(parameterized.TestCase):
     self.assertEqual(cfg.model, run_config.model_config(c))
     self.assertLessEqual(c.eval.tasks, suite.size("heldout"))
     self.assertGreater(actors.max_new_tokens, 0)
+    self.assertBetween(run_config.best_of(c), 1, c.eval.samples)
+
+  def test_best_of_defaults_to_the_samples_and_refuses_more(self):
+    c = rl_tiny.get_config()
+    self.assertEqual((c.eval.samples, run_config.best_of(c)), (16, 8))  # the K = 8, from 16 samples
+    del c.eval["best_of"]
+    self.assertEqual(run_config.best_of(c), 16)
+    c.eval.best_of = 17
+    with self.assertRaisesRegex(ValueError, "eval.best_of=17"):
+      run_config.best_of(c)
 
   def test_main_job_shapes_hold_the_suite(self):
     c = rl_tiny.get_config()

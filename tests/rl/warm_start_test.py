@@ -33,6 +33,9 @@ class WarmStartTest(absltest.TestCase):
     self.assertEqual((source["kind"], source["suite"], source["split"], source["instructions"]),
                      ("sft", "tiny_functions", "train", "brief"))
     self.assertEqual(p.eval.source["split"], "heldout")
+    # The teacher of configs/rl_tiny.py: two flawed demonstrations of four per task; held-out loss on clean turns.
+    self.assertEqual((source["copies"], source["flawed"], source["flaw"]), (4, 2, "incomplete_call"))
+    self.assertEqual((p.eval.source["copies"], p.eval.source["flawed"]), (1, 0))
 
   def test_cache_key_follows_the_settings(self):
     c = _coding_config()
@@ -45,7 +48,10 @@ class WarmStartTest(absltest.TestCase):
     d = warm_start.cache_dir(c, warm_start.sft_config(c))
     self.assertNotEqual(b, d)
     c.task.instructions = "none"
-    self.assertNotEqual(d, warm_start.cache_dir(c, warm_start.sft_config(c)))
+    e = warm_start.cache_dir(c, warm_start.sft_config(c))
+    self.assertNotEqual(d, e)
+    c.sft.teacher.flawed = 0  # a perfect teacher is another SFT
+    self.assertNotEqual(e, warm_start.cache_dir(c, warm_start.sft_config(c)))
     self.assertTrue(a.startswith(os.path.abspath(c.sft.cache_dir)))
 
   def test_a_finished_sft_is_reused_without_training(self):
