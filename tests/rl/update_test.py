@@ -368,11 +368,20 @@ class MeshTest(absltest.TestCase):
               "staleness/mean", "ratio_mean", "tokens_in_loss"):
       np.testing.assert_allclose(metrics[k], ref_metrics[k], rtol=1e-4, atol=1e-7, err_msg=k)
     self.assertGreater(float(metrics["filtered_fraction"]), 0.0)
-    # AdamW's first step moves each weight by ~lr x sign(g): compare at 1% of that move.
-    lr = cfg.optim.learning_rate
-    for (path, g), w in zip(jax.tree_util.tree_flatten_with_path(jax.device_get(state.params))[0],
-                            jax.tree.leaves(jax.device_get(want))):
-      np.testing.assert_allclose(g, w, rtol=0, atol=0.01 * lr, err_msg=jax.tree_util.keystr(path))
+    # AdamW's first step moves each weight by lr x g / (|g| + eps), ~lr x sign(g): compare at 1% of that move. Where
+    # |g| is within 100 eps of zero (a sum that cancels), the step is ill-conditioned: the sharded sum's rounding,
+    # ~1e-9 here, changes it by more than 1%; there it must only stay within the +-lr a first step can take.
+    lr, eps = cfg.optim.learning_rate, cfg.optim.eps
+    loose = total = 0
+    for (path, got), w, g in zip(jax.tree_util.tree_flatten_with_path(jax.device_get(state.params))[0],
+                                 jax.tree.leaves(jax.device_get(want)), jax.tree.leaves(jax.device_get(grads))):
+      g = np.abs(np.asarray(g))
+      cancels = (g > 0) & (g <= 100 * eps)
+      atol = np.where(cancels, lr, 0.01 * lr)
+      loose, total = loose + int(np.sum(cancels)), total + int(np.sum(g > 0))
+      np.testing.assert_array_less(np.abs(np.asarray(got) - np.asarray(w)), atol + 1e-12,
+                                   err_msg=jax.tree_util.keystr(path))
+    self.assertLess(loose / total, 0.01, (loose, total))  # the loose bound covers few weights
     self.assertEqual(int(state.step), 1)
 
   def test_batch_that_does_not_split_fails_early(self):
