@@ -102,7 +102,7 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
       bottom.plot(xs, [evals[v][key] for v in xs], "s-", color="tab:orange", label=f"best-of-{k}")
     bottom.plot(xs, [evals[v]["reward/mean"] for v in xs], "^--", color="tab:purple", alpha=0.6,
                 label="mean outcome")
-    bottom.legend(loc="upper left", fontsize=8)
+    bottom.legend(loc="lower right", fontsize=8)  # the curves start low and rise; best-of-K sits near 1
   bottom.set_ylabel("held-out")
   bottom.set_xlabel("weights version (trainer step)")
   bottom.set_ylim(-0.02, 1.02)
