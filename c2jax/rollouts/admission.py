@@ -24,12 +24,12 @@ Races without a lock: actors that read the same status concurrently may all be a
 `begin` records lands. So an actor begins its tickets and then verifies them against a fresh status, counting its
 own last, and cancels those past the budget (`Actor._verify`): of two racing actors, each sees the other's
 tickets, so together they never exceed the budget; both may back off, and retry after a random pause. (This
-needs read-after-write consistency of the store, which local files, GCS and S3 give.) Pending tickets count as started groups while
-their writer is alive: a live writer rewrites its head.json at least every `lease / 4` (`RolloutWriter.heartbeat`,
-between decode chunks and while waiting), and `read_status(..., pending_lease_s=lease)` ignores the pending
-tickets of a head older than the lease. Otherwise an actor id that never comes back (scaled down, renamed, a
-poison group) would hold its slots forever, and enough of them would stall the trainer for good. (Clocks of
-writers and readers are compared: keep the lease well above their skew.)
+needs read-after-write consistency of the store, which local files, GCS and S3 give.)
+Pending tickets count as started groups while their writer is alive: a live writer rewrites its head.json at least
+every `lease / 4` (`RolloutWriter.heartbeat`, between decode chunks and while waiting), and `read_status(...,
+pending_lease_s=lease)` ignores the pending tickets of a head older than the lease. Otherwise an actor id that never
+comes back (scaled down, renamed, a poison group) would hold its slots forever, and enough of them would stall the
+trainer for good. (Clocks of writers and readers are compared: keep the lease well above their skew.)
 """
 
 from __future__ import annotations

@@ -64,7 +64,8 @@ class PinTest(absltest.TestCase):
         import os, subprocess, sys
         from c2jax.actors import placement
         placement.pin({{{cpus[0]}}})
-        child = "from c2jax.actors import placement; import os; placement.pin({{{cpus[1]}}}); print(sorted(os.sched_getaffinity(0)))"
+        child = ("from c2jax.actors import placement; import os; placement.pin({{{cpus[1]}}}); "
+                 "print(sorted(os.sched_getaffinity(0)))")
         print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout.strip())
         """)
     self.assertEqual(got, f"[{cpus[1]}]")
