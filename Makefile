@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make test   installs bubblewrap if missing (root + apt-get), creates .venv, installs c2jax with its test extras,
-#               runs the whole suite
+#               lints (ruff), runs the whole suite
 #   make demo   creates .venv, installs, runs the tiny pretraining and the main job (SFT -> asynchronous RL on
 #               coding tasks -> held-out evaluation; configs/rl_tiny.py)
 PYTHON ?= python3
@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
 
-.PHONY: test demo install clean bench setup
+.PHONY: test test-unit lint demo install clean bench setup
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,15 @@ setup:
 	  fi; \
 	fi
 
-test: setup $(STAMP)
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
+
+# The unit tier: everything but the end-to-end tests (real processes, notebooks; marked e2e).
+test-unit: setup lint
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -m "not e2e" tests
 
 demo: $(STAMP)
 	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/demo/pretrain

@@ -34,6 +34,7 @@ setup(
         # Test-only: HF transformers + CPU PyTorch for parity checks (2.13.0 has a CPU build on the CI disk).
         "test": [
             "pytest>=8.0",
+            "ruff==0.17.6",  # `make test` lints first (ruff.toml); pinned, so a new rule never fails an old commit
             "torch==2.13.0",
             "transformers>=5.0,<6",
             "safetensors>=0.4",

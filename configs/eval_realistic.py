@@ -1,9 +1,10 @@
-"""Evaluation of a policy on the hand-written realistic suite (report section 5).
+"""Evaluation of a policy on the hand-written realistic suite (report section 5); every field and its default:
+c2jax/services/suite_eval.py.
 
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=reference   # must be 100%
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=empty       # must be 0%
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=checkpoint \
-      --config.checkpoint=runs/sft/checkpoint --config.samples=8
+      --config.checkpoint=runs/sft/checkpoint --config.samples=8 --config.ks='(1, 8)'
   # the evaluator service: evaluate every new version in a weight store as it appears
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=checkpoint \
       --config.watch_weights=runs/rl/weights
@@ -11,26 +12,21 @@
 
 import ml_collections
 
+from c2jax.services import suite_eval
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
-  c = ml_collections.ConfigDict()
+  c = suite_eval.defaults()
   c.suite = "realistic"  # c2jax.envs.coding_tasks.CODING_SUITES
   c.split = "heldout"
-  c.max_tasks = 0  # 0: all
   c.policy = "reference"  # reference | empty | delete_tests (scripted) | checkpoint (a model)
-  c.samples = 1  # n per task (pass@k from n samples)
-  c.ks = (1,)
   c.workers = 2  # episodes in flight (sandboxes)
-  c.seed = 0
-  c.env = ml_collections.ConfigDict(dict(max_turns=8, max_tokens=8192, max_observation_bytes=8192))
-  c.limits = ml_collections.ConfigDict(dict(wall_s=20.0, cpu_s=20, memory_mb=1024, max_procs=64))
-  # The model policy: a c2jax checkpoint, or the newest versions of a weight store with this architecture.
-  c.checkpoint = ""
-  c.watch_weights = ""
-  c.watch_poll_s = 5.0
+  c.env.update(max_turns=8, max_tokens=8192, max_observation_bytes=8192)
+  c.env.limits.update(wall_s=20.0, cpu_s=20, memory_mb=1024, max_procs=64)
+  # The model policy (a c2jax checkpoint, or the newest versions of a weight store) with this architecture.
   c.model = "tiny"
   c.model_overrides = ml_collections.ConfigDict({"vocab_size": 259, "n_layers": 2, "num_mtp_layers": 0,
                                                  "scan_unroll": 1})
-  c.sampling = ml_collections.ConfigDict(dict(max_new_tokens=256, temperature=1.0, prompt_len=1024))
+  c.sampling.update(max_new_tokens=256, temperature=1.0, prompt_len=1024)
   return c

@@ -12,10 +12,13 @@ Batch sizes are multiples of 4 so that the 8-device mesh above (batch over fsdp 
 The report's shape at 1/256 of its lengths: bulk at T=128 (report: 32K) with plain rope, long context at T=512
 (report: 256K, 8x; here 4x) with YaRN factor 4, then SFT on chat-formatted coding-task demonstrations (loss on
 the assistant's part only). MTP is trained by self-distillation in the last two phases only, as in the report.
-Data: the Python standard library's own sources (train/held-out split by file), byte tokens.
+Data: the Python standard library's own sources (train/held-out split by file), byte tokens. Every field and its
+default: c2jax/services/pretrain_run_config.py.
 """
 
 import ml_collections
+
+from c2jax.services import pretrain_run_config
 
 
 def _stdlib(split: str, **extra) -> dict:
@@ -24,8 +27,8 @@ def _stdlib(split: str, **extra) -> dict:
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
-  c = ml_collections.ConfigDict()
-  c.model = "tiny"  # a module under configs/model
+  c = pretrain_run_config.defaults()
+  c.model = "tiny"  # a preset of c2jax.model.presets
   c.model_overrides = ml_collections.ConfigDict({"vocab_size": 259})  # byte tokenizer: 256 bytes + 3 specials
   c.tokenizer = "byte"  # or the path of an HF tokenizer.json (vocab_size must cover it)
   c.seed = 0
@@ -54,9 +57,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                              "instructions": "brief"}},
           learning_rate=1e-3, warmup_steps=3, mtp_weight=0.3, mtp_target="self_distill", **schedule),
   })
-  # AdamW and the other step settings shared by every phase (schedules are per phase).
-  c.optim = ml_collections.ConfigDict(dict(weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, grad_clip=1.0,
-                                           z_loss_weight=1e-4, bias_update_rate=1e-3))
+  # AdamW and the LM step's settings shared by every phase (schedules are per phase).
+  c.optim = ml_collections.ConfigDict(dict(weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, grad_clip=1.0))
+  c.step = ml_collections.ConfigDict(dict(z_loss_weight=1e-4, bias_update_rate=1e-3))
   # Held-out code perplexity, on files no phase trains on, at one fixed shape so that phases compare.
   c.eval = ml_collections.ConfigDict(dict(every=15, batches=4, batch_size=8, seq_len=128,
                                           source=_stdlib("heldout")))

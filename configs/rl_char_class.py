@@ -12,6 +12,7 @@ a sweep file over the RL, actor, trainer and eval fields applies to both; task f
 
 import ml_collections
 
+from c2jax.services import rl_run_config
 from configs import rl_tiny
 
 
@@ -26,8 +27,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.optim.learning_rate = 1e-2  # a tiny model from scratch on a toy task; the report's scale uses ~1e-6
   c.rl.reward.length_penalty.weight = 0.0  # every row has the same length here
   # answer_tokens > 0: only the first n bytes are graded, free text follows (c2jax/envs/char_class.py).
-  c.task = ml_collections.ConfigDict({"suite": "char_class", "seed": 0, "answer_tokens": 0})
-  c.actors.update(prompt_len=16, max_new_tokens=8, stop_tokens=[],  # fixed-length rows of 8 bytes
+  c.task = rl_run_config.task_defaults("char_class", seed=0, answer_tokens=0)
+  c.actors.update(prompt_len=16, max_new_tokens=8, stop_tokens=(),  # fixed-length rows of 8 bytes
                   chunk_steps=2, pending_lease_s=120.0,
                   # One sampler call per actor holds a whole trainer batch (4 groups x 8 rows): a call's fixed cost
                   # dominates 8-token rows, and with 2 per call the actors fell behind the trainer (bench_rl).

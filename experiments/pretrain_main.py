@@ -1,9 +1,11 @@
-"""Continued pretraining (report section 3): bulk code, long-context extension, SFT, with MTP self-distillation.
+"""Continued pretraining (report section 3): bulk code, long-context extension, SFT, with MTP self-distillation
+(`c2jax.services.pretrain_loop`).
 
   python experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/pretrain_tiny
 
 Ctrl-C (or SIGTERM from a scheduler) finishes the current step, checkpoints and exits with code 130; the same
-command resumes exactly where it stopped. The final model is `<workdir>/models/<last phase>`.
+command resumes exactly where it stopped. The final model is `<workdir>/models/<last phase>`. A config key that does
+not exist or a bad value is refused in one sentence (exit code 2).
 """
 
 import json
@@ -11,17 +13,19 @@ import os
 import signal
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)  # run from a checkout
 
-from absl import app
-from absl import flags
-from absl import logging
-from ml_collections import config_flags
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 
-from c2jax.parallel.distributed import initialize_from_env
-from c2jax.pretrain import loop
+from c2jax.parallel.distributed import initialize_from_env  # noqa: E402
+from c2jax.services import cli  # noqa: E402
+from c2jax.services import pretrain_loop  # noqa: E402
+from c2jax.services import pretrain_run_config  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/pretrain_tiny.py", "Run config file.")
+_CONFIG = cli.define_config_file(os.path.join(_ROOT, "configs", "pretrain_tiny.py"), "Run config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/pretrain", "Where logs, TensorBoard and checkpoints go.")
 
 _stop_requests = 0
@@ -38,16 +42,17 @@ def _request_stop(signum, frame):
 
 def main(argv):
   del argv
+  cfg = cli.typed(pretrain_run_config.parse, _CONFIG.value)
   if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 brings it back
     logging.set_verbosity(logging.WARNING)
   initialize_from_env()  # multi-host when C2JAX_DISTRIBUTED=1
   signal.signal(signal.SIGINT, _request_stop)
   signal.signal(signal.SIGTERM, _request_stop)
-  result = loop.run(_CONFIG.value, _WORKDIR.value, stop=lambda: _stop_requests > 0)
+  result = pretrain_loop.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
   print(json.dumps(result))
   if result.get("interrupted"):
     sys.exit(130)  # so that schedulers (Slurm --requeue, Kubernetes) see an unfinished run
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.flags_parser)

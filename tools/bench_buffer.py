@@ -27,9 +27,9 @@ of a shared machine hurts all alike; medians are reported):
 `ratio` = buffer write MB/s (logical bytes) / raw MB/s, Durability.FSYNC, commit batches of --batch groups;
 `ratio_batch1` the same with one group per commit; `ratio_buffered` the BUFFERED pair.
 
-Weights (skip with --skip_weights). The tiny RL model of configs/rl_char_class.py runs --weight_steps real `update_step`s
-on random on-policy batches (byte-vocabulary tokens, behaviour log-probs from the current params), and every
-version (0 = the init, then one per update) is published to two WeightStores: full_every=8 (a delta on the
+Weights (skip with --skip_weights). The tiny RL model of configs/rl_char_class.py runs --weight_steps real
+`update_step`s on random on-policy batches (byte-vocabulary tokens, behaviour log-probs from the current params), and
+every version (0 = the init, then one per update) is published to two WeightStores: full_every=8 (a delta on the
 previous version between full snapshots) and full_every=1 (every version a full snapshot). Reported: mean stored
 bytes per update of the delta versions and of the full snapshots, and `delta_ratio` = their quotient, at the
 config's learning rate (1e-2, a tiny model trained from scratch) and at an RL-scale 1e-5 (`delta_ratio_lr1e-5`).
@@ -234,12 +234,12 @@ def run_weights(args: argparse.Namespace) -> dict:
 
   from c2jax.model.params import init_params  # noqa: PLC0415
   from c2jax.rl import batch as batch_lib  # noqa: PLC0415
-  from c2jax.rl import run_config  # noqa: PLC0415
+  from c2jax.services import rl_run_config  # noqa: PLC0415
   from c2jax.rl.update import init_state, policy_log_probs, update_step  # noqa: PLC0415
   from c2jax.rollouts.weight_store import WeightStore  # noqa: PLC0415
   from configs import rl_char_class  # noqa: PLC0415
 
-  cfg = run_config.rl_config(rl_char_class.get_config())
+  cfg = rl_run_config.parse(rl_char_class.get_config()).rl
   out = {"weight_steps": args.weight_steps}
   for name, lr in (("", cfg.optim.learning_rate), ("_lr1e-5", 1e-5)):
     run_cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, learning_rate=lr))

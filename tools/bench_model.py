@@ -52,13 +52,13 @@ import numpy as np
 if TYPE_CHECKING:
   from c2jax.model.config import ModelConfig
 
-# Tools run as scripts (`python tools/x.py`): the repo root holds `c2jax` and `configs`. They are imported in
+# Tools run as scripts (`python tools/x.py`): the repo root holds `c2jax`. They are imported in
 # main(), after flags, so that --c2jax_path can put a candidate checkout first; `_c2` holds the modules.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _c2 = types.SimpleNamespace()
 
-_CONFIG = flags.DEFINE_string("config", "tiny", "Model config: a module name under configs/model (e.g. tiny), a "
-                              "dotted module path, or a .py file; it must define get_model_config().")
+_MODEL = flags.DEFINE_string("model", "tiny", "A model preset (c2jax.model.presets, e.g. tiny) or a .py file defining "
+                             "get_model_config().")
 _BATCH = flags.DEFINE_integer("batch", 8, "B, sequences per step.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 256, "T, tokens per sequence.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats per side (interleaved); medians are reported.")
@@ -71,8 +71,8 @@ _MOE_DISPATCH = flags.DEFINE_enum("moe_dispatch", None, ["dense", "slots", "ragg
                                   "Override the config's moe_dispatch (default: keep the config's).")
 _MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n x n float32 matmul that measures peak FLOP/s.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and of the random token batch.")
-_C2JAX_PATH = flags.DEFINE_string("c2jax_path", None, "A directory holding a candidate `c2jax` package (and "
-                                  "`configs`) to benchmark instead of this checkout's, e.g. a scratch copy.")
+_C2JAX_PATH = flags.DEFINE_string("c2jax_path", None, "A directory holding a candidate `c2jax` package to "
+                                  "benchmark instead of this checkout's, e.g. a scratch copy.")
 _MALLOC_TUNING = flags.DEFINE_bool(
     "malloc_tuning", False, "Keep freed memory in glibc's main heap (mallopt: one arena, no mmap, no trim) for "
     "both sides. XLA allocates each step's temp buffer afresh; above the mmap threshold (and always from a "
@@ -84,6 +84,7 @@ def _import_c2jax() -> str:
   sys.path.insert(0, os.path.abspath(_C2JAX_PATH.value) if _C2JAX_PATH.value else _ROOT)
   _c2.config = importlib.import_module("c2jax.model.config")
   _c2.params = importlib.import_module("c2jax.model.params")
+  _c2.presets = importlib.import_module("c2jax.model.presets")
   _c2.step = importlib.import_module("c2jax.pretrain.step")
   return os.path.abspath(os.path.join(os.path.dirname(_c2.config.__file__), "..", ".."))  # <root>/c2jax/model
 
@@ -104,24 +105,13 @@ def _tune_malloc():
 
 
 def load_model_config(name: str) -> ModelConfig:
-  """Resolves --config: a file path, a dotted module path, or a module name under configs/model."""
-  if name.endswith(".py"):
-    spec = importlib.util.spec_from_file_location("bench_model_config", name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-  else:
-    module_name = name if "." in name else f"configs.model.{name}"
-    try:
-      module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-      known = sorted(f[:-3] for f in os.listdir(os.path.join(_ROOT, "configs", "model"))
-                     if f.endswith(".py") and not f.startswith("_"))
-      raise ValueError(f"--config={name}: no module {module_name}; use one of {known}, a dotted module path or a "
-                       ".py file.") from e
-  if not hasattr(module, "get_model_config"):
-    raise ValueError(f"--config={name}: {module.__name__} has no get_model_config(); point --config at a module "
-                     "under configs/model.")
-  return module.get_model_config()
+  """--model: a preset name or a .py file (`c2jax.model.presets.load`), from the c2jax under test."""
+  if not hasattr(_c2, "presets"):
+    if flags.FLAGS.is_parsed():
+      _import_c2jax()
+    else:  # imported by another tool (bench_sampler parses its own command line): this checkout's c2jax
+      _c2.presets = importlib.import_module("c2jax.model.presets")
+  return _c2.presets.load(name)
 
 
 def bench_config(cfg: ModelConfig) -> ModelConfig:
@@ -197,7 +187,7 @@ class HfRunner:
     self.attn_implementation = self.model.config._attn_implementation
     self.experts_implementation = getattr(self.model.config, "_experts_implementation", None)
     # Same hyperparameters as c2jax's AdamW (the learning-rate schedule does not change the cost).
-    hp = _c2.step.StepConfig()
+    hp = _c2.step.StepConfig().optim
     self.opt = torch.optim.AdamW(self.model.parameters(), lr=hp.learning_rate, betas=(hp.b1, hp.b2), eps=hp.eps,
                                  weight_decay=hp.weight_decay)
     self.tokens = torch.from_numpy(tokens.astype(np.int64))
@@ -303,7 +293,7 @@ def main(argv):
     _tune_malloc()
   c2jax_root = _import_c2jax()
   b, t, steps = _BATCH.value, _SEQ_LEN.value, _STEPS.value
-  cfg = bench_config(load_model_config(_CONFIG.value))
+  cfg = bench_config(load_model_config(_MODEL.value))
   tokens = np.random.default_rng(_SEED.value).integers(0, cfg.vocab_size, size=(b, t), dtype=np.int64)
   cores = _available_cores()
   flops = step_flops(cfg, b, t)
@@ -311,9 +301,9 @@ def main(argv):
   # float32 params, grads and two AdamW moments per side; a full-size config would only die of memory later.
   need, have = 16 * pc.total * (1 if _SKIP_HF.value else 2), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
   if need > have:
-    raise ValueError(f"--config={_CONFIG.value} has {pc.total / 1e9:.2f}B params: training it here needs about "
-                     f"{need / 2**30:.0f} GiB of {have / 2**30:.0f} GiB; use a smaller config (e.g. tiny).")
-  _log(f"config {_CONFIG.value} (c2jax from {c2jax_root}): {pc.total / 1e6:.3f}M params, {pc.active / 1e6:.3f}M "
+    raise ValueError(f"--model={_MODEL.value} has {pc.total / 1e9:.2f}B params: training it here needs about "
+                     f"{need / 2**30:.0f} GiB of {have / 2**30:.0f} GiB; use a smaller model (e.g. tiny).")
+  _log(f"model {_MODEL.value} (c2jax from {c2jax_root}): {pc.total / 1e6:.3f}M params, {pc.active / 1e6:.3f}M "
        f"active; B={b} T={t}; {cores} cores; jax {jax.__version__} ({jax.default_backend()}); "
        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; malloc_tuning={_MALLOC_TUNING.value}")
 
@@ -396,7 +386,7 @@ def main(argv):
       "hf_fraction_of_matmul": round(achieved["hf"] / peak, 4) if has_hf else None,
       "experts_sweep_ms": {str(e): ms(s) for e, s in sweep.items()},
       "experts_sweep_ratio": round(sweep_ratio, 3) if sweep_ratio else None,
-      "config": _CONFIG.value, "batch": b, "seq_len": t, "steps_per_repeat": steps, "repeats": _REPEATS.value,
+      "model": _MODEL.value, "batch": b, "seq_len": t, "steps_per_repeat": steps, "repeats": _REPEATS.value,
       "moe_dispatch": cfg.moe_dispatch.value, "n_routed_experts": cfg.n_routed_experts,
       "num_experts_per_tok": cfg.num_experts_per_tok, "active_params": pc.active, "total_params": pc.total,
       "c2jax_compile_s": round(runners["c2jax"].compile_s, 2), "cores": cores,

@@ -3,7 +3,7 @@
   .venv/bin/python tools/bench_parallel.py                          # tiny config, batch 8 x 64, float32, ~8 min
   .venv/bin/python tools/bench_parallel.py --meshes=fsdp:8,expert:8 --repeats=3
 
-Each mesh runs `c2jax.parallel.train.make_trainer(...).step` (the same `train_step`, traced under the mesh's
+Each mesh runs `c2jax.pretrain.sharded.make_trainer(...).step` (the same `train_step`, traced under the mesh's
 layout); the reference is `jax.jit(train_step)` on one device. The 8 "devices" are threads of this one CPU
 (`--xla_force_host_platform_device_count=8`, set here before jax loads), so a mesh cannot be faster than one
 device here: the ratio t(mesh) / t(single) measures what sharding costs in extra work (collectives as memory
@@ -44,10 +44,10 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from c2jax.parallel import hlo_stats  # noqa: E402
-from c2jax.parallel import train as train_lib  # noqa: E402
+from c2jax.pretrain import sharded as train_lib  # noqa: E402
 from c2jax.parallel.mesh import MeshConfig, make_mesh  # noqa: E402
 from c2jax.pretrain.step import StepConfig, init_state, train_step  # noqa: E402
-from configs.model import tiny  # noqa: E402
+from c2jax.model import presets  # noqa: E402
 
 _MESHES = flags.DEFINE_list("meshes", ["fsdp:8", "expert:8", "fsdp:2+expert:4", "fsdp:2+expert:2+context:2",
                                        "data:2+context:4"],
@@ -97,7 +97,7 @@ class Runner:
 
 def main(argv):
   del argv
-  cfg = tiny.get_model_config().replace(dtype="float32", param_dtype="float32")
+  cfg = presets.tiny().replace(dtype="float32", param_dtype="float32")
   hp = StepConfig()
   b, t = _BATCH.value, _SEQ_LEN.value
   tokens = np.random.default_rng(_SEED.value).integers(0, cfg.vocab_size, size=(b, t))

@@ -32,18 +32,18 @@ def main() -> None:
 
   from c2jax.data import pipeline
   from c2jax.data.tokenizer import make_tokenizer
-  from c2jax.pretrain import loop
-  from c2jax.pretrain.phases import phases_from_config
+  from c2jax.services import pretrain_loop
+  from c2jax.services import pretrain_run_config
   from configs import pretrain_tiny
 
   c = pretrain_tiny.get_config()
   if args.phases:
     c.phase_order = args.phases
-  tok = make_tokenizer(c.tokenizer)
-  phases = phases_from_config(c, loop.model_config_from(c))
+  cfg = pretrain_run_config.parse(c)
+  tok = make_tokenizer(cfg.tokenizer)
   results = {}
-  for phase in phases:
-    built = loop._build(phase, None)  # pylint: disable=protected-access  (the loop's own jitted step)
+  for phase in cfg.phases_resolved():
+    built = pretrain_loop._build(phase, None)  # pylint: disable=protected-access  (the loop's own jitted step)
     state = built.init(jax.random.key(0))
     it = iter(pipeline.lm_dataset(phase.sources, tok, seq_len=phase.seq_len, batch_size=phase.batch_size,
                                   seed=0))

@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Tools run as scripts (`python tools/x.py`): the repo root holds `c2jax` and `configs`.
+# Tools run as scripts (`python tools/x.py`): the repo root holds `c2jax`.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
@@ -64,6 +64,7 @@ from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.model import hf_convert
 from c2jax.model.config import MoeDispatch
 from c2jax.model.params import count_params, init_params
+from c2jax.optim import OptimizerConfig
 from c2jax.pretrain import step as step_lib
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -72,8 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   """The command line (argparse: importing bench_model for its helpers also defines its absl flags, whose names
   would clash with these)."""
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-  p.add_argument("--config", default="tiny", help="Model config: a module under configs/model, a dotted module "
-                 "path, or a .py file defining get_model_config() (default: tiny).")
+  p.add_argument("--model", default="tiny", help="A model preset (c2jax.model.presets) or a .py file defining "
+                 "get_model_config() (default: tiny).")
   p.add_argument("--batches", default="16,64", help="Batch sizes B of part 1, comma-separated; the first is the "
                  "headline (default: 16,64).")
   p.add_argument("--prompt_len", type=int, default=16, help="P, prompt tokens per row (default: 16).")
@@ -331,8 +332,9 @@ def agreement(a, b, prompt_len: int) -> dict[str, float]:
 def train(cfg, args) -> tuple[Any, dict]:
   """Trains `cfg` (MTP on) on stdlib byte tokens; returns (params, a summary)."""
   steps = args.train_steps
-  hp = step_lib.StepConfig(learning_rate=args.learning_rate, warmup_steps=min(20, max(steps // 10, 1)),
-                           total_steps=max(steps, 1), mtp_weight=args.mtp_weight, z_loss_weight=1e-4)
+  hp = step_lib.StepConfig(
+      optim=OptimizerConfig(learning_rate=args.learning_rate, warmup_steps=min(20, max(steps // 10, 1)),
+                            total_steps=max(steps, 1)), mtp_weight=args.mtp_weight, z_loss_weight=1e-4)
   state = jax.jit(lambda k: step_lib.init_state(cfg, hp, k))(jax.random.key(args.seed))
   summary = {"steps": 0, "seconds": 0.0, "compile_s": 0.0, "ce": None, "mtp_ce": None}
   if steps <= 0:
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> dict:
 
   cores = bench_model._available_cores()  # pylint: disable=protected-access
   hf_threads = [] if args.skip_hf else list(dict.fromkeys(t or cores for t in args.hf_thread_list))
-  cfg = bench_model.load_model_config(args.config).replace(dtype="float32", param_dtype="float32")
+  cfg = bench_model.load_model_config(args.model).replace(dtype="float32", param_dtype="float32")
   if args.moe_dispatch:
     cfg = cfg.replace(moe_dispatch=MoeDispatch(args.moe_dispatch))
   p_len, n = args.prompt_len, args.new_tokens
@@ -415,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict:
   pc = count_params(cfg)
   machine = {"cores": cores, "hf_threads": hf_threads, "cpu": _cpu_name(),
              "load_avg_start": [round(x, 2) for x in os.getloadavg()], **versions, "backend": jax.default_backend()}
-  _log(f"config {args.config}: {pc.total / 1e6:.3f}M params ({pc.active / 1e6:.3f}M active), "
+  _log(f"model {args.model}: {pc.total / 1e6:.3f}M params ({pc.active / 1e6:.3f}M active), "
        f"{cfg.num_mtp_layers} MTP; P={p_len} N={n}; {cores} cores; load {machine['load_avg_start']}; {versions}")
   lines: list[str] = []
   result: dict[str, Any] = {}
@@ -514,10 +516,10 @@ def main(argv: list[str] | None = None) -> dict:
   spec: dict[str, Any] = {}
   if not args.skip_spec:
     if not cfg.num_mtp_layers:
-      raise ValueError(f"--config={args.config} has no MTP module (num_mtp_layers=0), which speculative decoding "
+      raise ValueError(f"--model={args.model} has no MTP module (num_mtp_layers=0), which speculative decoding "
                        "drafts with; pass --skip_spec or a config with MTP.")
     if cfg.vocab_size < 259:
-      raise ValueError(f"--config={args.config} has vocab_size {cfg.vocab_size} < 259 byte tokens; part 2 trains "
+      raise ValueError(f"--model={args.model} has vocab_size {cfg.vocab_size} < 259 byte tokens; part 2 trains "
                        "on bytes: pass --skip_spec or a larger vocabulary.")
     _log(f"training {args.train_steps} steps (at most {args.train_seconds:.0f}s) of B={args.train_batch} "
          f"T={args.train_seq_len}, mtp_weight {args.mtp_weight}")
@@ -570,7 +572,7 @@ def main(argv: list[str] | None = None) -> dict:
       greedy_agreement=None if agree is None else {k: _r(v, 4) for k, v in agree.items()},
       machine={**machine, "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
       settings={k: v for k, v in vars(args).items() if not k.endswith("_list")},
-      config=args.config, params_total=pc.total, params_active=pc.active)
+      model=args.model, params_total=pc.total, params_active=pc.active)
   print(json.dumps(result), flush=True)
   return result
 

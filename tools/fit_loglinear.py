@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from absl import app
 from absl import flags
 
-from c2jax.pretrain import loglinear
+from c2jax.services import loglinear
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A pretraining run's workdir (holds eval.jsonl).", required=True)
 _X = flags.DEFINE_enum("x", "flops", list(loglinear.X_KEYS), "What to fit perplexity against.")

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from c2jax.data.byte_tokenizer import ByteTokenizer  # noqa: E402
-from c2jax.rollouts import collate  # noqa: E402
+from c2jax.services import collate  # noqa: E402
 from c2jax.rollouts import schema  # noqa: E402
 from c2jax.rollouts.buffer import RolloutReader, commit_key, shard_ids  # noqa: E402
 from c2jax.rollouts.storage import Store, join  # noqa: E402

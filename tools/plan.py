@@ -1,6 +1,6 @@
 """Plan a training run on a mesh: per-device memory, FLOPs and communication of the full-size train step.
 
-  .venv/bin/python tools/plan.py --config=configs/model/kimi_k25.py --mesh=fsdp:64,expert:64,context:4 \
+  .venv/bin/python tools/plan.py --model=kimi_k25 --mesh=fsdp:64,expert:64,context:4 \
       --seq_len=32768                                         # 4-7 min on 2 cores; ends with a JSON line
   .venv/bin/python tools/plan.py --mesh=fsdp:16,expert:64,context:2 --seq_len=65536 --nocompile    # ~1 min
   .venv/bin/python tools/plan.py --mesh=fsdp:32,expert:64 --seq_len=32768 --nolower --nocompile   # analytic only
@@ -11,7 +11,7 @@ Three sources, always labelled:
   analytic   `c2jax.parallel.plan`: parameters / AdamW state / gradients from the layout's shardings, activations
              itemized per layer, FLOPs per token (6 N_active and the model's matmul + attention FLOPs), and the
              bytes of every collective per step. Pure Python, for the requested mesh.
-  lowered    `trainer.step.lower(...)` of the real train step (`c2jax.parallel.train.make_trainer`) on the requested
+  lowered    `trainer.step.lower(...)` of the real train step (`c2jax.pretrain.sharded.make_trainer`) on the requested
              mesh of fake CPU devices: proves that the layout, shard_map specs and shapes hold at full size; counts
              the explicit collectives (expert all-to-all, context all-gather) in the StableHLO.
   compiled   XLA:CPU compiles one mesh of at most 2048 devices (the most one XLA:CPU computation may span). When
@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import importlib
-import importlib.util
 import json
 import math
 import os
@@ -58,8 +56,8 @@ from absl import flags
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
-_CONFIG = flags.DEFINE_string("config", "configs/model/kimi_k25.py", "Model config: a .py file, a dotted module path "
-                              "or a module name under configs/model; it must define get_model_config().")
+_MODEL = flags.DEFINE_string("model", "kimi_k25", "A model preset (c2jax.model.presets) or a .py file defining "
+                             "get_model_config().")
 _MESH = flags.DEFINE_string("mesh", "fsdp:64,expert:64,context:4", "Mesh, axis:size items from data, fsdp, expert, "
                             "context, tensor.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 32768, "T, tokens per sequence.")
@@ -86,20 +84,6 @@ _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the final JSON obj
 _KEEP_DUMP = flags.DEFINE_string("keep_dump", None, "Copy XLA's HLO dumps of the train step to this directory.")
 
 GiB = float(1 << 30)
-
-
-def load_model_config(name: str):
-  """Resolves --config: a .py file, a dotted module path, or a module name under configs/model."""
-  if name.endswith(".py"):
-    path = name if os.path.isabs(name) or os.path.exists(name) else os.path.join(_ROOT, name)
-    spec = importlib.util.spec_from_file_location("plan_model_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-  else:
-    module = importlib.import_module(name if "." in name else f"configs.model.{name}")
-  if not hasattr(module, "get_model_config"):
-    raise ValueError(f"--config={name}: {module.__name__} has no get_model_config(); point it at configs/model/*.py.")
-  return module.get_model_config()
 
 
 def proxy_mesh(target, max_devices: int):
@@ -159,7 +143,8 @@ def _stablehlo_collectives(text: str) -> dict[str, int]:
 def main(argv):
   del argv
   t_start = time.time()
-  cfg = load_model_config(_CONFIG.value)
+  from c2jax.model import presets  # pylint: disable=g-import-not-at-top
+  cfg = presets.load(_MODEL.value)
   from c2jax.model.config import Remat  # pylint: disable=g-import-not-at-top
   from c2jax.parallel import hlo_stats  # pylint: disable=g-import-not-at-top
   from c2jax.parallel import plan as plan_lib  # pylint: disable=g-import-not-at-top
@@ -172,14 +157,14 @@ def main(argv):
   per_shard = global_batch // target.batch_shards
   work = plan_lib.Workload(global_batch=global_batch, seq_len=_SEQ_LEN.value, with_mtp=_MTP.value and
                            cfg.num_mtp_layers > 0, fused_attention=_FUSED_ATTENTION.value)
-  print(f"config {_CONFIG.value}: {cfg.n_layers} layers ({cfg.n_dense_layers} dense), E={cfg.n_routed_experts} K="
+  print(f"model {_MODEL.value}: {cfg.n_layers} layers ({cfg.n_dense_layers} dense), E={cfg.n_routed_experts} K="
         f"{cfg.num_experts_per_tok}, D={cfg.d_model}, dtype {cfg.dtype}, params {cfg.param_dtype}, remat "
         f"{cfg.remat.value}, MTP {'on' if work.with_mtp else 'off'}")
   print(f"mesh {target} ({target.num_devices} devices), global batch {global_batch} x {work.seq_len} tokens = "
         f"{global_batch * work.seq_len / 1e6:.1f}M tokens per step")
   analytic = plan_lib.analytic_plan(cfg, target.shape, work)
   _print_analytic(f"ANALYTIC, requested mesh {target}", analytic)
-  out = {"config": _CONFIG.value, "mesh": str(target), "devices": target.num_devices, "seq_len": work.seq_len,
+  out = {"model": _MODEL.value, "mesh": str(target), "devices": target.num_devices, "seq_len": work.seq_len,
          "global_batch": global_batch, "remat": cfg.remat.value, "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
          "mtp": work.with_mtp, "fused_attention_what_if": work.fused_attention, "analytic": analytic}
 
@@ -202,7 +187,7 @@ def main(argv):
 
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from c2jax.parallel import train as train_lib  # pylint: disable=g-import-not-at-top
+  from c2jax.pretrain import sharded as train_lib  # pylint: disable=g-import-not-at-top
   from c2jax.parallel.mesh import make_mesh  # pylint: disable=g-import-not-at-top
   from c2jax.pretrain.step import StepConfig  # pylint: disable=g-import-not-at-top
 
@@ -235,7 +220,7 @@ def main(argv):
     proxy_work = dataclasses.replace(work, global_batch=proxy_batch)
     same = compile_mesh == target and _LOWER.value
     note = "the requested mesh" if compile_mesh == target else (
-        f"proxy of the requested mesh (same expert, context, tensor and per-device batch; data/fsdp shrunk)")
+        "proxy of the requested mesh (same expert, context, tensor and per-device batch; data/fsdp shrunk)")
     print(f"\nCompiling {compile_mesh} ({compile_mesh.num_devices} devices, {note}) ...", flush=True)
     t0 = time.time()
     low = lowered if same else lower(compile_mesh, proxy_batch)

@@ -70,7 +70,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
-from c2jax.rl.loop import read_history  # noqa: E402  (a run's metrics.jsonl, one record per step)
+from c2jax.services import rl_run_config  # noqa: E402
+from c2jax.services.run_log import read_history  # noqa: E402  (a run's metrics.jsonl, one record per step)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RL_MAIN = REPO / "experiments" / "rl_main.py"
@@ -277,6 +278,10 @@ def plan_runs(sweep: Sweep, base: ml_collections.ConfigDict, workdir: str | os.P
     cell_config = apply_overrides(config, overrides, f"sweep {sweep.name!r} cell {cell!r}")
     for seed in (sweep.seeds if seeds is None else seeds):
       run_config = apply_overrides(cell_config, {"seed": int(seed), **shared}, "sweep")
+      try:  # every value checked now, not when the run starts (c2jax/services/rl_run_config.py)
+        rl_run_config.parse(run_config)
+      except ValueError as e:
+        raise ValueError(f"sweep {sweep.name!r} cell {cell!r}: {e}") from None
       runs.append(Run(cell=cell, seed=int(seed), workdir=workdir / cell / f"seed_{int(seed)}",
                       config=config_json(run_config)))
   return runs
@@ -319,7 +324,7 @@ def check_resumable(runs: Sequence[Run]) -> None:
 
 
 def _child_env() -> dict:
-  from c2jax.actors.pool import child_env
+  from c2jax.services.pool import child_env
   # The runs' trainers use every compute thread (child_env(1) would pin them to one); fake-device flags of a test
   # process are dropped.
   return child_env(threads=os.cpu_count() or 2)

@@ -331,7 +331,7 @@ class Actor:
     return len(tickets)
 
   def run(self, stop: Callable[[], bool] = lambda: False, max_groups: int | None = None,
-          on_step: Callable[["Actor"], None] | None = None) -> ActorStats:
+          on_step: Callable[[Actor], None] | None = None) -> ActorStats:
     """Loops until `stop()` or `max_groups` groups are committed."""
     if not self.wait_for_weights(stop):
       return self.stats

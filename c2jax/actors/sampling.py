@@ -74,7 +74,7 @@ class SamplingConfig:
       return DrawMode.GREEDY
     return DrawMode.SAMPLE_TRUNCATED if (self.top_k > 0 or self.top_p < 1) else DrawMode.SAMPLE
 
-  def structure(self) -> "SamplingConfig":
+  def structure(self) -> SamplingConfig:
     """The compile-time part: the knobs (temperature, top-k, top-p) travel as traced scalars, and `mode` says
     which of them matter."""
     return dataclasses.replace(self, temperature=1.0, top_k=0, top_p=1.0)

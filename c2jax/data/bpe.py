@@ -1,27 +1,23 @@
-"""A byte-level BPE tokenizer trained on a coding suite's own text, for the tiny models (report section 3: the
-tokenizer is part of the model; at CPU scale it decides what a 2-layer model can read).
+"""A byte-level BPE tokenizer trained on given text, for the tiny models (report section 3: the tokenizer is part
+of the model; at CPU scale it decides what a 2-layer model can read). `c2jax.envs.suite_tokenizer` trains one on a
+coding suite's own text.
 
-  path = suite_tokenizer("tiny_functions", vocab_size=1024, cache_dir="~/.cache/c2jax")
+  path = train_bpe(texts, vocab_size=1024, path="tokenizer.json")
   tok = make_tokenizer(path)              # c2jax.data.tokenizer.HFTokenizer
-  path = resolve("bpe:1024", "tiny_functions")   # the same from a run config's tokenizer spec
 
 Byte-level, so any text round-trips (no unknown tokens). Numbers are not split into digits: " 16" is one token, so
 copying a constant from the statement is one attention lookup, like copying a word. Specials: <pad> 0, <s> 1 (BOS),
-</s> 2 (EOS). The training text is the suite's train-split demonstrations (prompts in every help format, and the
-reference answers): held-out tasks never shape the vocabulary. Training is deterministic, and the file is cached
-under a name that hashes the text and the settings.
+</s> 2 (EOS). Training is deterministic.
 
 Why: a byte model has to compose two attention layers to recognise a word ("plus", "every 'u'") before it can copy
 the constant after it, and the CPU-sized models do not form that circuit within a few minutes of SFT
-(WORKSPACE_NOTES.md). With words as single tokens the lookup is one attention layer, and prompts are ~3x shorter.
+(docs/experiments/main_job.md). With words as single tokens the lookup is one attention layer, and prompts are ~3x
+shorter.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-
-from c2jax.data import sft
 
 SPECIALS = ("<pad>", "<s>", "</s>")
 
@@ -48,42 +44,6 @@ def train_bpe(texts, vocab_size: int, path: str) -> str:
   return path
 
 
-def suite_texts(suite: str, suite_options=None) -> list[str]:
-  """The train split's demonstrations of `suite` under every help format: prompts and answers."""
-  texts = []
-  for instructions in ("none", "brief", "full"):
-    for prompt, answer in sft.sft_examples(suite, "train", instructions=instructions, suite_options=suite_options):
-      texts.append(prompt)
-      if instructions == "none":  # the answers are the same under every format
-        texts.append(answer)
-  return texts
-
-
-def suite_tokenizer(suite: str, vocab_size: int, cache_dir: str, suite_options=None) -> str:
-  """The path of the BPE of `suite`'s train text (trained once, then reused from `cache_dir`)."""
-  texts = suite_texts(suite, suite_options)
-  h = hashlib.sha256(f"bpe/v1/{vocab_size}".encode())
-  for t in texts:
-    h.update(t.encode())
-  path = os.path.join(os.path.abspath(os.path.expanduser(cache_dir)), f"bpe-{suite}-{vocab_size}-{h.hexdigest()[:16]}",
-                      "tokenizer.json")
-  if not os.path.exists(path):
-    train_bpe(texts, vocab_size, path)
-  return path
-
-
 def default_cache_dir() -> str:
   """$C2JAX_CACHE_DIR, or ~/.cache/c2jax."""
   return os.environ.get("C2JAX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "c2jax")
-
-
-def resolve(spec: str, suite: str, cache_dir: str | None = None) -> str:
-  """A tokenizer spec for `make_tokenizer`: "bpe:<vocab_size>" becomes the path of `suite`'s BPE (trained on first
-  use); "byte" and tokenizer.json paths are returned as they are."""
-  if not isinstance(spec, str) or not spec.startswith("bpe:"):
-    return spec
-  try:
-    vocab_size = int(spec.split(":", 1)[1])
-  except ValueError:
-    raise ValueError(f"Tokenizer spec {spec!r}: write bpe:<vocab_size>, e.g. bpe:1024.") from None
-  return suite_tokenizer(suite, vocab_size, cache_dir or default_cache_dir())

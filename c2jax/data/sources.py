@@ -5,7 +5,7 @@
   {"kind": "code_dir", "root": "~/src/project", "extensions": [".py", ".rs"]}
   {"kind": "jsonl", "path": "corpus.jsonl", "field": "text"}
   {"kind": "array_record", "paths": ["shard-00000.array_record"], "field": "text"}   # field None: utf-8 records
-  {"kind": "sft", "suite": "tiny_functions", "split": "train"}                       # c2jax/data/sft.py
+  {"kind": "sft", "suite": "tiny_functions", "split": "train"}     # registered by c2jax.envs.demonstrations
 
 `open_source(spec)` returns a grain `MapDataset` of documents (random access, so the pipeline can shard and
 shuffle by index). A document is a `str`, or a tuple of (text, loss weight) parts for chat data (SFT: the prompt
@@ -25,7 +25,7 @@ import glob as glob_lib
 import inspect
 import json
 import os
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence
 
 import grain
 
@@ -33,7 +33,7 @@ from c2jax.data import stdlib_corpus
 from c2jax.registry import Registry
 
 Parts = tuple[tuple[str, float], ...]
-Document = Union[str, Parts]
+Document = str | Parts
 
 SOURCES: Registry[Callable[..., grain.MapDataset]] = Registry("data source kind")
 
@@ -230,22 +230,3 @@ def array_record(paths: str | Sequence[str], field: str | None = None, min_bytes
       raise ValueError(f"No record of {', '.join(paths)}{where} reaches min_bytes={min_bytes}; lower min_bytes.")
     ds = ds.filter(long_enough)
   return ds
-
-
-# ------------------------------------------------------------------------------------------------ SFT
-
-
-@SOURCES.register("sft")
-def sft(suite: str = "tiny_functions", split: str = "train", max_examples: int | None = None,
-        max_turns: int | None = None, max_tokens: int | None = None, instructions: str = "full",
-        suite_options: Mapping | None = None, min_bytes: int = 0, copies: int = 1, flawed: int = 0,
-        flaw: str = "incomplete_call", seed: int = 0) -> grain.MapDataset:
-  """Chat demonstrations of a coding suite's reference solutions (c2jax/data/sft.py), as (prompt, 0) +
-  (response, 1) parts: the loss is on the assistant turn only. copies / flawed / flaw / seed: an imperfect teacher
-  (`sft.sft_examples`)."""
-  from c2jax.data import sft as sft_lib  # pylint: disable=g-import-not-at-top  (imports the task suites)
-  examples = sft_lib.sft_examples(suite, split, max_examples=max_examples, max_turns=max_turns,
-                                  max_tokens=max_tokens, instructions=instructions, suite_options=suite_options,
-                                  copies=copies, flawed=flawed, flaw=flaw, seed=seed)
-  docs = [((p, 0.0), (r, 1.0)) for p, r in examples]
-  return grain.MapDataset.source([d for d in docs if document_bytes(d) >= min_bytes])

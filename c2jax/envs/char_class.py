@@ -21,6 +21,7 @@ import string
 
 import numpy as np
 
+from c2jax import typed_config
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs.tasks import TASK_SUITES, Task, check_split
 
@@ -48,7 +49,7 @@ class CharClassSuite:
   prefix_len: int = 3
   size_per_split: int = 1000
   answer_tokens: int = 0
-  name: str = "char_class"
+  name: str = dataclasses.field(default="char_class", metadata={typed_config.PLAIN: False})  # the registry name
 
   def __post_init__(self):
     if self.answer_tokens < 0:

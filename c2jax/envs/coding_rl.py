@@ -9,8 +9,8 @@ hidden tests grade the repository as the turn left it, whether or not the turn c
 episodes are what the token-level actor loop samples; multi-turn episodes (observations fed back) are the
 evaluation harness's (`c2jax.eval`) and a later actor's.
 
-The prompt is the exact text `CodingEnv.reset` returns (and `c2jax.data.sft` trains on), so a model SFT'd on
-the suite's demonstrations meets the same prompt in RL.
+The prompt is the exact text `CodingEnv.reset` returns (and `c2jax.envs.demonstrations` trains on), so a model SFT'd
+on the suite's demonstrations meets the same prompt in RL.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from c2jax import typed_config
 from c2jax.data.tokenizer import make_tokenizer
+from c2jax.envs import suite_tokenizer
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail
@@ -43,8 +45,7 @@ def _tasks(suite: str, split: str, options: tuple[tuple[str, Any], ...] = ()) ->
 
 @functools.lru_cache(maxsize=4)
 def _tokenizer(spec: str, suite: str):
-  from c2jax.data import bpe  # pylint: disable=g-import-not-at-top  (imports the SFT data, which imports this)
-  return make_tokenizer(bpe.resolve(spec, suite))
+  return make_tokenizer(suite_tokenizer.resolve(spec, suite))
 
 
 @TASK_SUITES.register("coding")
@@ -61,8 +62,9 @@ class CodingTaskSuite:
     suite_options: fields of the coding suite to override, e.g. {"max_difficulty": 1} for tiny_functions (as the
       SFT source's `suite_options`); stored as sorted (name, value) pairs so the suite stays hashable.
     tokenizer: "byte" (the default), the path of a tokenizer.json, or "bpe:<vocab_size>" (a BPE of the suite's own
-      train text, trained on first use and cached: c2jax/data/bpe.py): how prompts are encoded and samples decoded;
-      the SFT (c2jax/rl/warm_start.py) uses the same one, and the model's vocab_size must cover it.
+      train text, trained on first use and cached: `c2jax.envs.suite_tokenizer`): how prompts are encoded and
+      samples decoded; the SFT (`c2jax.services.warm_start`) uses the same one, and the model's vocab_size must
+      cover it.
     reward_workers: samples graded at once (`c2jax.envs.tasks.rewards`): each waits on its own sandbox and judge
       processes, so a few threads overlap their start-up (4 give ~2x on 2 cores; tools/bench_sandbox.py).
     name: the registry name, the prefix of task ids.
@@ -76,7 +78,7 @@ class CodingTaskSuite:
   suite_options: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
   tokenizer: str = "byte"
   reward_workers: int = 4
-  name: str = "coding"
+  name: str = dataclasses.field(default="coding", metadata={typed_config.PLAIN: False})  # the registry name
 
   def __post_init__(self):
     options = self.suite_options.items() if hasattr(self.suite_options, "items") else self.suite_options

@@ -159,7 +159,7 @@ for p in paths:
 if total > shown:
   print(f"[... {total - shown} more matching lines]")
 sys.exit(0 if total else %(no_match)d)
-""" % {"usage": _GREP_USAGE_ERROR, "no_match": _GREP_NO_MATCH}
+""" % {"usage": _GREP_USAGE_ERROR, "no_match": _GREP_NO_MATCH}  # noqa: UP031  (the script holds braces)
 
 
 # Tools that can grow the workdir; the others leave it as it is.
@@ -178,7 +178,7 @@ def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str])
   leaves the tool format out (models SFT'd on it).
 
   `CodingEnv.reset` returns it with `files` = the sandbox's listing of the fresh copy (the sorted paths of
-  `task.files`); SFT demonstrations (`c2jax.data.sft`) build the same text without a sandbox.
+  `task.files`); SFT demonstrations (`c2jax.envs.demonstrations`) build the same text without a sandbox.
   """
   listing = "\n".join(files[:MAX_LISTED_FILES])
   if len(files) > MAX_LISTED_FILES:

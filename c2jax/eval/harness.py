@@ -24,7 +24,7 @@ from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with th
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.sandbox import SandboxPool, SandboxUnavailable
-from c2jax.eval.policies import Policy
+from c2jax.envs.scripted_policies import Policy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,3 +3,6 @@
 from c2jax.model.config import ModelConfig, MoeDispatch, Precision, Remat, RopeConfig, RopeLayout, RopeType
 from c2jax.model.params import abstract_params, count_params, init_params, logical_axes, param_specs
 from c2jax.model.transformer import ModelOutput, forward
+
+__all__ = ["ModelConfig", "MoeDispatch", "Precision", "Remat", "RopeConfig", "RopeLayout", "RopeType",
+           "abstract_params", "count_params", "init_params", "logical_axes", "param_specs", "ModelOutput", "forward"]

@@ -313,7 +313,7 @@ class StreamingCheckpointWriter:
     _write_config(self.directory, self.cfg)
     self._closed = True
 
-  def __enter__(self) -> "StreamingCheckpointWriter":
+  def __enter__(self) -> StreamingCheckpointWriter:
     return self
 
   def __exit__(self, exc_type, exc, tb):

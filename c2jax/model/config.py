@@ -16,6 +16,8 @@ import enum
 import math
 from typing import Any, Mapping
 
+from pallas_kernels.recipe.precision import Precision  # the experts' number format (kernels know no model)
+
 
 class RopeType(enum.Enum):
   """How rotary frequencies are built (HF `rope_parameters.rope_type`)."""
@@ -49,22 +51,6 @@ class MoeDispatch(enum.Enum):
   SLOTS = "slots"
   RAGGED = "ragged"
   AUTO = "auto"
-
-
-class Precision(enum.Enum):
-  """Number format of the routed experts' matmuls (Composer 2 report section 5; `pallas_kernels.recipe`).
-
-  BF16: no quantization: the experts run in the model's compute `dtype` with the configured `moe_dispatch`.
-  MXFP8: E4M3 values with E8M0 scales per 32 along each matmul's contraction axis, forward and backward.
-  NVFP4_FWD_MXFP8_BWD: the report's recipe: forward in NVFP4 (E2M1 values, E4M3 scales per 16) with per-token
-    second-level scales, so a token's output never depends on other tokens; backward in MXFP8, both operands
-    re-quantized from the saved high-precision inputs along each gradient's contraction axis.
-  The quantized precisions run the experts as grouped matmuls over expert-sorted rows (whatever `moe_dispatch`).
-  """
-
-  BF16 = "bf16"
-  MXFP8 = "mxfp8"
-  NVFP4_FWD_MXFP8_BWD = "nvfp4_fwd_mxfp8_bwd"
 
 
 class Remat(enum.Enum):
@@ -153,7 +139,8 @@ class ModelConfig:
            f"num_experts_per_tok={self.num_experts_per_tok} must lie in [1, n_routed_experts={self.n_routed_experts}].")
       need(self.n_routed_experts % self.n_group == 0,
            f"n_routed_experts={self.n_routed_experts} must be divisible by n_group={self.n_group}.")
-      need(1 <= self.topk_group <= self.n_group, f"topk_group={self.topk_group} must lie in [1, n_group={self.n_group}].")
+      need(1 <= self.topk_group <= self.n_group,
+           f"topk_group={self.topk_group} must lie in [1, n_group={self.n_group}].")
       if self.n_group > 1:
         need(self.n_routed_experts // self.n_group >= 2,
              "group-limited routing scores a group by its top-2 experts: use >= 2 experts per group.")
@@ -195,12 +182,12 @@ class ModelConfig:
       scale *= m * m
     return scale
 
-  def replace(self, **kw) -> "ModelConfig":
+  def replace(self, **kw) -> ModelConfig:
     return dataclasses.replace(self, **kw)
 
   # HF interop --------------------------------------------------------------------------------------------------
   @classmethod
-  def from_hf_dict(cls, hf: Mapping[str, Any], **overrides) -> "ModelConfig":
+  def from_hf_dict(cls, hf: Mapping[str, Any], **overrides) -> ModelConfig:
     """Builds a config from an HF `config.json` dict (DeepseekV3 / Kimi-K2 text configs; v4 and v5 rope keys)."""
     if "text_config" in hf:  # Kimi K2.5 wraps the text model in a multimodal config.
       hf = hf["text_config"]

@@ -22,9 +22,10 @@ import jax.numpy as jnp
 from c2jax.model import mla as mla_lib
 from c2jax.model import rope as rope_lib
 from c2jax.model.config import ModelConfig
+from c2jax.model.embedding import embed, lm_head
 from c2jax.model.norms import rms_norm
 from c2jax.model.params import Params
-from c2jax.model.transformer import embed, ffn_residual, lm_head
+from c2jax.model.transformer import ffn_residual
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from c2jax.model.config import ModelConfig
+from c2jax.model.embedding import lm_head
 from c2jax.model.norms import rms_norm
 
 
@@ -41,8 +42,6 @@ def mtp_forward(params: dict, hidden: jax.Array, tokens: jax.Array, positions: j
                 segment_ids: jax.Array | None, cfg: ModelConfig, block_fn: Callable,
                 forced_ids: jax.Array | None = None, token_mask: jax.Array | None = None) -> MtpOutput:
   """Runs the M MTP modules sequentially from hidden [B, T, D] (main model, normed) and tokens [B, T]."""
-  from c2jax.model.transformer import lm_head  # local import: transformer imports this module
-
   p_all = params["mtp"]
   emb_table = params["embed"].astype(hidden.dtype)
   h = hidden

@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -131,7 +131,7 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
   """Random init (normal(0, initializer_range) for matrices, ones for norms, zeros for biases), as HF does.
 
   One compiled program for the whole tree (eagerly, every parameter shape would compile its own). Jit the caller
-  with `out_shardings` (see c2jax.parallel.train) to build a large model directly into its shards.
+  with `out_shardings` (see c2jax.pretrain.sharded) to build a large model directly into its shards.
   """
   return _init_params(cfg, key)
 

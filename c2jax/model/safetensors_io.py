@@ -200,7 +200,7 @@ class Fp8BlockQuant:
   block_size: tuple[int, int] = (128, 128)
 
   @classmethod
-  def from_hf_config(cls, hf_config: Mapping[str, Any]) -> "Fp8BlockQuant | None":
+  def from_hf_config(cls, hf_config: Mapping[str, Any]) -> Fp8BlockQuant | None:
     """Reads `quantization_config` of an HF `config.json` dict (or its `text_config`); None when unquantized."""
     q = hf_config.get("quantization_config")
     if q is None and "text_config" in hf_config:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import dataclasses
 from typing import Any, Callable, Iterator
 
@@ -94,6 +95,17 @@ def use_layout(layout: Layout | None) -> Iterator[Layout | None]:
     yield layout
   finally:
     _LAYOUT.reset(token)
+
+
+def with_layout(fn: Callable, layout: Layout | None) -> Callable:
+  """fn, traced with `layout` active (wrap before jit: the layout is read while tracing)."""
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with use_layout(layout):
+      return fn(*args, **kwargs)
+
+  return wrapped
 
 
 def current_layout() -> Layout | None:

@@ -24,6 +24,7 @@ from c2jax.model import mla as mla_lib
 from c2jax.model import moe as moe_lib
 from c2jax.model import mtp as mtp_lib
 from c2jax.model.config import ModelConfig, Remat
+from c2jax.model.embedding import embed, lm_head
 from c2jax.model.norms import rms_norm
 from c2jax.model.params import Params
 from c2jax.model.sharding import constrain, current_layout
@@ -118,18 +119,6 @@ def _block_in_order(order: np.ndarray, cfg: ModelConfig):
     return _take(out_h, inverse, 1), moe_out
 
   return run
-
-
-def embed(params: Params, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
-  """tokens [B, T] int -> [B, T, D] in the compute dtype."""
-  return constrain(params["embed"].astype(cfg.dtype)[tokens], ("batch", "seq", "embed"))
-
-
-def lm_head(params: Params, hidden: jax.Array) -> jax.Array:
-  """hidden [..., D] (normed) -> float32 logits [..., V]."""
-  logits = jnp.einsum("...d,dv->...v", hidden, params["lm_head"].astype(hidden.dtype),
-                      preferred_element_type=jnp.float32)
-  return logits
 
 
 def forward(params: Params, tokens: jax.Array, *, cfg: ModelConfig, positions: jax.Array | None = None,

@@ -60,7 +60,7 @@ class MeshConfig:
     return self.data * self.fsdp * self.expert
 
   @classmethod
-  def parse(cls, text: str) -> "MeshConfig":
+  def parse(cls, text: str) -> MeshConfig:
     """'fsdp:64,expert:64,context:4' -> MeshConfig (unnamed axes are 1)."""
     sizes: dict[str, int] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):

@@ -1,4 +1,5 @@
-"""The language-model train step: next-token CE (+ MTP loss, + z-loss), AdamW, and the balancing-bias update.
+"""The language-model train step: next-token CE (+ MTP loss, + z-loss), AdamW (`c2jax.optim`), and the
+balancing-bias update.
 
   state, metrics = train_step(state, batch, cfg=..., hp=...)     # jit with donate_argnums=0
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 from typing import Any
 
 import jax
@@ -20,15 +20,9 @@ import optax
 from c2jax.model import losses
 from c2jax.model import moe as moe_lib
 from c2jax.model.config import ModelConfig
-from c2jax.model.params import Params, init_params, trainable_mask
+from c2jax.model.params import Params, init_params
 from c2jax.model.transformer import forward
-
-
-class Decay(enum.Enum):
-  """Learning-rate decay after warmup, from the peak to `final_lr_fraction` x peak over the schedule."""
-
-  COSINE = "cosine"
-  LINEAR = "linear"
+from c2jax.optim import OptimizerConfig, make_optimizer
 
 
 class MtpTarget(enum.Enum):
@@ -46,73 +40,32 @@ class MtpTarget(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
-  """Optimization hyperparameters of the LM step.
+  """What the LM step does besides next-token CE.
 
   Attributes:
-    learning_rate: peak learning rate (a schedule is built by `make_optimizer`).
-    warmup_steps / total_steps: linear warmup from 0 (step 0 has rate 0; warmup_steps=0: none) then `decay` to
-      `final_lr_fraction` x peak at `total_steps` (held there after).
-    decay: the decay's shape.
-    schedule_offset: the optimizer step at which this schedule starts (a later training phase continues the
-      same AdamW state, whose step count is global, with a fresh warmup + decay of its own).
-    weight_decay, b1, b2, eps: AdamW.
-    grad_clip: global-norm clipping (0 disables).
-    mtp_weight: lambda, the MTP loss weight (DeepSeek-V3 uses 0.3 then 0.1); 0 leaves the MTP modules out.
+    optim: AdamW, its schedule and clipping (`c2jax.optim.OptimizerConfig`).
+    mtp_weight: lambda, the MTP loss weight (DeepSeek-V3 uses 0.3 then 0.1); 0 leaves the MTP modules out (and
+      out of weight decay).
     mtp_target: what the MTP modules learn (labels or self-distillation from the main model).
     z_loss_weight: weight of the z-loss (0 disables).
     bias_update_rate: u of the aux-loss-free balancing rule (0 disables).
   """
 
-  learning_rate: float = 3e-4
-  warmup_steps: int = 10
-  total_steps: int = 1000
-  final_lr_fraction: float = 0.1
-  decay: Decay = Decay.COSINE
-  schedule_offset: int = 0
-  weight_decay: float = 0.1
-  b1: float = 0.9
-  b2: float = 0.95
-  eps: float = 1e-8
-  grad_clip: float = 1.0
+  optim: OptimizerConfig = OptimizerConfig()
   mtp_weight: float = 0.3
   mtp_target: MtpTarget = MtpTarget.LABELS
   z_loss_weight: float = 0.0
   bias_update_rate: float = 1e-3
 
-
-def make_schedule(hp: StepConfig) -> optax.Schedule:
-  """The learning rate as a function of the optimizer's (global) step count."""
-  peak, end = hp.learning_rate, hp.learning_rate * hp.final_lr_fraction
-  decay_steps = max(hp.total_steps - hp.warmup_steps, 1)
-  if hp.decay == Decay.COSINE:
-    decay = optax.cosine_decay_schedule(peak, decay_steps, alpha=hp.final_lr_fraction)
-  else:
-    decay = optax.linear_schedule(peak, end, decay_steps)
-  # No warmup: the first step already moves at the full rate (a warmup's step 0 has rate 0).
-  local = (optax.join_schedules([optax.linear_schedule(0.0, peak, hp.warmup_steps), decay], [hp.warmup_steps])
-           if hp.warmup_steps > 0 else decay)
-  return lambda count: local(count - hp.schedule_offset)
+  @property
+  def untrained(self) -> tuple[str, ...]:
+    """Parameter groups this step gives no gradient signal (weight decay leaves them alone)."""
+    return () if self.mtp_weight > 0 else ("mtp",)
 
 
-def _decay_mask(params: Params, train_mtp: bool) -> Any:
-  """Which leaves weight decay shrinks: all but the MTP modules of a step that does not train them (a phase without
-  the MTP loss leaves them as they are, for the phase that distils them). Always a mask, so that the optimizer
-  state has one structure in every phase."""
-  return {k: jax.tree.map(lambda _: train_mtp or k != "mtp", v) for k, v in params.items()}
-
-
-def make_optimizer(hp: StepConfig) -> optax.GradientTransformation:
-  """AdamW with warmup + decay and clipping; leaves outside `trainable_mask` are never touched.
-
-  The state's structure depends only on whether clipping is on, so phases with different schedules, rates or
-  weight decay continue one optimizer state.
-  """
-  chain = [optax.clip_by_global_norm(hp.grad_clip)] if hp.grad_clip > 0 else []
-  chain.append(optax.adamw(make_schedule(hp), b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=hp.weight_decay,
-                           mask=functools.partial(_decay_mask, train_mtp=hp.mtp_weight > 0)))
-  tx = optax.chain(*chain)
-  return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
-                               lambda p: jax.tree.map(lambda m: "train" if m else "frozen", trainable_mask(p)))
+def make_step_optimizer(hp: StepConfig) -> optax.GradientTransformation:
+  """The step's AdamW (`c2jax.optim.make_optimizer`), MTP modules out of weight decay when not trained."""
+  return make_optimizer(hp.optim, untrained=hp.untrained)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +82,7 @@ jax.tree_util.register_dataclass(TrainState, data_fields=["step", "params", "opt
 
 def init_state(cfg: ModelConfig, hp: StepConfig, key: jax.Array) -> TrainState:
   params = init_params(cfg, key)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=make_optimizer(hp).init(params))
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=make_step_optimizer(hp).init(params))
 
 
 def document_mask(batch: dict) -> jax.Array:
@@ -180,7 +133,7 @@ def loss_fn(params: Params, batch: dict, cfg: ModelConfig, hp: StepConfig):
 def train_step(state: TrainState, batch: dict, *, cfg: ModelConfig, hp: StepConfig) -> tuple[TrainState, dict]:
   """One AdamW step on `batch`; also moves the router correction biases by the balancing rule."""
   (_, (metrics, load)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, cfg, hp)
-  updates, opt_state = make_optimizer(hp).update(grads, state.opt_state, state.params)
+  updates, opt_state = make_step_optimizer(hp).update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   if hp.bias_update_rate > 0 and "moe_layers" in params:
     moe = params["moe_layers"]["moe"]

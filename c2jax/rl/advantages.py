@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from c2jax.registry import Registry
 
-ADVANTAGES: Registry[Callable[["GroupStats", jax.Array, float], jax.Array]] = Registry("advantage estimator")
+ADVANTAGES: Registry[Callable[[GroupStats, jax.Array, float], jax.Array]] = Registry("advantage estimator")
 
 
 @dataclasses.dataclass(frozen=True)

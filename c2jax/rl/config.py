@@ -2,8 +2,10 @@
 
 Defaults follow the report: Dr. GRPO advantages (no std normalization), Dr. GRPO's constant-normalized token sum
 (no length normalization), overlong rollouts kept, a k1 KL to the reference policy, routing replay on, the
-plausibility filter on. Each ablation is one override, e.g. `--config.rl.advantage=grpo`,
-`--config.rl.aggregation=seq_mean_token_mean`, `--config.rl.kl_estimator=k3`, `--config.rl.routing_replay=off`.
+plausibility filter on. Each ablation is one override of a run config's `rl` section (read by
+`c2jax.typed_config`), e.g. `--config.rl.advantage=grpo`, `--config.rl.aggregation=seq_mean_token_mean`,
+`--config.rl.kl_estimator=k3`, `--config.rl.routing_replay=off`, `--config.rl.reward.weights.style=0.1`,
+`--config.rl.optim.learning_rate=1e-6`.
 
 Report / paper symbol of each field:
   advantage            A_i of the policy gradient (registry `c2jax.rl.advantages.ADVANTAGES`)
@@ -20,10 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Mapping
 
+from c2jax import typed_config
 from c2jax.model.config import ModelConfig
-from c2jax.pretrain.step import StepConfig
+from c2jax.optim import OptimizerConfig
 from c2jax.rl import advantages as advantages_lib
 from c2jax.rl import kl as kl_lib
 from c2jax.rl import policy_loss as policy_loss_lib
@@ -56,11 +58,12 @@ class ZeroVarianceGroups(enum.Enum):
   DROP = "drop"
 
 
-def _default_optim() -> StepConfig:
-  # RL: a constant learning rate from the first update (no warmup), no MTP loss, router correction biases frozen
-  # (routing replay makes the trainer's expert load the actor's, so the balancing rule belongs to pretraining).
-  return StepConfig(learning_rate=1e-5, warmup_steps=0, total_steps=1, final_lr_fraction=1.0, weight_decay=0.0,
-                    grad_clip=1.0, mtp_weight=0.0, z_loss_weight=0.0, bias_update_rate=0.0)
+def _default_optim() -> OptimizerConfig:
+  # RL: a constant learning rate from the first update (no warmup), no weight decay. The router correction biases
+  # stay frozen (they are outside the optimizer's trainable mask; routing replay makes the trainer's expert load
+  # the actor's, so the balancing rule belongs to pretraining).
+  return OptimizerConfig(learning_rate=1e-5, warmup_steps=0, total_steps=1, final_lr_fraction=1.0, weight_decay=0.0,
+                         grad_clip=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +72,8 @@ class RLConfig:
 
   Attributes:
     model: the architecture.
-    optim: AdamW, schedule and clipping (`c2jax.pretrain.step.StepConfig`; warmup_steps=0 and final_lr_fraction=1 give a
-      constant rate).
+    optim: AdamW, schedule and clipping (`c2jax.optim.OptimizerConfig`; warmup_steps=0 and final_lr_fraction=1 give
+      a constant rate).
     advantage: name in `ADVANTAGES` (dr_grpo, grpo, rloo).
     advantage_eps: eps of grpo's std division.
     zero_variance_groups: KEEP or DROP groups with equal rewards.
@@ -96,8 +99,9 @@ class RLConfig:
     micro_batches: gradient accumulation steps; the update does not depend on it (rows split evenly).
   """
 
-  model: ModelConfig
-  optim: StepConfig = dataclasses.field(default_factory=_default_optim)
+  # The architecture: a run config gives it in its own section (`c2jax.services.rl_run_config`), not under rl.
+  model: ModelConfig = dataclasses.field(metadata={typed_config.PLAIN: False})
+  optim: OptimizerConfig = dataclasses.field(default_factory=_default_optim)
   advantage: str = "dr_grpo"
   advantage_eps: float = 1e-6
   zero_variance_groups: ZeroVarianceGroups = ZeroVarianceGroups.KEEP
@@ -143,64 +147,3 @@ class RLConfig:
   def uses_reference(self) -> bool:
     """Whether the update needs the reference policy's log-probs (and the state its params)."""
     return self.kl_placement is not KlPlacement.NONE and self.kl_coef > 0
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# ml_collections <-> RLConfig: a run config holds the recipe as plain data (`c.rl`), so every field is a
-# command-line override: --config.rl.kl_placement=loss, --config.rl.filter.mode=sequence,
-# --config.rl.reward.weights.style=0.1, --config.rl.optim.learning_rate=1e-6.
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def _to_plain(value: Any) -> Any:
-  if isinstance(value, enum.Enum):
-    return value.value
-  if isinstance(value, RewardConfig):
-    return {"weights": dict(value.weights), "length_penalty": _to_plain(value.length_penalty)}
-  if dataclasses.is_dataclass(value):
-    return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-  return value
-
-
-def _from_plain(default: Any, value: Any, where: str) -> Any:
-  """`value` converted to the type of `default` (enums by value, case-insensitive; dataclasses field by field)."""
-  if isinstance(default, enum.Enum):
-    choices = {m.value: m for m in type(default)}
-    key = value.value if isinstance(value, enum.Enum) else str(value).lower()
-    if key not in choices:
-      raise ValueError(f"{where}={value!r} is not one of {', '.join(choices)}.")
-    return choices[key]
-  if isinstance(default, RewardConfig):
-    return RewardConfig.from_dict(value)
-  if dataclasses.is_dataclass(default):
-    if dataclasses.is_dataclass(value):
-      return value
-    known = {f.name for f in dataclasses.fields(default)}
-    unknown = sorted(set(value) - known)
-    if unknown:
-      raise ValueError(f"{where} has unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
-    return dataclasses.replace(default, **{k: _from_plain(getattr(default, k), v, f"{where}.{k}")
-                                           for k, v in value.items()})
-  if isinstance(default, tuple):
-    return tuple(value)
-  if isinstance(default, float) and isinstance(value, int):
-    return float(value)
-  return value
-
-
-def to_config_dict(cfg: RLConfig) -> "ml_collections.ConfigDict":
-  """The recipe of `cfg` (everything but the architecture) as an ml_collections ConfigDict of plain values."""
-  import ml_collections  # a run-config concern; the update itself never needs it
-
-  plain = _to_plain(cfg)
-  del plain["model"]
-  return ml_collections.ConfigDict(plain)
-
-
-def from_config_dict(d: Mapping[str, Any], model: ModelConfig) -> RLConfig:
-  """The `RLConfig` of a run config's `rl` section (a ConfigDict or dict; missing fields keep their defaults)."""
-  if hasattr(d, "to_dict"):
-    d = d.to_dict()
-  if "model" in d:
-    raise ValueError("rl.model: the architecture comes from the run config's model section, not from rl.")
-  return _from_plain(RLConfig(model=model), dict(d), "rl")

@@ -13,10 +13,11 @@ C is concave for q > 0 (its slope (1 + k x)^-q falls with length), so the first 
 are pushed to be solved quickly while hard tasks can still afford to think longer. Its limits are
 log(1 + k x) / k as q -> 1 and x (a linear penalty) as k -> 0.
 
-An ablation is a config override:
+An ablation is a config override (`--config.rl.reward.weights.style=0.1`); from plain data:
 
-  cfg = RewardConfig.from_dict({"weights": {"outcome": 1.0, "style": 0.1, "malformed_tool_calls": -0.05},
-                                "length_penalty": {"weight": 0.1, "k": 1.0, "q": 0.5, "scale": 1000.0}})
+  cfg = typed_config.from_plain(RewardConfig(), {"weights": {"outcome": 1.0, "style": 0.1,
+                                                             "malformed_tool_calls": -0.05},
+                                                 "length_penalty": {"weight": 0.1, "k": 1.0, "q": 0.5}}, "reward")
   out = compose_rewards(batch["reward_terms"], chain_lengths, cfg)   # cfg is hashable: a static jit argument
 """
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Mapping
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -199,35 +200,6 @@ class RewardConfig:
     if isinstance(self.length_penalty, Mapping):
       object.__setattr__(self, "length_penalty", LengthPenaltyConfig(**self.length_penalty))
 
-  @classmethod
-  def from_dict(cls, d: Mapping[str, Any]) -> RewardConfig:
-    """Builds the config from plain data, e.g. an ml_collections ConfigDict or its `to_dict()`.
-
-    Args:
-      d: {"weights": {name: w} or [(name, w), ...], "length_penalty": {"weight", "k", "q", "scale"}}; both keys
-        are optional (defaults as in the dataclasses).
-    """
-    if hasattr(d, "to_dict"):  # ml_collections.ConfigDict
-      d = d.to_dict()
-    unknown = sorted(set(d) - {"weights", "length_penalty"})
-    if unknown:
-      raise ValueError(f"Reward config has unknown keys {', '.join(map(repr, unknown))}; expected 'weights' and "
-                       f"'length_penalty'.")
-    kwargs = {}
-    if "weights" in d:
-      w = d["weights"]
-      kwargs["weights"] = tuple(w.items()) if isinstance(w, Mapping) else tuple(tuple(p) for p in w)
-    if "length_penalty" in d:
-      lp = d["length_penalty"]
-      if isinstance(lp, Mapping):
-        known = {f.name for f in dataclasses.fields(LengthPenaltyConfig)}
-        bad = sorted(set(lp) - known)
-        if bad:
-          raise ValueError(f"Length penalty config has unknown keys {', '.join(map(repr, bad))}; expected "
-                           f"{', '.join(sorted(known))}.")
-        lp = LengthPenaltyConfig(**lp)
-      kwargs["length_penalty"] = lp
-    return cls(**kwargs)
 
 
 @dataclasses.dataclass(frozen=True)

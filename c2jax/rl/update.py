@@ -12,9 +12,9 @@ What one step does, in order:
   5. weights      w_{i,t} of each action token for the whole batch, before micro-batching      (`policy_loss`)
   6. per micro-batch: forward with the actor's expert ids (routing replay), log pi_theta, the plausibility
      filter, the per-token policy loss and the KL loss term; gradients summed over micro-batches
-  7. AdamW (`c2jax.pretrain.step.make_optimizer`); the reference params are carried unchanged.
+  7. AdamW (`c2jax.optim`); the reference params are carried unchanged.
 
-The step is a function of (state, batch) only: under a mesh (`c2jax.rl.trainer`) it runs unchanged with
+The step is a function of (state, batch) only: under a mesh (`c2jax.rl.sharded`) it runs unchanged with
 FSDP/EP/CP-sharded params and a batch sharded over rows and sequence.
 """
 
@@ -31,7 +31,7 @@ import optax
 from c2jax.model.losses import token_log_probs
 from c2jax.model.params import Params, init_params
 from c2jax.model.transformer import forward
-from c2jax.pretrain.step import make_optimizer
+from c2jax.optim import make_optimizer
 from c2jax.rl import advantages as advantages_lib
 from c2jax.rl import batch as batch_lib
 from c2jax.rl import filters
@@ -58,6 +58,11 @@ class RLState:
 jax.tree_util.register_dataclass(RLState, data_fields=["step", "params", "opt_state", "ref_params"], meta_fields=[])
 
 
+def optimizer(cfg: RLConfig) -> optax.GradientTransformation:
+  """The update's AdamW; the RL loss has no MTP term, so weight decay leaves the MTP modules as they are."""
+  return make_optimizer(cfg.optim, untrained=("mtp",))
+
+
 def init_state(cfg: RLConfig, key: jax.Array, params: Params | None = None) -> RLState:
   """A fresh state from `params` (e.g. the SFT checkpoint) or a random init; the reference policy is a copy.
 
@@ -66,7 +71,7 @@ def init_state(cfg: RLConfig, key: jax.Array, params: Params | None = None) -> R
   if params is None:
     params = init_params(cfg.model, key)
   ref = jax.tree.map(jnp.copy, params) if cfg.uses_reference else None
-  return RLState(step=jnp.zeros((), jnp.int32), params=params, opt_state=make_optimizer(cfg.optim).init(params),
+  return RLState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer(cfg).init(params),
                  ref_params=ref)
 
 
@@ -347,7 +352,7 @@ def update_step(state: RLState, batch: Mapping, *, cfg: RLConfig) -> tuple[RLSta
     (new state, metrics: dict of float32 scalars).
   """
   grads, metrics = rl_gradients(state.params, state.ref_params, state.step, batch, cfg)
-  updates, opt_state = make_optimizer(cfg.optim).update(grads, state.opt_state, state.params)
+  updates, opt_state = optimizer(cfg).update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   return RLState(step=state.step + 1, params=params, opt_state=opt_state, ref_params=state.ref_params), metrics
 

@@ -69,7 +69,7 @@ class Prefetcher:
     """Waits for a running read to end (at most read_timeout_s) and stops the thread. Idempotent."""
     self._pool.shutdown(wait=True)
 
-  def __enter__(self) -> "Prefetcher":
+  def __enter__(self) -> Prefetcher:
     return self
 
   def __exit__(self, *exc) -> None:

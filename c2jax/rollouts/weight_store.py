@@ -141,18 +141,35 @@ class _Manifest:
     return (json.dumps(self.tree, sort_keys=True), self.shapes, tuple(d.name for d in self.dtypes))
 
 
-class WeightStore:
-  """Publishes and loads versioned params under one storage URL (see the module docstring).
+@dataclasses.dataclass(frozen=True)
+class WeightStoreConfig:
+  """How a publisher stores versions (a run config's `weight_store` section).
 
-  Args:
-    url: a local directory or an s3:// / gs:// / memory:// URL (storage.py).
+  Attributes:
     full_every: a version is a full snapshot when it is at least this far past the last full one (or when the
       delta would have no base: a new publisher, a changed tree, shapes or dtypes); 1 makes every version full.
     keep: full snapshots kept, each with the deltas that follow it; older versions are deleted after a publish.
     zstd_level: zstd level of the array chunks.
   """
 
-  def __init__(self, url: str, *, full_every: int = 8, keep: int = 2, zstd_level: int = 3):
+  full_every: int = 8
+  keep: int = 2
+  zstd_level: int = 3
+
+
+_DEFAULTS = WeightStoreConfig()
+
+
+class WeightStore:
+  """Publishes and loads versioned params under one storage URL (see the module docstring).
+
+  Args:
+    url: a local directory or an s3:// / gs:// / memory:// URL (storage.py).
+    full_every, keep, zstd_level: see `WeightStoreConfig` (its defaults are these).
+  """
+
+  def __init__(self, url: str, *, full_every: int = _DEFAULTS.full_every, keep: int = _DEFAULTS.keep,
+               zstd_level: int = _DEFAULTS.zstd_level):
     if full_every < 1 or keep < 1:
       raise ValueError(f"full_every and keep must be >= 1; got full_every={full_every}, keep={keep}.")
     self.url = url

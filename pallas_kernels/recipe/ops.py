@@ -27,10 +27,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from c2jax.model.config import Precision
 from pallas_kernels.formats import MXFP8_BLOCK, Impl, NVFP4Scaling
 from pallas_kernels.grouped_matmul.ops import grouped_matmul, transposed_grouped_matmul
 from pallas_kernels.quantize.ops import quantize_mxfp8, quantize_nvfp4
+from pallas_kernels.recipe.precision import Precision
 from pallas_kernels.scaled_matmul.kernel import TuningConfig
 from pallas_kernels.scaled_matmul.ops import resolve_interpret
 

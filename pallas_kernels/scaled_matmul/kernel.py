@@ -9,8 +9,8 @@ How the scales enter (Composer 2 report section 5, the MXFP8 / NVFP4 recipe; iss
     the E8M0 scales are applied to the partial product in the float32 accumulator, never to the fp8 inputs.
   NVFP4: the packed E2M1 codes are unpacked in-kernel (two per byte, element 2i in the low nibble) and multiplied
     by their E4M3 block scale; e2m1 x e4m3 has at most 6 significant bits (1.5 x 1.875), so this product is exact
-    in bf16 and the dot runs on bf16 values. Packed bytes hold even elements in the low and odd elements in the high nibble:
-    instead of interleaving them back, the kernel contracts evens with evens and odds with odds (the contraction
+    in bf16 and the dot runs on bf16 values. Packed bytes hold even elements in the low and odd elements in the high
+    nibble: instead of interleaving them back, the kernel contracts evens with evens and odds with odds (the contraction
     is a sum, so the order of k does not matter). The FP32 second-level scales (per row of lhs, per row of rhs:
     per token and per output channel) multiply the tile once, in the epilogue.
   PLAIN: unscaled float operands (bf16 / f32), for the high-precision grouped matmul.

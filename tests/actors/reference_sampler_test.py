@@ -21,7 +21,7 @@ from c2jax.actors import reference_sampler as rs
 from c2jax.model import losses
 from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
-from configs.model import tiny
+from c2jax.model import presets
 
 B, P, N = 4, 6, 6
 PROMPT_LENGTHS = np.array([6, 2, 4, 1], np.int32)  # mixed lengths, both ends of [1, P] included
@@ -30,7 +30,7 @@ SEED = 1234
 
 @functools.cache
 def _model():
-  cfg = dataclasses.replace(tiny.get_model_config(), n_layers=2, num_mtp_layers=0)
+  cfg = dataclasses.replace(presets.tiny(), n_layers=2, num_mtp_layers=0)
   params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(0))
   # A fresh init gives near-uniform next-token distributions (logit std ~0.16), under which top-k / top-p keep
   # almost the whole vocab and a statistical test has no power; a larger head gives logit std ~2.5.

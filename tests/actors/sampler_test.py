@@ -18,14 +18,14 @@ from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import MeshConfig, make_mesh
-from configs.model import tiny
+from c2jax.model import presets
 
-CFG = dataclasses.replace(tiny.get_model_config(), n_layers=2, scan_unroll=1)  # dense + MoE layer, one MTP module
+CFG = dataclasses.replace(presets.tiny(), n_layers=2, scan_unroll=1)  # dense + MoE layer, one MTP module
 B, P, N = 4, 6, 6
 LENGTHS = np.array([6, 2, 4, 1], np.int32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _params(scale: float = 4.0):
   """Random params with a sharper head (a fresh init is nearly uniform, which makes every test weak)."""
   params = jax.jit(init_params, static_argnums=0)(CFG, jax.random.key(0))

@@ -6,8 +6,8 @@ import threading
 from absl.testing import absltest
 
 import c2jax.envs  # noqa: F401  (registers the suites)
-from c2jax.data import sft
 from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.envs import demonstrations
 from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.coding_tasks import CODING_SUITES
@@ -25,7 +25,7 @@ class CodingTaskSuiteTest(absltest.TestCase):
   def test_prompt_is_the_sft_prompt_and_ids_are_stable(self):
     for instructions in ("none", "brief", "full"):
       suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions=instructions)
-      examples = sft.sft_examples("tiny_functions", "heldout", max_examples=3, instructions=instructions)
+      examples = demonstrations.sft_examples("tiny_functions", "heldout", max_examples=3, instructions=instructions)
       for i, (prompt, _) in enumerate(examples):
         task = suite.task("heldout", i)
         self.assertEqual(task.text, prompt)
@@ -54,7 +54,7 @@ class CodingTaskSuiteTest(absltest.TestCase):
     self.assertEqual({t.difficulty for t in tasks}, {1})
     self.assertLess(easy.size("train"), TASK_SUITES.get("coding")().size("train"))
     # The SFT data of the same options are the same prompts.
-    examples = sft.sft_examples("tiny_functions", "train", max_examples=5, instructions="none",
+    examples = demonstrations.sft_examples("tiny_functions", "train", max_examples=5, instructions="none",
                                 suite_options={"max_difficulty": 1})
     self.assertEqual([easy.task("train", i).text for i in range(5)], [p for p, _ in examples])
     with self.assertRaisesRegex(ValueError, "no heldout tasks"):
@@ -66,7 +66,7 @@ class CodingTaskSuiteTest(absltest.TestCase):
     except sandbox_lib.SandboxUnavailable as e:
       self.skipTest(str(e))
     suite = TASK_SUITES.get("coding")(instructions="brief", reward_workers=3)
-    examples = sft.sft_examples("tiny_functions", "train", max_examples=3, instructions="brief")
+    examples = demonstrations.sft_examples("tiny_functions", "train", max_examples=3, instructions="brief")
     tasks = [suite.task("train", i) for i in range(3)] * 2
     # Each task's own reference, then each task with the next task's reference.
     answers = [_tokens(r) for _, r in examples] + [_tokens(examples[(i + 1) % 3][1]) for i in range(3)]
@@ -85,11 +85,11 @@ class CodingTaskSuiteTest(absltest.TestCase):
       self.skipTest(str(e))
     suite = TASK_SUITES.get("coding")()
     task = suite.task("train", 3)
-    _, reference = sft.sft_examples("tiny_functions", "train", max_examples=4, instructions="brief")[3]
+    _, reference = demonstrations.sft_examples("tiny_functions", "train", max_examples=4, instructions="brief")[3]
     self.assertEqual(suite.reward(task, _tokens(reference)), {"outcome": 1.0, "malformed_tool_calls": 0.0})
     self.assertEqual(suite.reward(task, _tokens('<tool name="finish"/>'))["outcome"], 0.0)
     # Another task's solution: the file is written and graded, and fails this task's tests.
-    _, other = sft.sft_examples("tiny_functions", "train", max_examples=1, instructions="brief")[0]
+    _, other = demonstrations.sft_examples("tiny_functions", "train", max_examples=1, instructions="brief")[0]
     self.assertLess(suite.reward(task, _tokens(other))["outcome"], 1.0)
     cut = suite.reward(task, _tokens(reference[:40]))  # a sample cut off inside its first call
     self.assertEqual(cut["outcome"], 0.0)

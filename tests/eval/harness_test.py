@@ -21,9 +21,10 @@ from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import EnvConfig
 from c2jax.envs.protocol import parse
 from c2jax.eval import harness
-from c2jax.eval.policies import POLICIES, SamplerPolicy
+from c2jax.envs.scripted_policies import POLICIES
+from c2jax.eval.policies import SamplerPolicy
 from c2jax.model.params import init_params
-from configs.model import tiny
+from c2jax.model import presets
 
 
 _unavailable_reason = sandbox_lib.unavailable_reason
@@ -63,13 +64,13 @@ class HarnessTest(absltest.TestCase):
     self.assertEqual(saved["summary"]["pass_at_1"], summary["pass_at_1"])
     self.assertLen(saved["episodes"], len(self.tasks))
     self.assertSetEqual(set(saved["by_category"]), {t.category.value for t in self.tasks})
-    self.assertIn("| all | %d |" % len(self.tasks), open(os.path.join(out, "report.md")).read())
+    self.assertIn(f"| all | {len(self.tasks)} |", open(os.path.join(out, "report.md")).read())
     self.assertGreater(os.path.getsize(os.path.join(out, "report.png")), 1000)
 
   def test_a_model_runs_through_the_sampler(self):
     # An untrained model writes bytes, not tool calls: it must be evaluated (turns taken, nothing raised), and fail.
     self.require_sandbox()
-    model = dataclasses.replace(tiny.get_model_config(), vocab_size=259, n_layers=2, num_mtp_layers=0,
+    model = dataclasses.replace(presets.tiny(), vocab_size=259, n_layers=2, num_mtp_layers=0,
                                 scan_unroll=1)
     params = jax.jit(init_params, static_argnums=0)(model, jax.random.key(0))
     sampling = SamplingConfig(max_new_tokens=16, stop_tokens=(ByteTokenizer.EOS,))

@@ -13,10 +13,10 @@ import numpy as np
 from c2jax.model import decode
 from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
-from configs.model import tiny
+from c2jax.model import presets
 
 B, T = 3, 12
-CFG = dataclasses.replace(tiny.get_model_config(), n_layers=2, scan_unroll=1)  # one dense, one MoE, one MTP
+CFG = dataclasses.replace(presets.tiny(), n_layers=2, scan_unroll=1)  # one dense, one MoE, one MTP
 
 
 class DecodeTest(absltest.TestCase):

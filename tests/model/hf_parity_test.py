@@ -29,6 +29,7 @@ import torch
 import transformers
 
 from c2jax.model import checkpoint as ckpt_lib
+from c2jax.model import embedding
 from c2jax.model import hf_convert
 from c2jax.model import params as params_lib
 from c2jax.model import safetensors_io
@@ -116,7 +117,7 @@ def _layer_divergence(model, params, cfg: ModelConfig, toks: np.ndarray) -> str:
       hs = model(torch.tensor(toks, dtype=torch.long), output_hidden_states=True).hidden_states
     # HF records [embeddings, layer 0, ..., layer n-2, final_norm(layer n-1)].
     hs = [h.numpy() for h in hs][-cfg.n_layers:]
-    h = transformer.embed(params, toks, cfg)
+    h = embedding.embed(params, toks, cfg)
     pos = np.broadcast_to(np.arange(toks.shape[1], dtype=np.int32), toks.shape)
     lines = []
     for i in range(cfg.n_layers):

@@ -10,14 +10,14 @@ import numpy as np
 from c2jax.model import mla
 from c2jax.model import params as params_lib
 from c2jax.model import rope as rope_lib
-from configs.model import tiny
+from c2jax.model import presets
 
 
 class AttendTest(parameterized.TestCase):
 
   @parameterized.parameters((40, False), (200, True), (300, True))  # one block; several; last block partial
   def test_matches_reference_values_and_grads(self, t, packed):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     p = jax.tree.map(lambda a: a[0], params_lib.init_params(cfg, jax.random.key(0))["dense_layers"]["attn"])
     b = 2
     x = jax.random.normal(jax.random.key(1), (b, t, cfg.d_model))

@@ -11,8 +11,9 @@ import jax
 import numpy as np
 
 from c2jax.model.config import Precision
+from c2jax.optim import OptimizerConfig
 from c2jax.pretrain.step import StepConfig, init_state, train_step
-from configs.model import tiny
+from c2jax.model import presets
 
 STEPS = 4
 
@@ -20,8 +21,8 @@ STEPS = 4
 class PrecisionTrainingTest(absltest.TestCase):
 
   def test_each_precision_trains_and_tracks_bf16(self):
-    base = tiny.get_model_config().replace(n_layers=2, num_mtp_layers=0, scan_unroll=1)
-    hp = StepConfig(learning_rate=3e-3, warmup_steps=0, total_steps=20)
+    base = presets.tiny().replace(n_layers=2, num_mtp_layers=0, scan_unroll=1)
+    hp = StepConfig(optim=OptimizerConfig(learning_rate=3e-3, warmup_steps=0, total_steps=20))
     tokens = jax.random.randint(jax.random.key(1), (4, 32), 0, base.vocab_size)
     curves = {}
     for precision in Precision:

@@ -13,11 +13,11 @@ from c2jax.model import params as params_lib
 from c2jax.model.config import ModelConfig, MoeDispatch, Remat
 from c2jax.model.norms import rms_norm
 from c2jax.model.transformer import forward
-from configs.model import kimi_k25, tiny
+from c2jax.model import presets
 
 
 def _setup(cfg=None, b=2, t=24, seed=0):
-  cfg = cfg or tiny.get_model_config()
+  cfg = cfg or presets.tiny()
   p = params_lib.init_params(cfg, jax.random.key(seed))
   # Random router biases: zeros would leave near-ties that make the test insensitive to bias handling.
   p["moe_layers"]["moe"]["router_bias"] = 0.05 * jax.random.normal(jax.random.key(7),
@@ -140,14 +140,14 @@ class LossTest(absltest.TestCase):
 class ConfigTest(absltest.TestCase):
 
   def test_kimi_k25_counts(self):
-    count = params_lib.count_params(kimi_k25.get_model_config())
+    count = params_lib.count_params(presets.kimi_k25())
     self.assertAlmostEqual(count.total / 1.04e12, 1.0, delta=0.03)
     self.assertAlmostEqual(count.active / 32e9, 1.0, delta=0.03)
 
   def test_kimi_abstract_params_allocate_nothing(self):
-    shapes = params_lib.abstract_params(kimi_k25.get_model_config())
+    shapes = params_lib.abstract_params(presets.kimi_k25())
     self.assertEqual(shapes["moe_layers"]["moe"]["experts"]["gate"].shape, (60, 384, 7168, 2048))
-    axes = params_lib.logical_axes(kimi_k25.get_model_config())
+    axes = params_lib.logical_axes(presets.kimi_k25())
     self.assertEqual(tuple(axes["moe_layers"]["moe"]["experts"]["down"]),
                      ("layers", "expert", "expert_mlp", "embed"))
     for shape, ax in zip(jax.tree.leaves(shapes), jax.tree.leaves(axes, is_leaf=lambda x: isinstance(
@@ -155,7 +155,7 @@ class ConfigTest(absltest.TestCase):
       self.assertLen(ax, len(shape.shape))
 
   def test_json_roundtrip_and_hf_roundtrip(self):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     self.assertEqual(config_lib.config_from_json_dict(config_lib.config_to_json_dict(cfg)), cfg)
     # HF configs carry the architecture only; implementation choices come back as defaults.
     back = ModelConfig.from_hf_dict(cfg.to_hf_dict(), scan_unroll=cfg.scan_unroll)
@@ -169,7 +169,7 @@ class ConfigTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "unknown ModelConfig fields"):
       config_lib.config_from_json_dict({"d_modle": 3})
     with self.assertRaisesRegex(ValueError, "rope type"):
-      ModelConfig.from_hf_dict({**tiny.get_model_config().to_hf_dict(), "rope_parameters": {"rope_type": "linear",
+      ModelConfig.from_hf_dict({**presets.tiny().to_hf_dict(), "rope_parameters": {"rope_type": "linear",
                                                                                            "factor": 2.0}})
 
 

@@ -20,7 +20,7 @@ from c2jax.model import params as params_lib
 from c2jax.model import rope as rope_lib
 from c2jax.parallel import context_parallel as cp_lib
 from c2jax.parallel.mesh import BATCH_AXES, CONTEXT, TENSOR, MeshConfig, make_mesh
-from configs.model import tiny
+from c2jax.model import presets
 
 B, T = 4, 32
 MESHES = {
@@ -49,7 +49,7 @@ def _cfg_and_params():
   numpy, because eager `jax.random` compiles once per shape (seconds each on 2 cores); std 0.2 rather than the
   init's 0.02 so that the softmax is far from uniform and the log-sum-exp merge is really exercised.
   """
-  cfg = tiny.get_model_config()
+  cfg = presets.tiny()
   rng = np.random.default_rng(0)
 
   def draw(spec: params_lib.ParamSpec) -> jax.Array:

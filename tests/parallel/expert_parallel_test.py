@@ -98,7 +98,7 @@ def _reference(p, x, forced, keep):
   return jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(p, x)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted_expert_parallel(axes: tuple[tuple[str, int], ...], capacity_factor: float | None):
   """(mesh, jitted value-and-grad of the EP path), one per mesh and mode, so that tests can share a compile."""
   mesh = _mesh(**dict(axes))

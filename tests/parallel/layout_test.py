@@ -11,8 +11,8 @@ from c2jax.model.sharding import Layout
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import AXES, MeshConfig, make_mesh
 from c2jax.pretrain.step import StepConfig
-from c2jax.parallel.train import state_shardings
-from configs.model import kimi_k25, tiny
+from c2jax.pretrain.sharded import state_shardings
+from c2jax.model import presets
 
 P = jax.sharding.PartitionSpec
 
@@ -65,7 +65,7 @@ class ParamSpecTest(parameterized.TestCase):
     self.assertEqual(spec, P(None, None))
 
   def test_every_kimi_param_divides(self):
-    cfg = kimi_k25.get_model_config()
+    cfg = presets.kimi_k25()
     shape = _shape(fsdp=64, expert=64, context=4)
     for spec in jax.tree.leaves(param_specs(cfg), is_leaf=lambda x: hasattr(x, "init")):
       mesh_spec = layout_lib.param_spec(spec.shape, spec.axes, shape)
@@ -74,7 +74,7 @@ class ParamSpecTest(parameterized.TestCase):
         self.assertEqual(dim % int(np.prod([shape[a] for a in axes])), 0)
 
   def test_optimizer_state_mirrors_params(self):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     mesh = make_mesh(MeshConfig(fsdp=2, expert=4))
     shardings = state_shardings(cfg, StepConfig(), mesh)
     gate = shardings.params["moe_layers"]["moe"]["experts"]["gate"]
@@ -89,22 +89,22 @@ class ParamSpecTest(parameterized.TestCase):
 class CheckMeshTest(parameterized.TestCase):
 
   def test_experts_must_divide(self):
-    cfg = dataclasses.replace(kimi_k25.get_model_config())
+    cfg = dataclasses.replace(presets.kimi_k25())
     with self.assertRaisesRegex(ValueError, "384 experts cannot be split over an expert axis of 7"):
       layout_lib.check_mesh(cfg, _shape(expert=7))
 
   def test_sequence_must_divide_twice_context(self):
     with self.assertRaisesRegex(ValueError, "Sequence length 100 is not divisible by 2 x context = 8"):
-      layout_lib.check_mesh(tiny.get_model_config(), _shape(context=4), batch_size=8, seq_len=100)
+      layout_lib.check_mesh(presets.tiny(), _shape(context=4), batch_size=8, seq_len=100)
 
   def test_batch_must_divide(self):
     with self.assertRaisesRegex(ValueError, "Batch size 6 is not divisible by data x fsdp x expert = 4"):
-      layout_lib.check_mesh(tiny.get_model_config(), _shape(fsdp=2, expert=2), batch_size=6, seq_len=64)
+      layout_lib.check_mesh(presets.tiny(), _shape(fsdp=2, expert=2), batch_size=6, seq_len=64)
 
   def test_mesh_needs_the_five_axes(self):
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()).reshape(2, 4), ("fsdp", "expert"))
     with self.assertRaisesRegex(ValueError, "lacks \\['data', 'context', 'tensor'\\]; build it with"):
-      layout_lib.make_layout(tiny.get_model_config(), mesh)
+      layout_lib.make_layout(presets.tiny(), mesh)
 
   def test_sequence_order_needs_its_attention(self):
     mesh = make_mesh(MeshConfig(context=8))
@@ -113,7 +113,7 @@ class CheckMeshTest(parameterized.TestCase):
 
   def test_heads_must_divide(self):
     with self.assertRaisesRegex(ValueError, "4 attention heads cannot be split over a tensor axis of 8"):
-      layout_lib.check_mesh(tiny.get_model_config(), _shape(tensor=8))
+      layout_lib.check_mesh(presets.tiny(), _shape(tensor=8))
 
 
 if __name__ == "__main__":

@@ -32,13 +32,14 @@ def main() -> None:
     jax.distributed.initialize(coordinator_address=f"localhost:{args.port}", num_processes=args.num_processes,
                                process_id=args.process_id, initialization_timeout=120)
   from c2jax.parallel.mesh import MeshConfig, make_mesh
-  from c2jax.parallel.train import make_trainer
+  from c2jax.pretrain.sharded import make_trainer
+  from c2jax.optim import OptimizerConfig
   from c2jax.pretrain.step import StepConfig
-  from configs.model import tiny
+  from c2jax.model import presets
 
   assert jax.device_count() == 8, jax.device_count()
-  cfg = dataclasses.replace(tiny.get_model_config(), n_layers=2, scan_unroll=1, num_mtp_layers=0)
-  hp = StepConfig(learning_rate=1e-2, warmup_steps=1, total_steps=10, mtp_weight=0.0)
+  cfg = dataclasses.replace(presets.tiny(), n_layers=2, scan_unroll=1, num_mtp_layers=0)
+  hp = StepConfig(optim=OptimizerConfig(learning_rate=1e-2, warmup_steps=1, total_steps=10), mtp_weight=0.0)
   mesh = make_mesh(MeshConfig.parse(args.mesh))
   b, t = 8, 32
   trainer = make_trainer(cfg, hp, mesh, batch_size=b, seq_len=t)

@@ -12,10 +12,10 @@ from c2jax.model.config import Remat
 from c2jax.model.params import count_params
 from c2jax.parallel import hlo_stats
 from c2jax.parallel import plan
-from c2jax.parallel import train
+from c2jax.pretrain import sharded as train
 from c2jax.parallel.mesh import AXES, MeshConfig, make_mesh
 from c2jax.pretrain.step import StepConfig
-from configs.model import kimi_k25, tiny
+from c2jax.model import presets
 
 
 def _shape(**sizes):
@@ -50,17 +50,17 @@ class StateMemoryTest(absltest.TestCase):
     expected = (2 * (matrices_bf16 - embeddings_bf16) / 4096
                 + (2 * embeddings_bf16 + 2 * vectors_bf16 + 4 * routers_f32) / 64
                 + 4 * biases_f32)
-    mem = plan.state_memory(kimi_k25.get_model_config(), _shape(fsdp=64, expert=64))
+    mem = plan.state_memory(presets.kimi_k25(), _shape(fsdp=64, expert=64))
     self.assertAlmostEqual(mem.params, expected, delta=1.0)
     # AdamW mu and nu in the param dtype, for every leaf but the router bias; gradients like the params.
     self.assertAlmostEqual(mem.optimizer, 2 * (expected - 4 * biases_f32), delta=1.0)
     self.assertEqual(mem.grads, mem.params)
     # The total elements agree with count_params (main model + MTP modules).
-    c = count_params(kimi_k25.get_model_config())
+    c = count_params(presets.kimi_k25())
     self.assertEqual(matrices_bf16 + vectors_bf16 + routers_f32 + biases_f32, c.total + c.mtp)
 
   def test_data_axis_replicates(self):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     a = plan.state_memory(cfg, _shape(fsdp=2, expert=2))
     b = plan.state_memory(cfg, _shape(data=2, fsdp=2, expert=2))
     self.assertEqual(a.params, b.params)
@@ -70,7 +70,7 @@ class StateMemoryTest(absltest.TestCase):
     # that 256 divides (7168 = 256 x 28, 1536 = 256 x 6, 512 = 256 x 2, 14336, 18432), so every leaf splits 4 more
     # ways: the matrices 16384, embed / lm_head, the routers and the norm vectors 256. The router biases [60, 384]
     # and [1, 384] stay replicated: context may go neither on the layers nor on the experts' router dim.
-    cfg = kimi_k25.get_model_config()
+    cfg = presets.kimi_k25()
     mem = plan.state_memory(cfg, _shape(fsdp=64, expert=64))
     cp = plan.state_memory(cfg, _shape(fsdp=64, expert=64, context=4))
     biases = 4 * (60 + 1) * 384  # float32, whole on every device under both meshes
@@ -81,11 +81,11 @@ class StateMemoryTest(absltest.TestCase):
 class FlopsTest(absltest.TestCase):
 
   def test_kimi_nominal_is_6_n_active(self):
-    f = plan.flops_per_token(kimi_k25.get_model_config(), 32768)
+    f = plan.flops_per_token(presets.kimi_k25(), 32768)
     self.assertAlmostEqual(f.nominal / (6 * 32.86e9), 1.0, delta=1e-3)
 
   def test_tiny_model_flops_by_hand(self):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     t = 256
     f = plan.flops_per_token(cfg, t, with_mtp=False)
     active = count_params(cfg).active
@@ -96,7 +96,7 @@ class FlopsTest(absltest.TestCase):
     self.assertGreater(f.executed, f.model)
 
   def test_mtp_adds_a_block_and_a_head(self):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     with_mtp = plan.flops_per_token(cfg, 64, with_mtp=True)
     without = plan.flops_per_token(cfg, 64, with_mtp=False)
     self.assertGreater(with_mtp.dense - without.dense, 6 * cfg.vocab_size * cfg.d_model)
@@ -111,7 +111,7 @@ class FlopsTest(absltest.TestCase):
 class ActivationTest(absltest.TestCase):
 
   def test_full_remat_keeps_layer_inputs_and_ids(self):
-    cfg = tiny.get_model_config().replace(remat=Remat.FULL)
+    cfg = presets.tiny().replace(remat=Remat.FULL)
     work = plan.Workload(global_batch=8, seq_len=64, with_mtp=True)
     act = plan.activation_memory(cfg, _shape(fsdp=2, expert=2, context=2), work)
     n = 2 * 32  # b = 8 / 4, t = 64 / 2
@@ -124,7 +124,7 @@ class ActivationTest(absltest.TestCase):
     self.assertGreater(none.saved, 10 * act.saved)
 
   def test_context_parallel_score_blocks(self):
-    cfg = kimi_k25.get_model_config().replace(remat=Remat.FULL)
+    cfg = presets.kimi_k25().replace(remat=Remat.FULL)
     work = plan.Workload(global_batch=4096, seq_len=32768)
     act = plan.activation_memory(cfg, _shape(fsdp=64, expert=64, context=4), work)
     # 2cp + 1 = 9 blocks of 4096 x 4096 float32 scores for 64 heads, four live copies.
@@ -141,7 +141,7 @@ class ActivationTest(absltest.TestCase):
 class CommunicationTest(absltest.TestCase):
 
   def test_expert_all_to_all_by_hand(self):
-    cfg = tiny.get_model_config()  # float32, 2 MoE layers + 1 MTP MoE block
+    cfg = presets.tiny()  # float32, 2 MoE layers + 1 MTP MoE block
     work = plan.Workload(global_batch=8, seq_len=64)
     comm = plan.communication(cfg, _shape(expert=4, fsdp=2), work).items
     n = 1 * 64
@@ -152,17 +152,17 @@ class CommunicationTest(absltest.TestCase):
                            3 * (3 * big + slots * 8 * 3 / 4))
 
   def test_no_expert_traffic_without_an_expert_axis(self):
-    comm = plan.communication(tiny.get_model_config(), _shape(fsdp=8), plan.Workload(8, 64)).by_kind()
+    comm = plan.communication(presets.tiny(), _shape(fsdp=8), plan.Workload(8, 64)).by_kind()
     self.assertNotIn("all-to-all", comm)
 
   def test_context_gathers_latents(self):
-    cfg = kimi_k25.get_model_config().replace(remat=Remat.NONE)
+    cfg = presets.kimi_k25().replace(remat=Remat.NONE)
     comm = plan.communication(cfg, _shape(fsdp=64, expert=64, context=4), plan.Workload(4096, 32768)).items
     per_layer = 3 * 8192 * ((512 + 64) * 2 + 4)  # (cp - 1) x local tokens x (latent + position)
     self.assertAlmostEqual(comm[("all-gather", "CP latents c_kv + k_rope + positions (fwd)")], 62 * per_layer)
 
   def test_fsdp_gathers_and_reduces_by_hand(self):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     comm = plan.communication(cfg, _shape(fsdp=8), plan.Workload(8, 64)).items
     rows = plan.param_rows(cfg, _shape(fsdp=8))
     other = [r for r in rows if r.region is None]
@@ -186,7 +186,7 @@ class CommunicationTest(absltest.TestCase):
   def test_kimi_gradients_follow_the_param_specs_by_hand(self):
     # fsdp:64 x expert:64 x context:4: context shards the parameters, so no matrix but the embeddings has a replica
     # axis left.
-    cfg = kimi_k25.get_model_config()
+    cfg = presets.kimi_k25()
     mesh = _shape(fsdp=64, expert=64, context=4)
     comm = plan.communication(cfg, mesh, plan.Workload(4096, 32768)).items
     d, v, lm = 7168, 163840, 60
@@ -315,7 +315,7 @@ class HloAccountingTest(parameterized.TestCase):
 
   def test_tiny_lowering_finds_the_expert_all_to_alls(self):
     # Lowered (not compiled) HLO already holds the shard_map's explicit collectives, with per-device shapes.
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     hp = StepConfig(mtp_weight=0.0)
     mesh = make_mesh(MeshConfig(expert=4), jax.devices()[:4])
     trainer = train.make_trainer(cfg, hp, mesh, batch_size=4, seq_len=64)
@@ -338,7 +338,7 @@ class HloAccountingTest(parameterized.TestCase):
   def test_tiny_lowering_holds_the_region_gradient_psums(self):
     # The shard_map regions' gradient psums are explicit all-reduces in the lowered HLO: the experts' over
     # data x fsdp x context, the router's and (context-parallel) kv_b's over every token axis.
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     hp = StepConfig(mtp_weight=0.0)
     mesh_cfg = MeshConfig(fsdp=2, expert=2, context=2)
     trainer = train.make_trainer(cfg, hp, make_mesh(mesh_cfg, jax.devices()[:8]), batch_size=4, seq_len=64)

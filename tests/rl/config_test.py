@@ -2,12 +2,12 @@
 
 from absl.testing import absltest, parameterized
 
-from c2jax.rl import config as config_lib
+from c2jax import typed_config
+from c2jax.model import presets
 from c2jax.rl.config import Overlong, RLConfig, RoutingReplay, ZeroVarianceGroups
 from c2jax.rl.filters import FilterMode
 from c2jax.rl.kl import KlPlacement
 from c2jax.rl.policy_loss import SequenceUnit
-from configs.model import tiny
 
 # The report's recipe (section 4): Dr. GRPO, constant-normalized token sum, overlong kept, k1 KL, routing replay,
 # plausibility filter. A change here is a change of the default recipe and must be deliberate.
@@ -16,36 +16,30 @@ GOLDEN = {
     "clip_eps_low": 0.2, "filter.max_ratio": 2.0, "filter.min_prob": 0.0, "filter.min_ratio": 0.5,
     "filter.mode": "token", "filter.sequence_max_fraction": 0.0, "kl_coef": 0.001, "kl_estimator": "k1",
     "kl_placement": "in_reward", "loss_constant": 0.0, "micro_batches": 1, "optim.b1": 0.9, "optim.b2": 0.95,
-    "optim.bias_update_rate": 0.0, "optim.decay": "cosine", "optim.eps": 1e-08, "optim.final_lr_fraction": 1.0, "optim.grad_clip": 1.0,
-    "optim.learning_rate": 1e-05, "optim.mtp_target": "labels", "optim.mtp_weight": 0.0,
-    "optim.schedule_offset": 0, "optim.total_steps": 1, "optim.warmup_steps": 0,
-    "optim.weight_decay": 0.0, "optim.z_loss_weight": 0.0, "overlong": "keep", "pass_k": (1, 4),
+    "optim.decay": "cosine", "optim.eps": 1e-08, "optim.final_lr_fraction": 1.0, "optim.grad_clip": 1.0,
+    "optim.learning_rate": 1e-05, "optim.schedule_offset": 0, "optim.total_steps": 1, "optim.warmup_steps": 0,
+    "optim.weight_decay": 0.0, "overlong": "keep", "pass_k": [1, 4],
     "policy_loss": "ppo_clip", "reward.length_penalty.k": 1.0, "reward.length_penalty.q": 0.5,
     "reward.length_penalty.scale": 1000.0, "reward.length_penalty.weight": 0.0, "reward.weights.outcome": 1.0,
-    "routing_replay": "replay", "sampling_temperature": 1.0, "sequence_unit": "chain", "success_threshold": 1.0, "tis_cap": 2.0,
+    "routing_replay": "replay", "sampling_temperature": 1.0, "sequence_unit": "chain", "success_threshold": 1.0,
+    "tis_cap": 2.0,
     "zero_variance_groups": "keep",
 }
 
 
-def _flatten(d, prefix=""):
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
+def _parse(d, model=None):
+  return typed_config.from_plain(RLConfig(model=model or presets.tiny()), d, "rl")
 
 
 class ConfigTest(parameterized.TestCase):
 
   def test_golden_defaults(self):
-    got = _flatten(config_lib.to_config_dict(RLConfig(model=tiny.get_model_config())).to_dict())
+    got = typed_config.flatten(typed_config.to_plain(RLConfig(model=presets.tiny())))
     self.assertEqual(got, GOLDEN)
 
   def test_round_trip(self):
-    cfg = RLConfig(model=tiny.get_model_config())
-    self.assertEqual(config_lib.from_config_dict(config_lib.to_config_dict(cfg), cfg.model), cfg)
+    cfg = RLConfig(model=presets.tiny())
+    self.assertEqual(_parse(typed_config.to_plain(cfg), cfg.model), cfg)
 
   @parameterized.parameters(
       ("advantage", "grpo", lambda c: c.advantage == "grpo"),
@@ -68,29 +62,29 @@ class ConfigTest(parameterized.TestCase):
       ("micro_batches", 4, lambda c: c.micro_batches == 4),
   )
   def test_override(self, path, value, check):
-    d = config_lib.to_config_dict(RLConfig(model=tiny.get_model_config()))
+    d = typed_config.to_plain(RLConfig(model=presets.tiny()))
     *parents, leaf = path.split(".")
     node = d
     for p in parents:
       node = node[p]
-    if leaf not in node:
-      node[leaf] = value  # a new reward term
-    else:
-      setattr(node, leaf, value)
-    self.assertTrue(check(config_lib.from_config_dict(d, tiny.get_model_config())))
+    node[leaf] = value  # (for reward.weights.style: a new reward term)
+    self.assertTrue(check(_parse(d)))
 
   def test_errors_name_the_field_and_choices(self):
-    model = tiny.get_model_config()
-    with self.assertRaisesRegex(ValueError, r"rl.kl_placement='reward' is not one of none, in_reward, loss"):
-      config_lib.from_config_dict({"kl_placement": "reward"}, model)
-    with self.assertRaisesRegex(ValueError, "rl.filter has unknown keys max_rate"):
-      config_lib.from_config_dict({"filter": {"max_rate": 3.0}}, model)
-    with self.assertRaisesRegex(ValueError, "Unknown KL estimator 'k4'; known: k1, k2, k3"):
-      config_lib.from_config_dict({"kl_estimator": "k4"}, model)
+    with self.assertRaisesRegex(ValueError, r"rl.kl_placement='reward' is not one of 'none', 'in_reward', 'loss'"):
+      _parse({"kl_placement": "reward"})
+    with self.assertRaisesRegex(ValueError, "rl.filter has no field 'max_rate'; its fields are max_ratio, "):
+      _parse({"filter": {"max_rate": 3.0}})
+    with self.assertRaisesRegex(ValueError, "rl: Unknown KL estimator 'k4'; known: k1, k2, k3"):
+      _parse({"kl_estimator": "k4"})
     with self.assertRaisesRegex(ValueError, "unknown reward term 'styel'"):
-      config_lib.from_config_dict({"reward": {"weights": {"styel": 1.0}}}, model)
-    with self.assertRaisesRegex(ValueError, "rl has unknown keys kl_beta"):
-      config_lib.from_config_dict({"kl_beta": 0.1}, model)
+      _parse({"reward": {"weights": {"styel": 1.0}}})
+    with self.assertRaisesRegex(ValueError, "rl has no field 'kl_beta'; its fields are advantage, "):
+      _parse({"kl_beta": 0.1})
+    with self.assertRaisesRegex(ValueError, "rl.optim.learning_rate='fast' must be a number"):
+      _parse({"optim": {"learning_rate": "fast"}})
+    with self.assertRaisesRegex(ValueError, "rl has no field 'model'"):  # the architecture is the run's model section
+      _parse({"model": {}})
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from c2jax import typed_config
 from c2jax.rl import rewards
 
 X = np.array([0.0, 1e-7, 1e-4, 9.9e-4, 1e-3, 0.01, 0.1, 0.5, 1.0, 2.0, 7.5, 30.0, 200.0], np.float32)
@@ -123,10 +124,14 @@ class LengthPenaltyTest(parameterized.TestCase):
       rewards.length_penalty(X, -0.1, 0.5)
 
 
+def _reward_config(d):
+  return typed_config.from_plain(rewards.RewardConfig(), d, "reward")
+
+
 class RewardConfigTest(parameterized.TestCase):
 
-  def test_from_dict_and_hashable(self):
-    cfg = rewards.RewardConfig.from_dict({"weights": {"outcome": 1.0, "style": 0.1},
+  def test_from_plain_and_hashable(self):
+    cfg = _reward_config({"weights": {"outcome": 1.0, "style": 0.1},
                                           "length_penalty": {"weight": 0.2, "k": 2, "q": 0.5}})
     self.assertEqual(cfg.weights, (("outcome", 1.0), ("style", 0.1)))
     self.assertEqual(cfg.length_penalty, rewards.LengthPenaltyConfig(weight=0.2, k=2.0, q=0.5, scale=1000.0))
@@ -134,17 +139,18 @@ class RewardConfigTest(parameterized.TestCase):
                                 length_penalty=rewards.LengthPenaltyConfig(weight=0.2, k=2.0))
     self.assertEqual(hash(cfg), hash(same))
     self.assertEqual(cfg, same)
-    self.assertEqual(rewards.RewardConfig.from_dict({}), rewards.RewardConfig())
+    self.assertEqual(_reward_config({}), rewards.RewardConfig())
 
   def test_from_config_dict(self):
     cd = ml_collections.ConfigDict({"weights": {"outcome": 1.0, "malformed_tool_calls": -0.5}})
-    cfg = rewards.RewardConfig.from_dict(cd)
+    cfg = _reward_config(cd)
     self.assertEqual(dict(cfg.weights), {"outcome": 1.0, "malformed_tool_calls": -0.5})
 
   @parameterized.named_parameters(
       ("unknown_term", {"weights": {"outcome": 1.0, "styel": 0.1}}, "unknown reward term 'styel'; known: "),
-      ("unknown_key", {"weight": {"outcome": 1.0}}, "unknown keys 'weight'"),
-      ("unknown_lp_key", {"length_penalty": {"lambda": 1.0}}, "unknown keys 'lambda'"),
+      ("unknown_key", {"weight": {"outcome": 1.0}},
+       "reward has no field 'weight'; its fields are length_penalty, weights"),
+      ("unknown_lp_key", {"length_penalty": {"lambda": 1.0}}, "reward.length_penalty has no field 'lambda'"),
       ("negative_k", {"length_penalty": {"k": -1.0}}, "k must be >= 0"),
       ("negative_weight", {"length_penalty": {"weight": -0.1}}, "weight must be >= 0"),
       ("zero_scale", {"length_penalty": {"scale": 0.0}}, "scale must be > 0"),
@@ -153,7 +159,7 @@ class RewardConfigTest(parameterized.TestCase):
   )
   def test_bad_config(self, d, message):
     with self.assertRaisesRegex(ValueError, message):
-      rewards.RewardConfig.from_dict(d)
+      _reward_config(d)
 
   def test_registered_terms(self):
     self.assertEqual(rewards.REWARD_TERMS.names(), ["communication", "malformed_tool_calls", "outcome", "style"])
@@ -176,7 +182,7 @@ class ComposeRewardsTest(parameterized.TestCase):
     self.lengths = np.array([0.0, 500.0, 1500.0, 4000.0, 12000.0], np.float32)
 
   def test_total_and_parts(self):
-    cfg = rewards.RewardConfig.from_dict({
+    cfg = _reward_config({
         "weights": {"outcome": 1.0, "style": 0.1, "malformed_tool_calls": -0.05},
         "length_penalty": {"weight": 0.2, "k": 2.0, "q": 0.5, "scale": 1000.0},
     })

@@ -15,19 +15,16 @@ from c2jax.model.losses import token_log_probs
 from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
 from c2jax.parallel.mesh import MeshConfig, make_mesh
-from c2jax.pretrain.step import make_optimizer
-from c2jax.rl import kl as kl_lib
 from c2jax.rl.config import Overlong, RLConfig, RoutingReplay, ZeroVarianceGroups
-from c2jax.rl.filters import FilterMode, PlausibilityFilter
 from c2jax.rl.kl import KlPlacement
 from c2jax.rl.policy_loss import SequenceUnit
 from c2jax.rl.rewards import LengthPenaltyConfig, RewardConfig
-from c2jax.rl.trainer import make_rl_trainer
-from c2jax.rl.update import init_state, policy_log_probs, prepare, rl_gradients, update_step
-from configs.model import tiny
+from c2jax.rl.sharded import make_rl_trainer
+from c2jax.rl.update import init_state, optimizer, policy_log_probs, prepare, rl_gradients
+from c2jax.model import presets
 
 B, T, PROMPT = 8, 16, 4
-MODEL = dataclasses.replace(tiny.get_model_config(), n_layers=2, num_mtp_layers=0, scan_unroll=1)
+MODEL = dataclasses.replace(presets.tiny(), n_layers=2, num_mtp_layers=0, scan_unroll=1)
 
 
 def _copy(tree):
@@ -39,12 +36,12 @@ def _cfg(**kw) -> RLConfig:
   return RLConfig(model=MODEL, **kw)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _params(seed: int = 0):
   return jax.jit(init_params, static_argnums=0)(MODEL, jax.random.key(seed))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward_fn():
   return jax.jit(functools.partial(forward, cfg=MODEL, with_mtp=False))
 
@@ -72,7 +69,7 @@ def _batch(seed: int = 0, off_policy: float = 0.0, params=None) -> dict:
           "truncated": (lengths == T - PROMPT).astype(np.float32), "expert_ids": np.asarray(out.expert_ids)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grads_fn(cfg: RLConfig):
   # One compile per config for the whole file (each costs ~15 s on 2 CPU cores): tests share configs.
   return jax.jit(functools.partial(rl_gradients, cfg=cfg))
@@ -85,7 +82,7 @@ def _grads(cfg: RLConfig, batch, params=None, ref=None, version=3):
   return _grads_fn(cfg)(params, ref, jnp.int32(version), batch)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _weighted_logp_grad_fn():
   """grad of -sum_{i,t} W_it log pi(y_it) through the model with routing replay: the REINFORCE form of every
   on-policy objective here (W = token weight x advantage)."""
@@ -362,7 +359,7 @@ class MeshTest(absltest.TestCase):
 
     grads, ref_metrics = _grads(cfg, batch, version=0)
     ref_state = init_state(cfg, jax.random.key(0), params=_copy(_params()))
-    updates, _ = make_optimizer(cfg.optim).update(grads, ref_state.opt_state, ref_state.params)
+    updates, _ = optimizer(cfg).update(grads, ref_state.opt_state, ref_state.params)
     want = optax.apply_updates(ref_state.params, updates)
     for k in ("loss", "grad_norm", "kl_ref_k1", "entropy", "filtered_fraction", "clip_fraction", "pass@1",
               "staleness/mean", "ratio_mean", "tokens_in_loss"):

@@ -17,7 +17,7 @@ import numpy as np
 from c2jax.rl import batch as batch_lib
 from c2jax.rollouts import admission
 from c2jax.rollouts import buffer as buffer_lib
-from c2jax.rollouts import collate
+from c2jax.services import collate
 from c2jax.rollouts import schema
 from c2jax.rollouts.buffer import Group, RolloutReader, RolloutWriter
 from c2jax.rollouts.storage import Store

@@ -16,7 +16,7 @@ import numpy as np
 from c2jax.model import checkpoint as ckpt_lib
 from c2jax.model import hf_convert
 from c2jax.model import params as params_lib
-from configs.model import tiny
+from c2jax.model import presets
 from tools import bench_sampler
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,7 +31,7 @@ class BenchSamplerTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
   def test_hf_checkpoint_converts_back_to_the_same_params(self):
-    cfg = tiny.get_model_config()
+    cfg = presets.tiny()
     # numpy, not init_params: jax.random would compile one kernel per leaf shape (seconds each on CPU).
     rng = np.random.default_rng(0)
     params = jax.tree.map(lambda a: rng.normal(size=a.shape).astype(a.dtype), params_lib.abstract_params(cfg))

@@ -19,7 +19,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import ml_collections
 
-from c2jax.rl import run_config
+from c2jax.services import rl_run_config
 from configs import from_json
 from configs import rl_char_class
 from tools import sweep as sweep_lib
@@ -85,10 +85,8 @@ class SweepFilesTest(parameterized.TestCase):
     self.assertLen(runs, len(sweep.cells))
     configs = [ml_collections.ConfigDict(json.loads(r.config)) for r in runs]
     for c in configs:
-      # The values too, not only the keys: each cell's recipe, actors and schedule must build.
-      run_config.rl_config(c)
-      run_config.actor_config(c)
-      run_config.schedule(c)
+      # The values too, not only the keys: each cell's run config must resolve (plan_runs checks it as well).
+      self.assertIsNotNone(rl_run_config.parse(c).actor_config)
     # Each cell differs from every other (an override equal to the default would make two cells one).
     self.assertLen({json.dumps(c.to_dict(), sort_keys=True) for c in configs}, len(configs))
 
@@ -120,7 +118,7 @@ class SweepTest(absltest.TestCase):
     base = rl_char_class.get_config()
     c = sweep_lib.apply_overrides(base, {"rl.kl_coef": 0, "actors.stop_tokens": (258,), "eval.process": "false",
                                          "trainer.steps": 3})
-    self.assertEqual((c.rl.kl_coef, c.actors.stop_tokens, c.eval.process, c.trainer.steps), (0.0, [258], False, 3))
+    self.assertEqual((c.rl.kl_coef, c.actors.stop_tokens, c.eval.process, c.trainer.steps), (0.0, (258,), False, 3))
     self.assertEqual(base.trainer.steps, rl_char_class.get_config().trainer.steps)  # the base is not modified
     with self.assertRaisesRegex(ValueError, "has no field 'advantag'"):
       sweep_lib.apply_overrides(base, {"rl.advantag": "grpo"})
@@ -134,7 +132,7 @@ class SweepTest(absltest.TestCase):
     self.assertEqual(sets["trainer.steps"], "3")
     c = sweep_lib.apply_overrides(base, sets)
     self.assertEqual((c.trainer.steps, c.rl.advantage, c.eval.process, c.actors.stop_tokens, c.rl.kl_coef, c.mesh),
-                     (3, "grpo", False, [258, 10], 0.01, "fsdp:2"))
+                     (3, "grpo", False, (258, 10), 0.01, "fsdp:2"))
     with self.assertRaisesRegex(ValueError, "key=value"):
       sweep_lib.parse_set(["trainer.steps"])
     with self.assertRaisesRegex(ValueError, "not a Python literal"):

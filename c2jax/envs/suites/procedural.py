@@ -289,7 +289,7 @@ class TinyFunctionsSuite:
   def tasks(self, split: str) -> list[CodingTask]:
     return [make_task(spec, self.seed, self.name) for spec in self._split_specs(split)]
 
-  def __call__(self, **overrides) -> "TinyFunctionsSuite":
+  def __call__(self, **overrides) -> TinyFunctionsSuite:
     """The suite with other fields: `CODING_SUITES.get("tiny_functions")(seed=3)`."""
     return dataclasses.replace(self, **overrides)
 

@@ -47,7 +47,7 @@ class RealisticSuite:
   def size(self, split: str) -> int:
     return len(self.tasks(split))
 
-  def __call__(self, **overrides) -> "RealisticSuite":
+  def __call__(self, **overrides) -> RealisticSuite:
     """The suite with other fields (e.g. another `directory` of tasks in the same layout)."""
     return dataclasses.replace(self, **overrides)
 

@@ -1,0 +1,142 @@
+"""What every entry point does with its command line: a bad run config is refused in one sentence, never a
+traceback (experiments/*_main.py, `python -m c2jax.services.actor_process`).
+
+  _CONFIG = cli.define_config_file("configs/rl_tiny.py", "Run config file.")   # instead of DEFINE_config_file
+  app.run(main, flags_parser=cli.flags_parser)      # --config.<key>=... for a key the config lacks: one sentence
+  cfg = cli.typed(rl_run_config.parse, _CONFIG.value)   # a bad value: one sentence naming the key, exit code 2
+
+ml_collections applies `--config.a.b=v` overrides when it loads the config file (while absl parses the flags, or,
+for the flag's default, when the flag is defined); a key the file does not have raises a bare AttributeError there,
+and a value of the wrong type an absl error that does not say what the field holds. `define_config_file` and
+`flags_parser` find the override at fault and name it with the keys its section has.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, Sequence, TypeVar
+
+from absl import flags
+from ml_collections import config_flags
+
+T = TypeVar("T")
+
+EXIT_USAGE = 2
+
+
+def refuse(message: str) -> None:
+  """Prints `message` (one sentence) to stderr and exits with code 2."""
+  print(f"{os.path.basename(sys.argv[0] or 'c2jax')}: {message}", file=sys.stderr, flush=True)
+  raise SystemExit(EXIT_USAGE)
+
+
+def _override_keys(argv: Sequence[str], flag: str) -> list[tuple[str, str | None]]:
+  """(dotted key, value or None) of every `--<flag>.key=value` / `--<flag>.key value` in argv."""
+  out = []
+  prefix = f"--{flag}."
+  for i, arg in enumerate(argv):
+    if arg.startswith(prefix):
+      key, sep, value = arg[len(prefix):].partition("=")
+      out.append((key, value if sep else (argv[i + 1] if i + 1 < len(argv) else None)))
+  return out
+
+
+def _describe(value: Any) -> str:
+  kind = {bool: "True or False", int: "an integer", float: "a number", str: "a string",
+          tuple: "a tuple written '(a, b)'"}.get(type(value))
+  return f"{kind} (it holds {value!r})" if kind else f"of the type of {value!r}"
+
+
+def override_error(config: Any, argv: Sequence[str], flag: str = "config") -> str | None:
+  """The one-sentence error of the first override in argv that names no key of `config` or whose value does not
+  parse as its field's type; None when every override fits."""
+  for key, value in _override_keys(argv, flag):
+    node, path = config, []
+    for part in key.split("."):
+      keys = sorted(node.keys()) if hasattr(node, "keys") else []
+      if part not in keys:
+        where = ".".join(path) or "the config"
+        return (f"--{flag}.{key}: {where} has no key {part!r}; its keys are {', '.join(keys)}." if keys else
+                f"--{flag}.{key}: {where} is {node!r}, not a section with keys.")
+      node = node[part]
+      path.append(part)
+    if value is not None and isinstance(node, (bool, int, float, tuple)):
+      try:
+        parsed = _parse_like(node, value)
+      except ValueError:
+        parsed = None
+      if parsed is None:
+        return f"--{flag}.{key}={value}: the field is {_describe(node)}."
+  return None
+
+
+def _parse_like(old: Any, text: str) -> Any:
+  import ast  # pylint: disable=g-import-not-at-top
+  if isinstance(old, bool):
+    if text.lower() not in ("true", "false", "1", "0"):
+      raise ValueError(text)
+    return text.lower() in ("true", "1")
+  value = ast.literal_eval(text) if isinstance(old, tuple) else type(old)(text)
+  if isinstance(old, tuple) and not isinstance(value, tuple):
+    raise ValueError(text)
+  return value
+
+
+def flags_parser(argv: Sequence[str], flag: str = "config") -> list[str]:
+  """absl's flag parsing (`app.run(main, flags_parser=flags_parser)`), with config overrides checked: an unknown key
+  or a value of the wrong type exits with one sentence (code 2)."""
+  try:
+    return flags.FLAGS(list(argv))
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+    config = _config_without_overrides(argv, flag)
+    message = override_error(config, argv, flag) if config is not None else None
+    refuse(message or str(e).strip().splitlines()[-1].strip("'\""))
+
+
+_DEFAULTS: dict[str, str | None] = {}  # flag name -> its default config file (define_config_file)
+
+
+def _load_config_file(spec: str) -> Any:
+  """`get_config(arg)` of the config file `path[:arg]`, as ml_collections loads it (without any override)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path, _, arg = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("c2jax_cli_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _config_without_overrides(argv: Sequence[str], flag: str) -> Any:
+  """The config file of `--<flag>=path[:arg]` (or the flag's default), without the overrides; None when there is
+  none or it does not load (then absl's own message stands)."""
+  spec = next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{flag}=")), None)
+  if spec is None:
+    spec = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == f"--{flag}"), None)
+  spec = spec or _DEFAULTS.get(flag)
+  if not spec:
+    return None
+  try:
+    return _load_config_file(spec)
+  except Exception:  # pylint: disable=broad-except  (the config file itself fails: absl's message says why)
+    return None
+
+
+def define_config_file(default: str | None, help_text: str, name: str = "config"):
+  """`config_flags.DEFINE_config_file(name, default, help_text)`, whose default (loaded, with the command line's
+  overrides, at definition) refuses a bad override in one sentence like `flags_parser` does."""
+  _DEFAULTS[name] = default
+  try:
+    return config_flags.DEFINE_config_file(name, default, help_text)
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    config = _config_without_overrides(sys.argv, name)
+    message = override_error(config, sys.argv, name) if config is not None else None
+    refuse(message or str(e).strip().splitlines()[-1].strip("'\""))
+
+
+def typed(parse: Callable[[Any], T], config: Any) -> T:
+  """`parse(config)` (a run config module's parse), its ValueError refused in one sentence (code 2)."""
+  try:
+    return parse(config)
+  except ValueError as e:
+    refuse(str(e))

@@ -1,0 +1,384 @@
+"""The RL trainer's loop: consume committed groups from the rollout buffer, update, publish weights (report sections
+4 and 6: the trainer and the actors run independently; PipelineRL-style in-flight weight updates).
+
+  result = run(cfg, workdir)        # cfg: `rl_run_config.parse(...)`; what c2jax.services.rl_job runs
+
+Each step (`_Trainer.step`):
+  1. `take_batch`: `RolloutReader.take(groups_per_step)`, each committed group exactly once, whole (read in a
+     background thread during the previous update, c2jax/rollouts/prefetch.py; the checkpointed cursor is that of
+     the trained batches); a multi-host trainer broadcasts process 0's batch and its decision to stop or fail;
+  2. `update`: `update_step` on the collated batch (`c2jax.rl.update`; the recipe in `cfg.rl`);
+  3. `publish`: the new weights (`WeightStore`: a delta on the previous version, a full snapshot every N), then the
+     trainer's progress (`trainer.json`: version and groups consumed), which admission reads;
+  4. `log_step`: metrics.jsonl, consumed.jsonl and TensorBoard (`c2jax.services.run_log`);
+  5. every `checkpoint_every` steps, an orbax checkpoint of the RL state together with the reader's cursor and the
+     weights version, so a restarted trainer resumes exactly: no committed group is lost or trained on twice
+     (groups handed out after the checkpoint are handed out again, to the restored state that never saw them).
+
+Versions. The weights version is the weight store's counter: it starts at the store's next free version and
+grows by one per update, so it stays monotone across restarts (versions published by a killed run after its last
+checkpoint are orphans: tokens sampled with them count as off-policy by the gap). `version - state.step` is saved
+with the checkpoint; the update sees token versions in its own step numbering.
+
+Outputs in `workdir`: checkpoints/ (orbax), config.json (the run config), metrics.jsonl (one line per step),
+consumed.jsonl (the (shard, seq) of every group each step trained on), tb/ (TensorBoard), eval.jsonl (held-out
+evaluations before and after), result.json, training.png (c2jax/services/rl_report.py). A restart drops the
+records a killed run logged past its checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import pathlib
+import time
+from typing import Callable
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import tqdm
+
+from c2jax.actors.actor import buffer_spec
+from c2jax.actors.evaluate import evaluate
+from c2jax.model.checkpoint import load_checkpoint
+from c2jax.model.params import init_params
+from c2jax.parallel.mesh import MeshConfig, make_mesh
+from c2jax.rl import sharded
+from c2jax.rl.update import init_state, update_step
+from c2jax.rollouts import admission
+from c2jax.rollouts.buffer import RolloutReader
+from c2jax.rollouts.prefetch import Prefetcher
+from c2jax.rollouts.storage import Store
+from c2jax.rollouts.weight_store import WeightStore
+from c2jax.services import rl_report
+from c2jax.services.collate import empty_batch, groups_to_batch
+from c2jax.services.rl_run_config import RUN_CONFIG_KEY, RLRunConfig, to_json
+from c2jax.services.run_log import RunLog, read_history
+
+
+def _host(tree):
+  """Host numpy copies of (possibly sharded, possibly multi-host) arrays; every process must call it."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    tree = multihost_utils.process_allgather(tree, tiled=True)
+  return jax.tree.map(np.asarray, jax.device_get(tree))
+
+
+def _in_flight_rows(batch: dict) -> float:
+  """Fraction of rows whose generated tokens came from more than one weights version (in-flight updates)."""
+  mask = batch["loss_mask"] > 0
+  rows = mask.any(1)
+  if not rows.any():
+    return 0.0
+  v = batch["policy_version"]
+  big = np.iinfo(np.int32).max
+  lo = np.where(mask, v, big).min(1)
+  hi = np.where(mask, v, -1).max(1)
+  return float(np.mean((hi > lo)[rows]))
+
+
+def initial_params(cfg: RLRunConfig):
+  """The policy to start from: `cfg.init_checkpoint` (a c2jax model checkpoint) or a random init."""
+  model = cfg.model_config
+  if cfg.init_checkpoint:
+    params, stored = load_checkpoint(cfg.init_checkpoint)
+    if stored.replace(param_dtype=model.param_dtype) != model:
+      raise ValueError(f"init_checkpoint={cfg.init_checkpoint!r} holds another architecture than the run config's "
+                       "model (compare its model_config.json with model / model_overrides).")
+    return params
+  return jax.jit(init_params, static_argnums=0)(model, jax.random.key(cfg.seed))
+
+
+@dataclasses.dataclass(frozen=True)
+class _StepFns:
+  """The update on one device or on a mesh: init(key, params) -> state, step(state, batch), put(host batch),
+  abstract() -> the state's ShapeDtypeStructs for restore."""
+
+  init: Callable
+  step: Callable
+  put: Callable
+  abstract: Callable
+
+
+def _step_fns(cfg: RLRunConfig, rows: int, seq_len: int) -> _StepFns:
+  rl = cfg.rl
+  if cfg.mesh:
+    # Sharded over a device mesh (FSDP + EP + CP; every process of a multi-host trainer runs this same code).
+    mesh_config = MeshConfig.parse(cfg.mesh)
+    if mesh_config.num_devices > jax.device_count():
+      raise ValueError(f"mesh={cfg.mesh!r} needs {mesh_config.num_devices} devices but only {jax.device_count()} "
+                       "exist.")
+    trainer = sharded.make_rl_trainer(rl, make_mesh(mesh_config, jax.devices()[:mesh_config.num_devices]),
+                                      batch_size=rows, seq_len=seq_len)
+    return _StepFns(init=trainer.init, step=trainer.step, put=trainer.put_batch,
+                    abstract=lambda: sharded.abstract_state(rl, trainer.state_shardings))
+  jit_init = jax.jit(functools.partial(init_state, rl))
+  return _StepFns(
+      init=lambda key, params=None: jit_init(key, params),
+      step=jax.jit(functools.partial(update_step, cfg=rl), donate_argnums=0),
+      put=lambda batch: jax.tree.map(jnp.asarray, batch),
+      abstract=lambda: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                    jax.eval_shape(jit_init, jax.random.key(0))))
+
+
+@dataclasses.dataclass
+class _Clock:
+  """Wall time split between waiting for rollouts and everything else."""
+  start: float = dataclasses.field(default_factory=time.perf_counter)
+  waiting: float = 0.0
+
+
+class _Halt(Exception):
+  """Process 0 asked to stop (a stop request, or the prefetch returned nothing because of one)."""
+
+
+class _Trainer:
+  """One `run` call: set-up and restore in `__init__`, then `step` per update, then `finish`."""
+
+  def __init__(self, cfg: RLRunConfig, workdir: str, health_check: Callable[[], None], stop: Callable[[], bool]):
+    self.cfg, self.health_check, self.stop = cfg, health_check, stop
+    self.work = pathlib.Path(workdir)
+    self.work.mkdir(parents=True, exist_ok=True)
+    actor_cfg = cfg.actor_config
+    self.buffer_url, weights_url = cfg.urls(str(self.work))
+    self.spec = buffer_spec(cfg.model_config, actor_cfg)
+    self.gps = cfg.trainer.groups_per_step
+    self.rows = self.gps * actor_cfg.group_size
+    self.primary = jax.process_index() == 0  # of a multi-host trainer: reads the buffer, publishes, logs
+    if self.primary:
+      (self.work / "config.json").write_text(to_json(cfg))
+      Store(self.buffer_url).write(RUN_CONFIG_KEY, to_json(cfg).encode())
+    self.ckpt = ocp.CheckpointManager(
+        (self.work / "checkpoints").absolute(),
+        options=ocp.CheckpointManagerOptions(max_to_keep=cfg.trainer.keep_checkpoints,
+                                             enable_async_checkpointing=True))
+    self.weights = WeightStore(weights_url, full_every=cfg.weight_store.full_every, keep=cfg.weight_store.keep,
+                               zstd_level=cfg.weight_store.zstd_level)
+    self.fns = _step_fns(cfg, self.rows, self.spec.seq_len)
+    self.run_eval = functools.partial(
+        evaluate, model=cfg.model_config, suite=cfg.task_suite(), tasks=cfg.eval.tasks, samples=cfg.eval.samples,
+        sampling=cfg.eval_sampling, prompt_len=actor_cfg.prompt_len, seed=cfg.seed,
+        success_threshold=cfg.rl.success_threshold, pass_k=cfg.eval_pass_k)
+    self.restored_step = self.ckpt.latest_step()
+    self._restore_or_init()
+    self.reader = RolloutReader(self.buffer_url, spec=self.spec, cursor=self.cursor)
+    if self.primary:
+      self.reader.publish_progress(self.version, self.gps)
+    # The next batch is read in the background during each update (process 0 reads for all).
+    self.prefetch = Prefetcher(self.reader, self.gps, poll_interval_s=cfg.trainer.poll_interval_s)
+    if self.before is None and self.primary:
+      self.before = {**self.run_eval(jax.device_put(self.params_host)), "version": self.version}
+    self.start = int(self.state.step)
+    self.log = RunLog(self.work, resumed_at=None if self.restored_step is None else self.start,
+                      step_logs=("metrics.jsonl", "consumed.jsonl"), primary=self.primary)
+    # The cursor saved with a state is the one of the groups that state was trained on: a Ctrl-C between taking a
+    # batch and finishing its update must not checkpoint the batch as consumed.
+    self.trained_cursor = dict(self.reader.cursor)
+    self.clock = _Clock()
+    self.trained_tokens = 0
+    self.history = read_history(self.work / "metrics.jsonl", self.start) if self.primary else []
+
+  def _restore_or_init(self) -> None:
+    """The state, the reader's cursor, the weights version and the before-RL evaluation: fresh, or restored."""
+    if self.restored_step is None:
+      self.state = self.fns.init(jax.random.key(self.cfg.seed), initial_params(self.cfg))
+      latest = self.weights.latest()
+      self.cursor, self.version, self.before = None, 0 if latest is None else latest + 1, None
+      logging.info("starting fresh at weights version %d", self.version)
+    else:
+      got = self.ckpt.restore(self.restored_step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(self.fns.abstract()), extra=ocp.args.JsonRestore()))
+      self.state, extra = got["state"], got["extra"]
+      self.cursor, self.version, self.before = extra["cursor"], extra["version"], extra.get("eval_before")
+      latest = self.weights.latest()
+      if latest is not None and latest > self.version:  # a killed run published past its last checkpoint
+        self.version = latest + 1
+      logging.warning("resumed from step %d (weights version %d, %d groups consumed)", self.restored_step,
+                      self.version, sum(self.cursor.values()))
+    self.offset = self.version - int(self.state.step)
+    self.params_host = _host(self.state.params)
+    if self.primary and self.weights.latest() != self.version:
+      self.weights.publish(self.version, self.params_host)
+
+  def save(self, step: int) -> None:
+    # The version of the saved state, from the state itself (not a variable that a Ctrl-C between two statements
+    # could leave one update behind).
+    extra = {"cursor": self.trained_cursor, "version": int(self.state.step) + self.offset,
+             "eval_before": self.before}
+    self.ckpt.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(self.state),
+                                                 extra=ocp.args.JsonSave(extra)))
+
+  def take_batch(self, prefetch_next: bool) -> tuple[dict, list, dict | None, float]:
+    """(host batch, groups, their cursor, seconds waited). Process 0 reads the buffer; the other processes of a
+    multi-host trainer receive the same batch and the same decision to stop (all must stop at the same step to save
+    one checkpoint together). Raises `_Halt` on a stop request, and every process raises process 0's error."""
+    t_wait = time.perf_counter()
+    groups, taken_cursor, error = [], None, None
+    deadline = time.perf_counter() + self.cfg.trainer.take_timeout_s
+    try:
+      while self.primary and not groups and not self.stop():
+        self.health_check()
+        groups, taken_cursor = self.prefetch.take(timeout_s=1.0)  # all gps groups or none: a stop strands none
+        if not groups and time.perf_counter() > deadline:
+          status = admission.read_status(self.buffer_url)
+          raise TimeoutError(
+              f"No batch of {self.gps} groups arrived in {self.cfg.trainer.take_timeout_s:.0f} s; are actors writing "
+              f"to {self.buffer_url}? Buffer: {status.committed} committed, {status.pending} begun, "
+              f"{status.consumed} consumed (see tools/inspect_buffer.py).")
+      batch = groups_to_batch(groups, rows=self.rows) if groups else empty_batch(self.spec, self.rows)
+    except Exception as e:  # pylint: disable=broad-except  (re-raised below, on every process)
+      error, batch = e, empty_batch(self.spec, self.rows)
+    halt = 2 if error is not None else int(self.primary and not groups)
+    waited = time.perf_counter() - t_wait
+    self.clock.waiting += waited
+    if jax.process_count() > 1:
+      # Every process gets the batch, and process 0's decision to stop or fail: the others would otherwise wait in
+      # this broadcast forever while process 0 unwinds.
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      got = multihost_utils.broadcast_one_to_all({"batch": batch, "halt": np.int32(halt)})
+      batch, halt = jax.tree.map(np.asarray, got["batch"]), int(got["halt"])
+    if halt == 2:
+      raise error if error is not None else RuntimeError("process 0 of the trainer failed; see its log")
+    if halt:
+      raise _Halt
+    if self.primary and prefetch_next:
+      self.prefetch.start()  # the next batch, read while this one trains
+    return batch, groups, taken_cursor, waited
+
+  def update(self, batch: dict) -> dict:
+    """One update_step on `batch`; returns its metrics as floats."""
+    # The update counts versions in its own steps (see the module docstring).
+    batch["policy_version"] = batch["policy_version"] - self.offset
+    self.state, metrics = self.fns.step(self.state, self.fns.put(batch))
+    self.version = int(self.state.step) + self.offset
+    self.params_host = _host(self.state.params)
+    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+  def publish(self):
+    """The new weights, then the trainer's progress; returns the publish's record (None off process 0)."""
+    if not self.primary:
+      return None
+    pub = self.weights.publish(self.version, self.params_host)
+    self.reader.publish_progress(self.version, self.gps, cursor=self.trained_cursor)
+    return pub
+
+  def step(self, step: int, bar: tqdm.tqdm) -> None:
+    """Trains step `step` (0-based): take, update, publish, log, maybe checkpoint."""
+    batch, groups, taken_cursor, waited = self.take_batch(prefetch_next=step + 1 < self.cfg.trainer.steps)
+    t_step = time.perf_counter()
+    in_flight = _in_flight_rows(batch)
+    m = self.update(batch)
+    if taken_cursor is not None:  # process 0's; the others never read the buffer
+      self.trained_cursor = taken_cursor
+    t_publish = time.perf_counter()
+    pub = self.publish()
+    t_published = time.perf_counter()
+    self.trained_tokens += int(m["tokens"])
+    elapsed = time.perf_counter() - self.clock.start
+    depth = self._depth() if self.primary else 0
+    m.update({"step": step + 1, "version": self.version, "buffer/depth": depth,
+              "buffer/wait_s": waited, "time/step_s": time.perf_counter() - t_step + waited,
+              "time/update_s": t_publish - t_step, "time/publish_s": t_published - t_publish,
+              "time/wait_fraction": self.clock.waiting / elapsed, "tokens_per_s": self.trained_tokens / elapsed,
+              "samples_per_s": (step + 1 - self.start) * self.rows / elapsed,
+              "weights/stored_bytes": pub.stored_bytes if pub else 0,
+              "weights/full_bytes": pub.full_bytes if pub else 0,
+              "staleness/in_flight_rows": in_flight,
+              "buffer/corrupt_groups": self.reader.stats.get("corrupt_groups", 0),
+              "buffer/skipped_shards": self.reader.stats.get("skipped_shards", 0)})
+    self.log_step(m, groups)
+    bar.update(1)
+    bar.set_postfix(reward=f"{m['reward/mean']:.3f}", lag=f"{m['staleness/mean']:.2f}", depth=m["buffer/depth"])
+    if (step + 1) % self.cfg.trainer.checkpoint_every == 0 and step + 1 < self.cfg.trainer.steps:
+      self.save(step + 1)
+
+  def _depth(self) -> int:
+    """Committed groups not yet trained on (a batch read ahead included), from the shards' head.json: a metric read
+    while the reader belongs to the prefetch thread."""
+    return max(0, admission.read_status(self.buffer_url).committed - sum(self.trained_cursor.values()))
+
+  def log_step(self, m: dict, groups: list) -> None:
+    self.history.append(m)
+    self.log.write("metrics.jsonl", m, tb_prefix="train")
+    self.log.write("consumed.jsonl", {"step": m["step"],
+                                      "groups": [[g.meta["shard"], g.meta["seq"]] for g in groups]})
+
+  def checkpoint_what_was_trained(self) -> None:
+    """Whatever stopped the loop, what was trained is checkpointed with its cursor (resume picks up here)."""
+    try:
+      if int(self.state.step) > (self.ckpt.latest_step() or 0):
+        self.save(int(self.state.step))
+      self.ckpt.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except  (e.g. interrupted inside the update: its state was donated)
+      logging.warning("could not checkpoint the last steps (%s); a restart resumes from step %s", e,
+                      self.ckpt.latest_step())
+    self.log.flush()
+
+  def finish(self) -> dict:
+    """The held-out evaluation after training, eval.jsonl, result.json and the training plot (process 0)."""
+    after = {**self.run_eval(jax.device_put(self.params_host)), "version": self.version}
+    with open(self.work / "eval.jsonl", "a") as f:
+      f.write(json.dumps({"when": "before", **self.before}) + "\n")
+      f.write(json.dumps({"when": "after", **after}) + "\n")
+    before, history, k = self.before, self.history, self.cfg.eval.k
+    rewards = [h["reward/mean"] for h in history]
+    result = {
+        "reward_first": float(np.mean(rewards[:5])) if rewards else None,
+        "reward_last": float(np.mean(rewards[-5:])) if rewards else None,
+        "pass_at_1_before": before["pass@1"], "pass_at_1_after": after["pass@1"],
+        # best-of-K under a fixed name (K = eval.best_of, in "k") and under its K-specific one
+        "k": k, "best_of_k_before": before[f"best_of_{k}"], "best_of_k_after": after[f"best_of_{k}"],
+        f"best_of_{k}_before": before[f"best_of_{k}"], f"best_of_{k}_after": after[f"best_of_{k}"],
+        "reward_heldout_before": before["reward/mean"], "reward_heldout_after": after["reward/mean"],
+        "tokens_trained": int(sum(h.get("tokens", 0) for h in history)),
+        "staleness_mean": float(np.mean([h["staleness/mean"] for h in history])) if history else None,
+        "filtered_fraction": float(np.mean([h["filtered_fraction"] for h in history])) if history else None,
+        "tokens_per_s": history[-1]["tokens_per_s"] if history else None,
+        "samples_per_s": history[-1]["samples_per_s"] if history else None,
+        "wait_fraction": history[-1]["time/wait_fraction"] if history else None,
+    }
+    for name, r in (("before", before), ("after", after)):
+      self.log.scalars(f"eval_{name}", {key: v for key, v in r.items() if isinstance(v, float)}, int(self.state.step))
+    try:
+      result["plot"] = rl_report.plot_training(self.work, k=k)
+    except Exception as e:  # pylint: disable=broad-except  (a plot never costs a finished run its result.json)
+      logging.warning("could not draw training.png: %s", e)
+      result["plot"] = None
+    return result
+
+
+def run(cfg: RLRunConfig, workdir: str, *, health_check: Callable[[], None] = lambda: None,
+        stop: Callable[[], bool] = lambda: False) -> dict:
+  """Trains for `cfg.trainer.steps` updates (resuming from `workdir/checkpoints` when present).
+
+  Args:
+    cfg: the run config (`rl_run_config.parse` of configs/rl_tiny.py).
+    workdir: outputs and, unless the config names URLs, the buffer and the weights.
+    health_check: called while waiting for rollouts; raises when the actor pool has failed.
+    stop: polled between steps and while waiting for rollouts; True checkpoints and returns early (a Ctrl-C
+      KeyboardInterrupt does the same, but may lose the step it interrupts).
+  """
+  t = _Trainer(cfg, workdir, health_check, stop)
+  interrupted = False
+  with t.prefetch, tqdm.tqdm(total=cfg.trainer.steps, initial=t.start, desc="rl", unit="step",
+                             disable=not t.primary) as bar:
+    try:
+      for step in range(t.start, cfg.trainer.steps):
+        t.step(step, bar)
+    except (_Halt, KeyboardInterrupt):
+      interrupted = True
+    finally:
+      t.checkpoint_what_was_trained()
+  result = {"steps": int(t.state.step), "version": t.version, "interrupted": interrupted,
+            "groups_consumed": int(sum(t.trained_cursor.values())) if t.primary else None}
+  if interrupted:
+    logging.warning("stopped at step %d; the same command resumes from the checkpoint", int(t.state.step))
+  elif t.primary:
+    result.update(t.finish())
+    (t.work / "result.json").write_text(json.dumps(result, indent=2))
+  t.log.close()
+  return result

@@ -1,0 +1,101 @@
+"""What an RL run shows at its end: the before/after table and the training plot (report section 5: RL should raise
+both the mean, pass@1, and the best-of-K on held-out tasks).
+
+  print(summary_table(result))             # result: what c2jax.services.rl_loop.run returns
+  plot_training(workdir)                   # -> <workdir>/training.png
+
+The plot reads the run's own logs: the trainer's metrics.jsonl (reward per step), eval.jsonl (the trainer's
+held-out evaluation before and after training) and eval_during.jsonl (the evaluator process's held-out evaluations
+of published versions during training). Versions are the weight store's counter; a run started fresh has
+version = step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+
+from c2jax.services.run_log import read_history, read_records
+
+
+def _fmt(v, digits: int = 3) -> str:
+  if v is None or (isinstance(v, float) and math.isnan(v)):
+    return "-"
+  if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1000):
+    return f"{int(v):,}"
+  return f"{v:.{digits}f}"
+
+
+def summary_table(result: dict) -> str:
+  """A plain-text table of a finished run's result: held-out pass@1 and best-of-K before / after, then the run's
+  throughput and off-policy figures."""
+  k = result.get("k", 8)
+  rows = [("held-out", "before", "after", "change")]
+  for name, key in (("pass@1", "pass_at_1"), (f"best-of-{k}", "best_of_k"), ("mean reward", "reward_heldout")):
+    before, after = result.get(f"{key}_before"), result.get(f"{key}_after")
+    change = None if before is None or after is None else after - before
+    rows.append((name, _fmt(before), _fmt(after), "-" if change is None else f"{change:+.3f}"))
+  width = [max(len(r[i]) for r in rows) for i in range(4)]
+  line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, width)))  # noqa: E731
+  out = [line(rows[0]), line(tuple("-" * w for w in width))] + [line(r) for r in rows[1:]]
+  run = [("steps", _fmt(result.get("steps"))),
+         ("tokens trained", _fmt(result.get("tokens_trained"))),
+         ("samples/s (trainer)", _fmt(result.get("samples_per_s"), 2)),
+         ("trained tokens/s", _fmt(result.get("tokens_per_s"), 1)),
+         ("mean staleness (versions)", _fmt(result.get("staleness_mean"), 2)),
+         ("filtered-token fraction", _fmt(result.get("filtered_fraction"), 4)),
+         ("trainer wait fraction", _fmt(result.get("wait_fraction"), 3)),
+         ("train reward first 5 -> last 5", f"{_fmt(result.get('reward_first'))} -> {_fmt(result.get('reward_last'))}")]
+  w = max(len(n) for n, _ in run)
+  return "\n".join(out + [""] + [f"{n.ljust(w)}  {v}" for n, v in run])
+
+
+def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
+  """Writes <workdir>/training.png: train reward per step, and held-out pass@1 and best-of-K per version.
+
+  Returns the PNG's path, or None when the run has no metrics yet.
+  """
+  work = pathlib.Path(workdir)
+  history = read_history(work / "metrics.jsonl")
+  if not history:
+    return None
+  # The object API, not pyplot: drawing must not switch the backend of the process that calls it (a notebook).
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+
+  evals = {}  # version -> record; the trainer's before/after win over the evaluator's at the same version
+  for r in read_records(work / "eval_during.jsonl"):
+    evals[int(r["version"])] = r
+  for r in read_records(work / "eval.jsonl"):
+    evals[int(r["version"])] = r
+  fig = Figure(figsize=(7, 6))
+  FigureCanvasAgg(fig)
+  top, bottom = fig.subplots(2, 1, sharex=True)
+  versions = [h["version"] for h in history]
+  top.plot(versions, [h["reward/mean"] for h in history], color="tab:gray", alpha=0.5, lw=1, label="per step")
+  window = 5
+  smooth = [sum(h["reward/mean"] for h in history[max(0, i - window + 1):i + 1]) / min(window, i + 1)
+            for i in range(len(history))]
+  top.plot(versions, smooth, color="tab:blue", lw=2, label=f"mean of last {window}")
+  top.set_ylabel("train reward")
+  top.legend(loc="upper left", fontsize=8)
+  top.grid(alpha=0.3)
+  if evals:
+    xs = sorted(evals)
+    bottom.plot(xs, [evals[v]["pass@1"] for v in xs], "o-", color="tab:green", label="pass@1")
+    key = f"best_of_{k}"
+    if all(key in evals[v] for v in xs):
+      bottom.plot(xs, [evals[v][key] for v in xs], "s-", color="tab:orange", label=f"best-of-{k}")
+    bottom.plot(xs, [evals[v]["reward/mean"] for v in xs], "^--", color="tab:purple", alpha=0.6,
+                label="mean outcome")
+    bottom.legend(loc="lower right", fontsize=8)  # the curves start low and rise; best-of-K sits near 1
+  bottom.set_ylabel("held-out")
+  bottom.set_xlabel("weights version (trainer step)")
+  bottom.set_ylim(-0.02, 1.02)
+  bottom.grid(alpha=0.3)
+  fig.suptitle(f"RL: {work.parent.name}/{work.name}")
+  fig.tight_layout()
+  path = work / "training.png"
+  fig.savefig(path, dpi=110)
+  return str(path)

@@ -1,0 +1,169 @@
+"""The evaluation service: a policy on a coding-task suite in sandboxes, as a job (report section 5). What
+experiments/eval_main.py runs, with its run config (configs/eval_realistic.py) typed here.
+
+  cfg = parse(config_dict)              # EvalRunConfig; an unknown key or a bad value raises one sentence
+  summary = run(cfg, workdir)           # report.json, report.md, report.png in workdir; the summary dict
+  watch(cfg, workdir)                   # every new version of a weight store, as it appears (until interrupted)
+
+Policies: a scripted one (`c2jax.envs.scripted_policies.POLICIES`: reference must score 100%, empty 0%,
+delete_tests must not pass), or `checkpoint`: a c2jax model (`c2jax.eval.policies.SamplerPolicy`) from
+`checkpoint`, or from each new version of the weight store `watch_weights`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable, Mapping
+
+import ml_collections
+
+from c2jax import typed_config
+from c2jax.envs.env import EnvConfig
+from c2jax.model import presets
+from c2jax.model.config import ModelConfig
+
+CHECKPOINT = "checkpoint"  # the model policy; every other name is a scripted policy
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSamplingConfig:
+  """`sampling`: the model policy's turns: at most `max_new_tokens` bytes at `temperature`, the transcript's last
+  `prompt_len` tokens as the prompt."""
+
+  max_new_tokens: int = 256
+  temperature: float = 1.0
+  prompt_len: int = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRunConfig:
+  """An evaluation run.
+
+  Attributes:
+    suite, split, max_tasks: the coding suite (`CODING_SUITES`), its split, the first this many tasks (0: all).
+    policy: a scripted policy's name, or "checkpoint" (a model).
+    samples: episodes per task (pass@k from n samples); ks: the k of pass@k.
+    workers: episodes in flight (sandboxes).
+    seed: the model policy's sampling seed.
+    env: the episode's budgets and sandbox limits (`c2jax.envs.env.EnvConfig`).
+    checkpoint: the model policy's c2jax checkpoint; or watch_weights: a weight store whose every new version is
+      evaluated (polled every `watch_poll_s`), with the architecture `model` / `model_overrides`.
+    sampling: how the model policy samples.
+  """
+
+  suite: str = "realistic"
+  split: str = "heldout"
+  max_tasks: int = 0
+  policy: str = "reference"
+  samples: int = 1
+  ks: tuple[int, ...] = (1,)
+  workers: int = 2
+  seed: int = 0
+  env: EnvConfig = EnvConfig()
+  checkpoint: str = ""
+  watch_weights: str = ""
+  watch_poll_s: float = 5.0
+  model: str = "tiny"
+  model_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  sampling: EvalSamplingConfig = EvalSamplingConfig()
+
+  def __post_init__(self):
+    from c2jax.envs.coding_tasks import CODING_SUITES, check_split  # pylint: disable=g-import-not-at-top
+    from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+    import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+    CODING_SUITES.get(self.suite)
+    check_split(self.split)
+    if self.policy != CHECKPOINT and self.policy not in POLICIES:
+      raise ValueError(f"policy={self.policy!r} is not {CHECKPOINT!r} or a scripted policy "
+                       f"({', '.join(POLICIES.names())}).")
+    if self.policy == CHECKPOINT and not (self.checkpoint or self.watch_weights):
+      raise ValueError("policy=checkpoint needs checkpoint=DIR or watch_weights=URL.")
+    if self.samples < 1 or self.workers < 1 or self.max_tasks < 0:
+      raise ValueError(f"samples={self.samples} and workers={self.workers} must be >= 1, max_tasks="
+                       f"{self.max_tasks} >= 0.")
+    if not self.ks or not all(1 <= k <= self.samples for k in self.ks):
+      raise ValueError(f"ks={self.ks} must be k in [1, samples={self.samples}].")
+    presets.model_config(self.model, self.model_overrides)  # checks model / model_overrides now
+
+  @property
+  def model_config(self) -> ModelConfig:
+    return presets.model_config(self.model, self.model_overrides)
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """Every field of `EvalRunConfig` at its default, as a ConfigDict."""
+  return typed_config.to_config_dict(EvalRunConfig())
+
+
+def parse(c: Mapping[str, Any] | ml_collections.ConfigDict) -> EvalRunConfig:
+  return typed_config.from_plain(EvalRunConfig(), c, "")
+
+
+def _tasks(cfg: EvalRunConfig):
+  from c2jax.envs.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
+  tasks = CODING_SUITES.get(cfg.suite)().tasks(cfg.split)
+  if not tasks:
+    raise ValueError(f"Suite {cfg.suite!r} has no tasks in split {cfg.split!r}.")
+  return tasks[:cfg.max_tasks] if cfg.max_tasks else tasks
+
+
+def _model_policy_factory(cfg: EvalRunConfig, params, model: ModelConfig) -> Callable[[int], Any]:
+  from c2jax.actors.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.data.byte_tokenizer import ByteTokenizer  # pylint: disable=g-import-not-at-top
+  from c2jax.eval.policies import SamplerPolicy  # pylint: disable=g-import-not-at-top
+  sampling = SamplingConfig(max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
+                            stop_tokens=(ByteTokenizer.EOS,))
+  return lambda i: SamplerPolicy(params=params, model=model, sampling=sampling, prompt_len=cfg.sampling.prompt_len,
+                                 seed=cfg.seed * 1_000_003 + i)
+
+
+def _report(cfg: EvalRunConfig, tasks, make_policy, directory: str) -> dict:
+  from c2jax.eval import harness  # pylint: disable=g-import-not-at-top
+  report = harness.evaluate(tasks, make_policy, samples=cfg.samples, workers=cfg.workers, config=cfg.env,
+                            ks=tuple(cfg.ks))
+  summary = harness.write_report(report, directory)
+  print(report.markdown())
+  return summary
+
+
+def run(cfg: EvalRunConfig, workdir: str) -> dict:
+  """Evaluates the policy of `cfg` once; returns the summary (also in workdir/report.json)."""
+  tasks = _tasks(cfg)
+  if cfg.policy == CHECKPOINT:
+    import jax  # pylint: disable=g-import-not-at-top
+    from c2jax.model.checkpoint import load_checkpoint  # pylint: disable=g-import-not-at-top
+    if not cfg.checkpoint:
+      raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
+    params, model = load_checkpoint(cfg.checkpoint)
+    make_policy = _model_policy_factory(cfg, jax.device_put(params), model)
+  else:
+    from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+    policy_cls = POLICIES.get(cfg.policy)
+    make_policy = lambda i: policy_cls()  # noqa: E731
+  summary = _report(cfg, tasks, make_policy, workdir)
+  summary.update(suite=cfg.suite, split=cfg.split, policy=cfg.policy)
+  return summary
+
+
+def watch(cfg: EvalRunConfig, workdir: str, stop: Callable[[], bool] = lambda: False) -> None:
+  """The evaluator service: each new version of `cfg.watch_weights` evaluated into workdir/v<version>/, its summary
+  appended to workdir/versions.jsonl and printed, until `stop`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from c2jax.rollouts.weight_store import WeightStore  # pylint: disable=g-import-not-at-top
+  tasks, model, store = _tasks(cfg), cfg.model_config, WeightStore(cfg.watch_weights)
+  version, params = None, None
+  while not stop():
+    got = store.update(version, params)
+    if got is None:
+      time.sleep(cfg.watch_poll_s)
+      continue
+    version, params = got
+    summary = _report(cfg, tasks, _model_policy_factory(cfg, jax.device_put(params), model),
+                      os.path.join(workdir, f"v{version:06d}"))
+    summary["version"] = version
+    with open(os.path.join(workdir, "versions.jsonl"), "a") as f:
+      f.write(json.dumps(summary) + "\n")
+    print(json.dumps(summary), flush=True)

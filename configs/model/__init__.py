@@ -1,1 +1,0 @@
-"""Model architecture presets; each module defines `get_model_config()` -> ModelConfig."""

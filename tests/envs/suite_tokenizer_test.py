@@ -1,0 +1,56 @@
+"""A coding suite's own BPE: trained once on its train text and cached, other tokenizer specs passed through, and
+the coding task suite encoding prompts and decoding samples with it."""
+
+import os
+import shutil
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+import c2jax.envs  # noqa: F401  (registers the suites)
+from c2jax.data.tokenizer import make_tokenizer
+from c2jax.envs import demonstrations
+from c2jax.envs import sandbox as sandbox_lib
+from c2jax.envs import suite_tokenizer
+from c2jax.envs.tasks import TASK_SUITES
+
+
+class SuiteTokenizerTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+  def test_resolve_trains_once_and_passes_other_specs_through(self):
+    self.assertEqual(suite_tokenizer.resolve("byte", "tiny_functions"), "byte")
+    self.assertEqual(suite_tokenizer.resolve("/some/tokenizer.json", "tiny_functions"), "/some/tokenizer.json")
+    with self.assertRaisesRegex(ValueError, "bpe:<vocab_size>"):
+      suite_tokenizer.resolve("bpe:big", "tiny_functions")
+    path = suite_tokenizer.resolve("bpe:400", "tiny_functions", cache_dir=self.tmp)
+    self.assertTrue(path.startswith(self.tmp) and os.path.exists(path))
+    stamp = os.stat(path).st_mtime_ns
+    with mock.patch.object(suite_tokenizer, "train_bpe", side_effect=AssertionError("retrained")):
+      self.assertEqual(suite_tokenizer.resolve("bpe:400", "tiny_functions", cache_dir=self.tmp), path)
+    self.assertEqual(os.stat(path).st_mtime_ns, stamp)
+    self.assertNotEqual(suite_tokenizer.resolve("bpe:420", "tiny_functions", cache_dir=self.tmp), path)
+
+  def test_coding_suite_encodes_prompts_and_decodes_samples_with_it(self):
+    with mock.patch.dict(os.environ, {"C2JAX_CACHE_DIR": self.tmp}):
+      suite = TASK_SUITES.get("coding")(instructions="none", tokenizer="bpe:512")
+      tok = make_tokenizer(suite_tokenizer.resolve("bpe:512", "tiny_functions"))
+      task = suite.task("heldout", 0)
+      prompt, answer = demonstrations.sft_examples("tiny_functions", "heldout", max_examples=1, instructions="none")[0]
+      self.assertEqual(task.prompt[0], tok.bos_id)
+      self.assertEqual(tok.decode(task.prompt), prompt)
+      self.assertLess(len(task.prompt), len(prompt.encode()) // 2)  # ~3 bytes per token
+      try:
+        sandbox_lib.check_available()
+      except sandbox_lib.SandboxUnavailable as e:
+        self.skipTest(str(e))
+      self.assertEqual(suite.reward(task, tok.encode(answer, bos=False, eos=True))["outcome"], 1.0)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,64 @@
+"""Every entry point refuses a config key that does not exist, and a bad value, in one sentence (exit code 2) that
+names the key and what it allows: no traceback, nothing started."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import pytest
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(_ROOT)}
+
+# (name, argv before the bad flag)
+_ENTRY_POINTS = {
+    "rl_main": [str(_ROOT / "experiments" / "rl_main.py"), "--workdir=/nonexistent/rl"],
+    "pretrain_main": [str(_ROOT / "experiments" / "pretrain_main.py"), "--workdir=/nonexistent/pretrain"],
+    "eval_main": [str(_ROOT / "experiments" / "eval_main.py"), "--workdir=/nonexistent/eval"],
+    "actor_main": [str(_ROOT / "experiments" / "actor_main.py"), "--buffer=/nonexistent/b", "--weights=/nonexistent/w",
+                   f"--config={_ROOT / 'configs' / 'rl_char_class.py'}"],
+    "actor_process": ["-m", "c2jax.services.actor_process", "--buffer=/nonexistent/b", "--weights=/nonexistent/w",
+                      f"--config={_ROOT / 'configs' / 'rl_tiny.py'}"],
+}
+
+# (entry point, bad flag, what the one line must say)
+_CASES = [
+    ("rl_main", "--config.trainer.bogus_key=1",
+     "--config.trainer.bogus_key: trainer has no key 'bogus_key'; its keys are checkpoint_every, cpus,"),
+    ("rl_main", "--config.trainer.steps=many", "--config.trainer.steps=many: the field is an integer (it holds 40)"),
+    ("rl_main", "--config.actors.weight_updates=sometimes",
+     "actors.weight_updates='sometimes' is not one of 'in_flight', 'between_calls'"),
+    ("pretrain_main", "--config.phases.bulk.stpes=3", "phases.bulk has no key 'stpes'; its keys are batch_size,"),
+    ("pretrain_main", "--config.phases.bulk.decay=exponential",
+     "phases.bulk.decay='exponential' is not one of 'cosine', 'linear'"),
+    ("eval_main", "--config.polcy=empty", "the config has no key 'polcy'; its keys are checkpoint, env,"),
+    ("eval_main", "--config.policy=oracle", "policy='oracle' is not 'checkpoint' or a scripted policy (delete_tests, "
+     "empty, reference)"),
+    ("actor_main", "--config.actors.nm=3", "actors has no key 'nm'; its keys are admission_recheck_s,"),
+    ("actor_main", "--config.eval.best_of=99", "eval: best_of=99 must lie in [1, samples=8]"),
+    ("actor_process", "--config.sft.teacher.flawed=9",
+     "sft.teacher: copies=4 must be >= 1 and flawed=9 in [0, copies]"),
+    ("actor_process", "--config.sft.bogus=1", "sft has no key 'bogus'; its keys are batch_size, cache_dir,"),
+]
+
+
+@pytest.mark.e2e
+class EntryPointsTest(parameterized.TestCase):
+
+  @parameterized.named_parameters((f"{name}_{i}", name, flag, message)
+                                  for i, (name, flag, message) in enumerate(_CASES))
+  def test_refuses_in_one_sentence(self, name, flag, message):
+    proc = subprocess.run([sys.executable] + _ENTRY_POINTS[name] + [flag], capture_output=True, text=True,
+                          env=_ENV, cwd="/", timeout=300)
+    self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    self.assertLen(lines, 1, proc.stderr[-2000:])
+    self.assertIn(message, lines[0])
+    self.assertNotIn("Traceback", proc.stderr)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,112 @@
+"""The RL run config: the shipped configs resolve, the main job's shapes hold its task suite (no prompt cut, no
+answer cut off by the token budget, no SFT demonstration longer than a row), the JSON the actors read round-trips,
+and bad keys and values are refused in one sentence naming them."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from c2jax.actors.actor import WeightUpdates
+from c2jax.data.tokenizer import make_tokenizer
+from c2jax.envs import demonstrations
+from c2jax.envs import suite_tokenizer
+from c2jax.services import rl_run_config
+from c2jax.services import warm_start
+from configs import rl_char_class
+from configs import rl_tiny
+
+
+class RunConfigsTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("rl_tiny", rl_tiny), ("rl_char_class", rl_char_class))
+  def test_resolves_and_round_trips_through_json(self, module):
+    cfg = rl_run_config.parse(module.get_config())
+    suite = cfg.task_suite()
+    self.assertEqual(cfg.rl.model, cfg.model_config)
+    self.assertLessEqual(cfg.eval.tasks, suite.size("heldout"))
+    self.assertGreater(cfg.actor_config.max_new_tokens, 0)
+    self.assertBetween(cfg.eval.k, 1, cfg.eval.samples)
+    self.assertEqual(rl_run_config.from_json(rl_run_config.to_json(cfg)), cfg)
+
+  def test_best_of_defaults_to_the_samples_and_refuses_more(self):
+    c = rl_tiny.get_config()
+    cfg = rl_run_config.parse(c)
+    self.assertEqual((cfg.eval.samples, cfg.eval.k), (16, 8))  # K = 8, from 16 samples
+    c.eval.best_of = 0
+    self.assertEqual(rl_run_config.parse(c).eval.k, 16)
+    c.eval.best_of = 17
+    with self.assertRaisesRegex(ValueError, r"^eval: best_of=17 must lie in \[1, samples=16\]"):
+      rl_run_config.parse(c)
+
+  def test_the_actors_seed_is_the_runs_and_sync_forces_on_policy(self):
+    c = rl_tiny.get_config()
+    c.seed, c.schedule = 7, "sync"
+    actor = rl_run_config.parse(c).actor_config
+    self.assertEqual((actor.seed, actor.split, actor.max_lag, actor.weight_updates),
+                     (7, "train", 0, WeightUpdates.BETWEEN_CALLS))
+
+  @parameterized.named_parameters(
+      ("unknown_key", {"trainer": {"bogus_key": 1}},
+       "trainer has no field 'bogus_key'; its fields are checkpoint_every, cpus, groups_per_step"),
+      ("unknown_section", {"trainr": {}}, "the config has no field 'trainr'; its fields are actors, buffer"),
+      ("bad_type", {"trainer": {"steps": "many"}}, r"trainer.steps='many' must be an integer\."),
+      ("bad_range", {"trainer": {"steps": 0}}, r"trainer: steps=0 must be >= 1\."),
+      ("bad_enum", {"actors": {"weight_updates": "sometimes"}},
+       "actors.weight_updates='sometimes' is not one of 'in_flight', 'between_calls'"),
+      ("bad_schedule", {"schedule": "later"}, "schedule='later' is not one of 'async', 'sync'"),
+      ("bad_model_field", {"model_overrides": {"layers": 2}}, "model_overrides has no field 'layers'; its fields"),
+      ("bad_preset", {"model": "huge"}, "Unknown model preset 'huge'; known: kimi_k25, tiny"),
+      ("bad_suite", {"task": {"suite": "chess"}}, "Unknown task suite 'chess'"),
+      ("field_of_another_suite", {"task": {"suite": "char_class", "coding_suite": "x"}, "sft": {"enabled": False}},
+       "task has no field 'coding_suite'; its fields are answer_tokens, prefix_len, seed, size_per_split"),
+      ("seed_is_not_an_actor_key", {"actors": {"seed": 3}}, "actors has no field 'seed'"),
+      ("rl_model", {"rl": {"model": {}}}, "rl has no field 'model'"),
+      ("temperatures", {"rl": {"sampling_temperature": 0.5}},
+       "rl.sampling_temperature=0.5 differs from actors.temperature=1.0"),
+      ("sft_needs_coding", {"task": {"suite": "char_class"}}, "sft.enabled needs a coding task suite"),
+      ("bad_mesh", {"mesh": "fsdp:two"}, "mesh='fsdp:two': Bad mesh item"),
+      ("bad_cpus", {"actors": {"cpus": "a-b"}}, "actors: CPU list 'a-b'"),
+      ("bad_flaw", {"sft": {"teacher": {"flaw": "typo"}}}, "sft.teacher: Unknown SFT demonstration flaw 'typo'"),
+  )
+  def test_refuses_in_one_sentence(self, override, message):
+    with self.assertRaisesRegex(ValueError, message) as caught:
+      rl_run_config.parse(override)
+    self.assertNotIn("\n", str(caught.exception))
+
+  def test_every_field_is_in_the_defaults(self):
+    # What configs/ start from: every field a ConfigDict key, so `--config.x.y=` reaches each of them.
+    c = rl_run_config.defaults()
+    self.assertEqual(rl_run_config.parse(c), rl_run_config.RLRunConfig())
+    self.assertIn("pending_lease_s", c.actors)
+    self.assertIn("zstd_level", c.weight_store)
+    self.assertIsInstance(c.actors.stop_tokens, tuple)  # a tuple is a command-line override, a list is not
+    self.assertEqual(sorted(rl_run_config.task_defaults("char_class")), ["answer_tokens", "prefix_len", "seed",
+                                                                         "size_per_split", "suite"])
+
+  def test_main_job_shapes_hold_the_suite(self):
+    cfg = rl_run_config.parse(rl_tiny.get_config())
+    task, suite, actors = cfg.task, cfg.task_suite(), cfg.actor_config
+    tok = make_tokenizer(suite_tokenizer.resolve(task["tokenizer"], task["coding_suite"]))
+    self.assertEqual(cfg.model_config.vocab_size, tok.vocab_size)
+    for split in ("train", "heldout"):
+      longest = max(len(suite.task(split, i).prompt) for i in range(suite.size(split)))
+      self.assertLessEqual(longest, actors.prompt_len, split)
+      examples = demonstrations.sft_examples(task["coding_suite"], split, instructions=task["instructions"],
+                                             max_turns=task["max_turns"], max_tokens=task["max_tokens"],
+                                             suite_options=dict(task["suite_options"]))
+      self.assertLen(examples, suite.size(split))
+      answer = max(len(tok.encode(r, bos=False, eos=True)) for _, r in examples)
+      self.assertLessEqual(answer, actors.max_new_tokens, split)
+      demo = max(len(tok.encode(p, bos=True, eos=False)) + len(tok.encode(r, bos=False, eos=True))
+                 for p, r in examples)
+      self.assertLessEqual(demo, cfg.sft.seq_len, split)
+    self.assertIn(tok.eos_id, actors.stop_tokens)
+    # The SFT trains the RL run's own model on the same prompts.
+    p = warm_start.sft_config(cfg)
+    source = dict(p.phases["sft"].sources["tasks"])
+    self.assertEqual((source["suite"], source["instructions"], dict(source["suite_options"])),
+                     (task["coding_suite"], "none", dict(task["suite_options"])))
+    self.assertEqual(p.tokenizer, suite_tokenizer.resolve(task["tokenizer"], task["coding_suite"]))
+
+
+if __name__ == "__main__":
+  absltest.main()

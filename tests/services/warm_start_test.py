@@ -1,0 +1,76 @@
+"""The SFT warm start of an RL run: its pretraining config, its cache key, reuse of a finished SFT."""
+
+import dataclasses
+import os
+import tempfile
+
+from absl.testing import absltest
+import jax
+
+from c2jax.model.checkpoint import save_checkpoint
+from c2jax.model.params import abstract_params
+from c2jax.services import rl_run_config
+from c2jax.services import warm_start
+from configs import rl_char_class
+from configs import rl_tiny
+
+
+def _coding_config(**sft):
+  c = rl_tiny.get_config()
+  c.task = rl_run_config.task_defaults("coding", coding_suite="tiny_functions", instructions="brief")
+  c.sft.update(enabled=True, cache_dir=tempfile.mkdtemp(), steps=8)
+  c.sft.update(sft)
+  return rl_run_config.parse(c)
+
+
+class WarmStartTest(absltest.TestCase):
+
+  def test_sft_config_trains_the_rl_model_on_the_rl_prompts(self):
+    cfg = _coding_config()
+    p = warm_start.sft_config(cfg)
+    (phase,) = p.phases_resolved()
+    self.assertEqual(phase.model, cfg.rl.model)
+    self.assertEqual(phase.steps, 8)
+    (source,) = phase.sources
+    self.assertEqual((source["kind"], source["suite"], source["split"], source["instructions"]),
+                     ("sft", "tiny_functions", "train", "brief"))
+    self.assertEqual(p.eval.source["split"], "heldout")
+    # The teacher of configs/rl_tiny.py: two flawed demonstrations of four per task; held-out loss on clean turns.
+    self.assertEqual((source["copies"], source["flawed"], source["flaw"]), (4, 2, "incomplete_call"))
+    self.assertEqual((p.eval.source["copies"], p.eval.source["flawed"]), (1, 0))
+    # The SFT's optimizer and step settings are the pretraining defaults (c2jax/services/pretrain_run_config.py).
+    self.assertEqual((phase.hp.optim.weight_decay, phase.hp.z_loss_weight, phase.hp.bias_update_rate),
+                     (0.1, 1e-4, 1e-3))
+
+  def test_cache_key_follows_the_settings(self):
+    cfg = _coding_config()
+    key = lambda c: warm_start.cache_dir(c, warm_start.sft_config(c))
+    a = key(cfg)
+    self.assertEqual(a, key(cfg))
+    b = key(dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, learning_rate=1e-3)))
+    self.assertNotEqual(a, b)
+    d = key(dataclasses.replace(cfg, task={**cfg.task, "suite_options": {"max_difficulty": 1}}))
+    self.assertNotEqual(a, d)
+    e = key(dataclasses.replace(cfg, task={**cfg.task, "instructions": "none"}))
+    self.assertNotEqual(a, e)
+    perfect = dataclasses.replace(cfg.sft, teacher=dataclasses.replace(cfg.sft.teacher, flawed=0))
+    self.assertNotEqual(a, key(dataclasses.replace(cfg, sft=perfect)))  # a perfect teacher is another SFT
+    self.assertTrue(a.startswith(os.path.abspath(cfg.sft.cache_dir)))
+
+  def test_a_finished_sft_is_reused_without_training(self):
+    cfg = _coding_config()
+    p = warm_start.sft_config(cfg)
+    model = p.model_config
+    target = os.path.join(warm_start.cache_dir(cfg, p), "models", "sft")
+    params = jax.tree.map(lambda a: jax.numpy.zeros(a.shape, a.dtype), abstract_params(model))
+    save_checkpoint(target, params, model)
+    self.assertEqual(warm_start.sft_checkpoint(cfg), target)
+
+  def test_needs_a_coding_suite(self):
+    cfg = rl_run_config.parse(rl_char_class.get_config())  # sft.enabled=False: the run config is valid
+    with self.assertRaisesRegex(ValueError, "coding task suite"):
+      warm_start.sft_config(cfg)
+
+
+if __name__ == "__main__":
+  absltest.main()
