@@ -7,6 +7,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import nbclient
 import nbformat
+import pytest
+
+pytestmark = pytest.mark.e2e  # the notebooks, executed (`make test-unit` leaves them out)
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 _NOTEBOOKS = sorted((_ROOT / "notebooks").glob("*.ipynb"))

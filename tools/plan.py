@@ -1,7 +1,7 @@
 """Plan a training run on a mesh: per-device memory, FLOPs and communication of the full-size train step.
 
   .venv/bin/python tools/plan.py --model=kimi_k25 --mesh=fsdp:64,expert:64,context:4 \
-      --seq_len=32768                                         # 4-7 min on 2 cores; ends with a JSON line
+      --seq_len=32768                   # minutes on 2 cores (docs/benchmarks.md); ends with a JSON line
   .venv/bin/python tools/plan.py --mesh=fsdp:16,expert:64,context:2 --seq_len=65536 --nocompile    # ~1 min
   .venv/bin/python tools/plan.py --mesh=fsdp:32,expert:64 --seq_len=32768 --nolower --nocompile   # analytic only
   .venv/bin/python tools/plan.py --mesh=... --fused_attention     # what-if: no materialized score blocks

@@ -23,7 +23,7 @@ cached step, and the standard rejection rule (Leviathan et al. 2023; Chen et al.
 probability min(1, p_j(d_j) / q_j(d_j)), resampling a rejected position from norm(max(0, p_j - q_j)) and drawing a
 bonus token from p_{k+1} when all are accepted. The output distribution is exactly the main model's sampling
 distribution; under greedy decoding the output is identical to plain decoding. (On CPU at the tiny sizes it is
-still slower than plain decoding: see WORKSPACE_NOTES.md.)
+still slower than plain decoding: docs/benchmarks.md, tools/bench_sampler.py, and docs/limitations.md.)
 
 Shapes: B rows, P prompt buffer, N = max_new_tokens, T = P + N, V vocab, Lm MoE layers, K experts per token,
 D model width.

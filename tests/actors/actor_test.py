@@ -22,9 +22,9 @@ from c2jax.rollouts import admission
 from c2jax.rollouts.buffer import RolloutReader
 from c2jax.rollouts.storage import Store
 from c2jax.rollouts.weight_store import WeightStore
-from c2jax.model import presets
+from tests import tiny
 
-MODEL = dataclasses.replace(presets.tiny(), vocab_size=259, n_layers=2, num_mtp_layers=0, scan_unroll=1)
+MODEL = tiny.BYTES
 CFG = ActorConfig(group_size=4, groups_per_call=2, prompt_len=16, max_new_tokens=6, chunk_steps=2, max_lag=0,
                   poll_interval_s=0.01)
 

@@ -18,9 +18,9 @@ from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import MeshConfig, make_mesh
-from c2jax.model import presets
+from tests import tiny
 
-CFG = dataclasses.replace(presets.tiny(), n_layers=2, scan_unroll=1)  # dense + MoE layer, one MTP module
+CFG = tiny.MODEL_MTP  # one dense, one MoE layer, one MTP module
 B, P, N = 4, 6, 6
 LENGTHS = np.array([6, 2, 4, 1], np.int32)
 

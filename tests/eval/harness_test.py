@@ -1,7 +1,6 @@
 """The evaluation harness is honest: reference solutions score 100% on the realistic suite, doing nothing scores
 0%, deleting the tests does not pass; and its report (pass@k, per-category table, JSON, plot) holds together."""
 
-import dataclasses
 import json
 import os
 import shlex
@@ -10,7 +9,6 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
-import jax
 import numpy as np
 
 import c2jax.envs.suites  # noqa: F401  (registers the suites)
@@ -20,11 +18,10 @@ from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import EnvConfig
 from c2jax.envs.protocol import parse
-from c2jax.eval import harness
 from c2jax.envs.scripted_policies import POLICIES
+from c2jax.eval import harness
 from c2jax.eval.policies import SamplerPolicy
-from c2jax.model.params import init_params
-from c2jax.model import presets
+from tests import tiny
 
 
 _unavailable_reason = sandbox_lib.unavailable_reason
@@ -70,9 +67,8 @@ class HarnessTest(absltest.TestCase):
   def test_a_model_runs_through_the_sampler(self):
     # An untrained model writes bytes, not tool calls: it must be evaluated (turns taken, nothing raised), and fail.
     self.require_sandbox()
-    model = dataclasses.replace(presets.tiny(), vocab_size=259, n_layers=2, num_mtp_layers=0,
-                                scan_unroll=1)
-    params = jax.jit(init_params, static_argnums=0)(model, jax.random.key(0))
+    model = tiny.BYTES
+    params = tiny.params(model)
     sampling = SamplingConfig(max_new_tokens=16, stop_tokens=(ByteTokenizer.EOS,))
     tasks = CODING_SUITES.get("tiny_functions")().tasks("heldout")[:2]
     report = harness.evaluate(

@@ -1,7 +1,6 @@
 """The latent-KV-cache decoder equals the full forward: prefill + token-by-token decode, prompts of different
 lengths, several tokens at once (speculative verification), and the MTP modules' cached path."""
 
-import dataclasses
 import functools
 
 from absl.testing import absltest
@@ -13,10 +12,10 @@ import numpy as np
 from c2jax.model import decode
 from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
-from c2jax.model import presets
+from tests import tiny
 
 B, T = 3, 12
-CFG = dataclasses.replace(presets.tiny(), n_layers=2, scan_unroll=1)  # one dense, one MoE, one MTP
+CFG = tiny.MODEL_MTP  # one dense, one MoE layer, one MTP module
 
 
 class DecodeTest(absltest.TestCase):

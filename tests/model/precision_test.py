@@ -13,7 +13,7 @@ import numpy as np
 from c2jax.model.config import Precision
 from c2jax.optim import OptimizerConfig
 from c2jax.pretrain.step import StepConfig, init_state, train_step
-from c2jax.model import presets
+from tests import tiny
 
 STEPS = 4
 
@@ -21,7 +21,7 @@ STEPS = 4
 class PrecisionTrainingTest(absltest.TestCase):
 
   def test_each_precision_trains_and_tracks_bf16(self):
-    base = presets.tiny().replace(n_layers=2, num_mtp_layers=0, scan_unroll=1)
+    base = tiny.MODEL
     hp = StepConfig(optim=OptimizerConfig(learning_rate=3e-3, warmup_steps=0, total_steps=20))
     tokens = jax.random.randint(jax.random.key(1), (4, 32), 0, base.vocab_size)
     curves = {}

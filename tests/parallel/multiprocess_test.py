@@ -10,6 +10,9 @@ import tempfile
 
 from absl.testing import absltest
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.e2e  # two jax.distributed processes (`make test-unit` leaves them out)
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multiprocess_worker.py")
 

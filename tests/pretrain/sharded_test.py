@@ -12,14 +12,16 @@ from absl.testing import absltest, parameterized
 import jax
 import numpy as np
 
+from c2jax.model import presets
 from c2jax.model.params import init_params
+from c2jax.model.sharding import with_layout
 from c2jax.model.transformer import forward
+from c2jax.optim import OptimizerConfig
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import MeshConfig, make_mesh
-from c2jax.pretrain.sharded import make_trainer, with_layout
-from c2jax.optim import OptimizerConfig
+from c2jax.pretrain.sharded import make_trainer
 from c2jax.pretrain.step import StepConfig, init_state, loss_fn, train_step
-from c2jax.model import presets
+from tests import tiny
 
 # Each mesh costs one sharded value-and-grad compile (~15-20 s on 2 cores): four shapes cover every axis (pure
 # expert parallelism, FSDP x EP x CP, data x CP, and tensor parallelism with EP x CP); tests/parallel/
@@ -36,7 +38,7 @@ B, T = 8, 32
 def _config():
   # The tiny model cut to one dense and one MoE layer (plus the MoE MTP block), scanned without unrolling:
   # every feature is still there and each mesh compiles in seconds.
-  return dataclasses.replace(presets.tiny(), n_layers=2, scan_unroll=1)
+  return tiny.MODEL_MTP
 
 
 def _packed_batch(cfg, seed=0):

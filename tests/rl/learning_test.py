@@ -6,20 +6,19 @@ reference sampler (the behaviour log-probs and expert ids an actor would stamp),
 Dr. GRPO, k1 KL in the reward, routing replay, the plausibility filter, overlong rollouts kept.
 """
 
-import dataclasses
 import functools
 
 from absl.testing import absltest
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from c2jax.actors.reference_sampler import SamplingConfig, sample
-from c2jax.model.params import init_params
 from c2jax.optim import OptimizerConfig
 from c2jax.rl import batch as batch_lib
 from c2jax.rl.config import RLConfig
 from c2jax.rl.update import init_state, update_step
-from c2jax.model import presets
+from tests import tiny
 
 PROMPTS, GROUP, PROMPT_LEN, NEW_TOKENS, STEPS = 4, 8, 2, 8, 30
 
@@ -27,12 +26,12 @@ PROMPTS, GROUP, PROMPT_LEN, NEW_TOKENS, STEPS = 4, 8, 2, 8, 30
 class LearningTest(absltest.TestCase):
 
   def test_mean_reward_rises(self):
-    model = dataclasses.replace(presets.tiny(), n_layers=2, num_mtp_layers=0, scan_unroll=1)
+    model = tiny.MODEL
     target = model.vocab_size // 8
     optim = OptimizerConfig(learning_rate=1e-2, warmup_steps=1, total_steps=1, final_lr_fraction=1.0,
                             weight_decay=0.0, grad_clip=1.0)
     cfg = RLConfig(model=model, optim=optim)
-    state = init_state(cfg, jax.random.key(0), params=jax.jit(init_params, static_argnums=0)(model, jax.random.key(0)))
+    state = init_state(cfg, jax.random.key(0), params=jax.tree.map(jnp.copy, tiny.params(model)))  # donated below
     step = jax.jit(functools.partial(update_step, cfg=cfg), donate_argnums=0)
     sampling = SamplingConfig(max_new_tokens=NEW_TOKENS)
     rng = np.random.default_rng(0)

@@ -141,7 +141,7 @@ class RewardConfigTest(parameterized.TestCase):
     self.assertEqual(cfg, same)
     self.assertEqual(_reward_config({}), rewards.RewardConfig())
 
-  def test_from_config_dict(self):
+  def test_from_a_config_dict(self):
     cd = ml_collections.ConfigDict({"weights": {"outcome": 1.0, "malformed_tool_calls": -0.5}})
     cfg = _reward_config(cd)
     self.assertEqual(dict(cfg.weights), {"outcome": 1.0, "malformed_tool_calls": -0.5})

@@ -12,7 +12,6 @@ import numpy as np
 import optax
 
 from c2jax.model.losses import token_log_probs
-from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
 from c2jax.parallel.mesh import MeshConfig, make_mesh
 from c2jax.rl.config import Overlong, RLConfig, RoutingReplay, ZeroVarianceGroups
@@ -21,10 +20,10 @@ from c2jax.rl.policy_loss import SequenceUnit
 from c2jax.rl.rewards import LengthPenaltyConfig, RewardConfig
 from c2jax.rl.sharded import make_rl_trainer
 from c2jax.rl.update import init_state, optimizer, policy_log_probs, prepare, rl_gradients
-from c2jax.model import presets
+from tests import tiny
 
 B, T, PROMPT = 8, 16, 4
-MODEL = dataclasses.replace(presets.tiny(), n_layers=2, num_mtp_layers=0, scan_unroll=1)
+MODEL = tiny.MODEL
 
 
 def _copy(tree):
@@ -36,14 +35,12 @@ def _cfg(**kw) -> RLConfig:
   return RLConfig(model=MODEL, **kw)
 
 
-@functools.cache
 def _params(seed: int = 0):
-  return jax.jit(init_params, static_argnums=0)(MODEL, jax.random.key(seed))
+  return tiny.params(MODEL, seed)
 
 
-@functools.cache
 def _forward_fn():
-  return jax.jit(functools.partial(forward, cfg=MODEL, with_mtp=False))
+  return tiny.jit(forward, cfg=MODEL, with_mtp=False)
 
 
 def _batch(seed: int = 0, off_policy: float = 0.0, params=None) -> dict:
@@ -69,10 +66,9 @@ def _batch(seed: int = 0, off_policy: float = 0.0, params=None) -> dict:
           "truncated": (lengths == T - PROMPT).astype(np.float32), "expert_ids": np.asarray(out.expert_ids)}
 
 
-@functools.cache
 def _grads_fn(cfg: RLConfig):
-  # One compile per config for the whole file (each costs ~15 s on 2 CPU cores): tests share configs.
-  return jax.jit(functools.partial(rl_gradients, cfg=cfg))
+  # One compile per config (each costs ~15 s on 2 CPU cores): tests share configs.
+  return tiny.jit(rl_gradients, cfg=cfg)
 
 
 def _grads(cfg: RLConfig, batch, params=None, ref=None, version=3):

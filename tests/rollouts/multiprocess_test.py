@@ -12,9 +12,13 @@ import time
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from c2jax.rollouts import schema
 from c2jax.rollouts.buffer import RolloutReader, RolloutWriter
+
+pytestmark = pytest.mark.e2e  # concurrent writer processes, one SIGKILLed (`make test-unit` leaves them out)
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = schema.BufferSpec(seq_len=32, n_moe_layers=1, experts_per_tok=2)

@@ -10,10 +10,13 @@ from absl.testing import absltest
 import boto3
 from moto.server import ThreadedMotoServer  # a test extra: missing moto must fail this test, not skip it
 import numpy as np
+import pytest
 
 from c2jax.rollouts import admission
 from c2jax.rollouts import schema
 from c2jax.rollouts.buffer import RolloutReader, RolloutWriter
+
+pytestmark = pytest.mark.e2e  # a local S3 server process (`make test-unit` leaves them out)
 
 SPEC = schema.BufferSpec(seq_len=16, n_moe_layers=2, experts_per_tok=2, reward_terms=("outcome", "format"))
 BUCKET = "c2jax-test"

@@ -20,9 +20,12 @@ import time
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from c2jax.rollouts.buffer import RolloutReader
 from c2jax.rollouts.storage import Store
+
+pytestmark = pytest.mark.e2e  # real trainer and actor processes, SIGKILLed (`make test-unit` leaves them out)
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS, GROUPS_PER_STEP, GROUP = 8, 2, 8

@@ -7,11 +7,14 @@ import tempfile
 
 from absl.testing import absltest
 import chex
+import pytest
 
 from c2jax.model import checkpoint
 from c2jax.services import pretrain_loop
 from c2jax.services import pretrain_run_config
 from configs import pretrain_tiny
+
+pytestmark = pytest.mark.e2e  # whole pretraining runs, interrupted and resumed (`make test-unit` leaves them out)
 
 
 def _small_config():

@@ -12,6 +12,7 @@ from absl.testing import absltest
 import chex
 import jax
 import numpy as np
+import pytest
 
 from c2jax.model import checkpoint as ckpt_lib
 from c2jax.model import hf_convert
@@ -42,6 +43,7 @@ class BenchSamplerTest(absltest.TestCase):
     self.assertEqual(got_cfg.num_mtp_layers, 0)  # HF's DeepseekV3ForCausalLM has no MTP module
     chex.assert_trees_all_equal(got, {k: v for k, v in params.items() if k != "mtp"})
 
+  @pytest.mark.e2e  # the whole tool in a process of its own
   def test_toy_run_prints_json_with_matching_greedy_outputs(self):
     env = {**os.environ, "PYTHONPATH": _REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # One HF thread: two threads on a shared 2-core machine can stall for minutes (see the tool's --hf_threads).

@@ -8,7 +8,7 @@ Every part is a word (squares, even, largest), never a constant to copy, and the
 not together. It measures what a model of any size can learn from the train split (which word asks for which
 piece of code, and how pieces combine), where tiny_functions' held-out constants ("x plus 7", "every 'u' replaced
 by 'q'") also need a copying circuit that a byte-level model a few minutes old on a CPU has not formed
-(WORKSPACE_NOTES.md, the coding main job). It is the main job's suite at CPU scale (configs/rl_tiny.py).
+(docs/experiments/main_job.md, sections 1.3 and 2.1). It is the main job's suite at CPU scale (configs/rl_tiny.py).
 
 The grammar, enumerated in a fixed order (each task a distinct function):
   * reducers: the sum of, the largest of (0 if none), the smallest of (0 if none), a list of (in order);

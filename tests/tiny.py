@@ -1,0 +1,50 @@
+"""The suite's shared tiny model and compiled functions: tests that use the same config and shapes compile once.
+
+  from tests import tiny
+  tiny.MODEL                      # 2 layers of the tiny preset: 1 dense + 1 MoE, no MTP, float32, vocab 512
+  tiny.BYTES                      # the same with the byte tokenizer's 259 tokens (the actors' and harness' tests)
+  tiny.MODEL_MTP                  # 2 layers with the preset's MTP module (the sampler, decode and sharded tests)
+  params = tiny.params()          # its params (seed 0), initialized once per process; copy before donating them
+  f = tiny.jit(forward, cfg=tiny.MODEL, with_mtp=False)   # one jitted function per (function, static args)
+
+On 2 CPU cores a compile of the tiny model's value-and-grad costs ~15-20 s and a sampler config ~10 s, so a test
+should reuse a config and a jitted function of this module before it makes its own. `tests/conftest.py` also puts
+every compiled program into one persistent compilation cache for the session, which catches the same program
+compiled twice through different Python functions (and by the processes the tests start).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+
+from c2jax.model import presets
+from c2jax.model.config import ModelConfig
+from c2jax.model.params import Params, init_params
+
+MODEL: ModelConfig = presets.model_config("tiny", {"n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1})
+BYTES: ModelConfig = MODEL.replace(vocab_size=259)
+MODEL_MTP: ModelConfig = presets.model_config("tiny", {"n_layers": 2, "scan_unroll": 1})  # ... and one MTP module
+
+
+@functools.cache
+def _init(cfg: ModelConfig) -> Callable:
+  return jax.jit(init_params, static_argnums=0)
+
+
+@functools.cache
+def params(cfg: ModelConfig = MODEL, seed: int = 0) -> Params:
+  """The params of `cfg` from `jax.random.key(seed)`, made once per process (shared: never donate them)."""
+  return _init(cfg)(cfg, jax.random.key(seed))
+
+
+@functools.cache
+def _jit(fn: Callable, static: tuple) -> Callable:
+  return jax.jit(functools.partial(fn, **dict(static)))
+
+
+def jit(fn: Callable, **static) -> Callable:
+  """`jax.jit(functools.partial(fn, **static))`, one per (fn, static) in the process (static values hashable)."""
+  return _jit(fn, tuple(sorted(static.items())))
