@@ -35,9 +35,12 @@ lint: $(STAMP)
 test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
-# The unit tier: everything but the end-to-end tests (real processes, notebooks; marked e2e).
+# The unit tier: everything but the end-to-end tests (real processes, notebooks, whole runs; marked e2e), with the
+# compiled programs kept between runs (a rerun compiles only what changed). `make test` always compiles afresh, as CI.
+TEST_COMPILATION_CACHE ?= $(HOME)/.cache/c2jax/test-compilation-cache
 test-unit: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -m "not e2e" tests
+	C2JAX_TEST_COMPILATION_CACHE=$(TEST_COMPILATION_CACHE) $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
+	  -m "not e2e" tests
 
 demo: $(STAMP)
 	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/demo/pretrain

@@ -20,6 +20,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   if not _cache:
     _cache = tempfile.mkdtemp(prefix="c2jax-test-compilation-cache-")
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+  os.makedirs(_cache, exist_ok=True)
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
   # Every program that takes a noticeable time to compile (jax's default floor is 1 s).
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
