@@ -28,5 +28,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model = "tiny"
   c.model_overrides = ml_collections.ConfigDict({"vocab_size": 259, "n_layers": 2, "num_mtp_layers": 0,
                                                  "scan_unroll": 1})
-  c.sampling.update(max_new_tokens=256, temperature=1.0, prompt_len=1024)
+  c.sampling.update(max_new_tokens=256, temperature=1.0, slots=4, context=4096, max_episode_tokens=2048)
   return c

@@ -6,6 +6,7 @@
   tiny.MODEL_MTP                  # 2 layers with the preset's MTP module (the sampler, decode and sharded tests)
   params = tiny.params()          # its params (seed 0), initialized once per process; copy before donating them
   f = tiny.jit(forward, cfg=tiny.MODEL, with_mtp=False)   # one jitted function per (function, static args)
+  tiny.ENGINE, tiny.ENGINE_SAMPLING                # the agent engine's shapes and draw settings of every test
 
 On 2 CPU cores a compile of the tiny model's value-and-grad costs ~15-20 s and a sampler config ~10 s, so a test
 should reuse a config and a jitted function of this module before it makes its own. `tests/conftest.py` also puts
@@ -20,6 +21,8 @@ from typing import Callable
 
 import jax
 
+from c2jax.actors.engine import EngineConfig
+from c2jax.actors.sampling import SamplingConfig
 from c2jax.model import presets
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params, init_params
@@ -27,6 +30,10 @@ from c2jax.model.params import Params, init_params
 MODEL: ModelConfig = presets.model_config("tiny", {"n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1})
 BYTES: ModelConfig = MODEL.replace(vocab_size=259)
 MODEL_MTP: ModelConfig = presets.model_config("tiny", {"n_layers": 2, "scan_unroll": 1})  # ... and one MTP module
+# The agent engine (c2jax/actors/engine.py) of the tests that run BYTES through the agent loop: 4 slots of 1280
+# positions, append buckets 16/64/256, forced turns up to 256 tokens; turns end at EOS (258) or ">".
+ENGINE = EngineConfig(slots=4, context=1280, chunk_sizes=(16, 64, 256), max_forced=256)
+ENGINE_SAMPLING = SamplingConfig(max_new_tokens=1, temperature=1.0, stop_tokens=(258, ord(">")))
 
 
 @functools.cache

@@ -10,7 +10,10 @@ or commit records) or shards it skipped (schema). Then a histogram of per-token 
 (loss_mask 1) of the groups not yet consumed: lag = trainer version (trainer.json; 0 before the trainer starts) -
 the token's policy version.
 Samples are decoded with the byte tokenizer (c2jax/data/byte_tokenizer.py) when every id fits its vocabulary, else
-shown as ids. The scan reads every committed group (up to --max_groups), which also verifies every chunk checksum.
+shown as ids; `--tokenizer=run` decodes with the run's own (the task suite's tokenizer in the buffer's
+run_config.json), `--tokenizer=<path>` with a tokenizer.json. Multi-turn rows (buffers with a token ledger) are
+shown turn by turn: each run of one source and turn on its own line, marked [prompt], [model t], [observation t]
+or [notice t]. The scan reads every committed group (up to --max_groups), which also verifies every chunk checksum.
 
 The last line printed is one JSON object with every figure and the list of problems found.
 """
@@ -76,8 +79,11 @@ def histogram_lines(hist: collections.Counter, width: int = 40) -> list[str]:
           for lag, n in sorted(hist.items())]
 
 
+_TOKENIZER = [None]  # what decode() uses; set by main
+
+
 def decode(ids: np.ndarray) -> str:
-  tok = ByteTokenizer()
+  tok = _TOKENIZER[0] or ByteTokenizer()
   if ids.size and 0 <= ids.min() and ids.max() < tok.vocab_size:
     return repr(tok.decode(ids))
   shown = " ".join(str(int(i)) for i in ids[:32])
@@ -96,11 +102,44 @@ def sample_lines(group) -> list[str]:
     vrange = f"{versions.min()}..{versions.max()}" if versions.size else "-"
     lines.append(f"  row {r} chain {int(d['chain_id'][r])} segment {int(d['segment'][r])}: {p} prompt + {n} "
                  f"generated tokens, {terms}, truncated={bool(d['truncated'][r])}, versions {vrange}")
+    if "source" in d:
+      lines += turn_lines(d["tokens"][r, :p + n], d["source"][r, :p + n], d["turn"][r, :p + n])
+      continue
     lines.append(f"    prompt: {decode(d['tokens'][r, :p])[:300]}")
     lines.append(f"    output: {decode(d['tokens'][r, p:p + n])[:300]}")
   if rows > ROWS_SHOWN:
     lines.append(f"  ... {rows - ROWS_SHOWN} more rows")
   return lines
+
+
+_SOURCES = {0: "prompt", 1: "model", 2: "observation", 3: "notice"}  # c2jax.actors.ledger.Source
+
+
+def turn_lines(tokens: np.ndarray, source: np.ndarray, turn: np.ndarray, width: int = 300) -> list[str]:
+  """A multi-turn row run by run: one line per stretch of one source and turn."""
+  lines, start = [], 0
+  for i in range(1, len(tokens) + 1):
+    if i == len(tokens) or source[i] != source[start] or turn[i] != turn[start]:
+      kind = _SOURCES.get(int(source[start]), f"source {int(source[start])}")
+      label = kind if kind == "prompt" else f"{kind} t{int(turn[start])}"
+      lines.append(f"    [{label}] {i - start} tokens: {decode(tokens[start:i])[:width]}")
+      start = i
+  return lines
+
+
+def make_tokenizer(spec: str, url: str):
+  """--tokenizer: None for "byte", the run's suite tokenizer for "run", else a tokenizer.json path."""
+  if spec == "byte":
+    return None
+  if spec == "run":
+    from c2jax.actors.actor import text_tokenizer  # pylint: disable=g-import-not-at-top
+    from c2jax.services import rl_run_config  # pylint: disable=g-import-not-at-top
+    raw = Store(url).read(rl_run_config.RUN_CONFIG_KEY)
+    if raw is None:
+      raise SystemExit(f"--tokenizer=run: the buffer {url} has no {rl_run_config.RUN_CONFIG_KEY}.")
+    return text_tokenizer(rl_run_config.from_json(raw.decode()).task_suite())
+  from c2jax.data.tokenizer import make_tokenizer as make  # pylint: disable=g-import-not-at-top
+  return make(spec)
 
 
 def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
@@ -176,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--samples", type=int, default=1, help="groups to decode and show")
   parser.add_argument("--max_groups", type=int, default=100_000, help="groups to scan at most")
   parser.add_argument("--check", action="store_true", help="exit with code 1 when any problem is found")
+  parser.add_argument("--tokenizer", default="byte", help="byte, run (the run config's) or a tokenizer.json path")
   args = parser.parse_args(argv)
+  _TOKENIZER[0] = make_tokenizer(args.tokenizer, args.buffer)
   summary, lines = inspect(args.buffer, args.samples, args.max_groups)
   print("\n".join(lines))
   print(json.dumps(summary))

@@ -18,12 +18,19 @@ One loop iteration:
 
 The sampler batch always has `groups_per_call * group_size` rows (unused groups are filled with copies of a real
 one and dropped), so it compiles once.
+
+With `episodes=MULTI_TURN` step 4 runs each row as a multi-turn episode of the suite's environment
+(`c2jax.envs.agent_env.agent_env`) through the agent loop (`c2jax.actors.agent_loop`): `slots` slots with continuous
+batching, tools on host workers, the same in-flight weight swaps between device calls; a row is the whole
+trajectory (prompt, turns, observations) with its token ledger, and the buffer stores the ledger's source and turn
+of every token. Admission, tickets and restarts are the same: a killed actor re-runs the groups it had begun.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import random
 import time
@@ -34,8 +41,12 @@ import jax
 import numpy as np
 
 from c2jax.actors import sampler as sampler_lib
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.engine import EngineConfig
+from c2jax.actors.ledger import Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import tasks as tasks_lib
+from c2jax.envs.agent_env import agent_env
 from c2jax.envs.tasks import Task, TaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.rollouts import admission
@@ -45,6 +56,14 @@ from c2jax.rollouts.weight_store import WeightStore
 
 
 MAX_ATTEMPTS = 3  # runs of one group (by successive restarts of its actor) before it is dropped
+
+
+class EpisodeKind(enum.Enum):
+  """What a row is: SINGLE_TURN, one sampled turn graded by the suite's verifier (the token-level sampler); or
+  MULTI_TURN, a whole agent episode through the agent loop (tools between turns, a trajectory per row)."""
+
+  SINGLE_TURN = "single_turn"
+  MULTI_TURN = "multi_turn"
 
 
 class WeightUpdates(enum.Enum):
@@ -77,6 +96,14 @@ class ActorConfig:
     stop_tokens: tokens that end a row (e.g. EOS).
     pending_lease_s: admission ignores the begun groups of an actor silent for this long (it is gone); a live
       actor renews its lease every pending_lease_s / 4.
+    episodes: SINGLE_TURN or MULTI_TURN (the module docstring); the fields below apply to MULTI_TURN, where
+      max_new_tokens is the budget of one turn.
+    context: positions per slot (prompt, turns and observations), the buffer rows' T.
+    max_turns: model turns per episode.
+    max_episode_tokens: model tokens per episode.
+    slots: trajectories decoded together (0: groups_per_call * group_size).
+    chunk_sizes: the engine's append buckets.
+    tool_workers: threads running the episodes' environments.
   """
 
   group_size: int = 8
@@ -93,6 +120,13 @@ class ActorConfig:
   stop_tokens: tuple[int, ...] = ()
   pending_lease_s: float = 120.0
   admission_recheck_s: float = 1.0
+  episodes: EpisodeKind = EpisodeKind.SINGLE_TURN
+  context: int = 2048
+  max_turns: int = 8
+  max_episode_tokens: int = 2048
+  slots: int = 0
+  chunk_sizes: tuple[int, ...] = (16, 64, 256)
+  tool_workers: int = 4
 
   def __post_init__(self):
     for name in ("group_size", "groups_per_call", "prompt_len", "max_new_tokens", "chunk_steps"):
@@ -106,17 +140,60 @@ class ActorConfig:
     if self.temperature <= 0:
       raise ValueError("ActorConfig.temperature must be > 0: RL trains on the sampling distribution.")
     object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
+    object.__setattr__(self, "episodes", EpisodeKind(self.episodes))
+    object.__setattr__(self, "chunk_sizes", tuple(int(c) for c in self.chunk_sizes))
+    if self.episodes is EpisodeKind.MULTI_TURN:
+      for name in ("context", "max_turns", "max_episode_tokens", "tool_workers"):
+        if getattr(self, name) < 1:
+          raise ValueError(f"ActorConfig.{name}={getattr(self, name)} must be >= 1.")
+      if self.prompt_len >= self.context:
+        raise ValueError(f"ActorConfig.prompt_len={self.prompt_len} must be < context={self.context} (the turns and "
+                         "observations follow the prompt in the slot).")
+    if self.slots < 0:
+      raise ValueError(f"ActorConfig.slots={self.slots} must be >= 0 (0: one slot per row of a call).")
 
   @property
   def seq_len(self) -> int:
-    """T of the buffer rows: prompt buffer + response budget."""
+    """T of the buffer rows: prompt buffer + response budget (single-turn), or the slot's context (multi-turn)."""
+    if self.episodes is EpisodeKind.MULTI_TURN:
+      return self.context
     return self.prompt_len + self.max_new_tokens
+
+  def engine_config(self) -> EngineConfig:
+    """The agent engine's shapes (multi-turn)."""
+    return EngineConfig(slots=self.slots or self.groups_per_call * self.group_size, context=self.context,
+                        chunk_sizes=self.chunk_sizes)
+
+  def agent_config(self) -> AgentConfig:
+    """The agent loop's budgets (multi-turn)."""
+    return AgentConfig(max_turns=self.max_turns, max_turn_tokens=self.max_new_tokens,
+                       max_episode_tokens=self.max_episode_tokens, chunk_steps=self.chunk_steps,
+                       tool_workers=self.tool_workers)
 
 
 def buffer_spec(model: ModelConfig, actor: ActorConfig, reward_terms: tuple[str, ...] = ("outcome",)) -> BufferSpec:
   """The buffer rows these actors write: T = P + N, every MoE layer's expert ids (routing replay)."""
   return BufferSpec(seq_len=actor.seq_len, n_moe_layers=model.n_moe_layers,
-                    experts_per_tok=model.num_experts_per_tok, reward_terms=tuple(reward_terms))
+                    experts_per_tok=model.num_experts_per_tok, reward_terms=tuple(reward_terms),
+                    ledger=actor.episodes is EpisodeKind.MULTI_TURN)
+
+
+class IdText:
+  """Text of ids for suites without a text tokenizer (their one-turn environments read ids, not text): the ids
+  written out as decimal numbers, which encode back to the same ids."""
+
+  def encode(self, text: str, bos: bool = False, eos: bool = False) -> np.ndarray:
+    del bos, eos
+    return np.array([int(t) for t in text.split()], np.int32)
+
+  def decode(self, ids) -> str:
+    return " ".join(str(int(i)) for i in ids)
+
+
+def text_tokenizer(suite: TaskSuite):
+  """The suite's tokenizer (`suite.text_tokenizer()`, e.g. a coding suite's byte or BPE one), else `IdText`."""
+  make = getattr(suite, "text_tokenizer", None)
+  return make() if make is not None else IdText()
 
 
 def _seed(*parts) -> int:
@@ -162,6 +239,7 @@ class Actor:
       logging.info("%s: %d unfinished group(s) from a previous run will be re-run.", actor_id, len(self._unfinished))
     self._contended = False  # the last admission lost a race with another actor's (see _verify)
     self._jitter = random.Random(_seed(actor_id, "jitter"))
+    self._runner: AgentRunner | None = None
 
   # -- weights ------------------------------------------------------------------------------------------------------
 
@@ -274,6 +352,51 @@ class Actor:
       state = sampler_lib.decode(self._params, state, steps=self.cfg.chunk_steps, version=self.version, **kw)
     return jax.device_get(sampler_lib.finish(self._params, state, cfg=self.model))
 
+  def runner(self) -> AgentRunner:
+    """The agent loop of a MULTI_TURN actor (made on first use: its engine holds the slots' caches)."""
+    if self._runner is None:
+      self._runner = AgentRunner(self.model, self.cfg.engine_config(), self.sampling, self.cfg.agent_config(),
+                                 text_tokenizer(self.suite))
+    return self._runner
+
+  def sample_episodes(self, tasks: list[Task], seeds: list[int]) -> list[Trajectory]:
+    """Runs G multi-turn episodes per task (episode i of a group draws with fold_in(key(seed), i)); in-flight
+    weight swaps between device calls."""
+
+    def weights():
+      if self.cfg.weight_updates is WeightUpdates.IN_FLIGHT and self.refresh_weights():
+        self.stats.in_flight_swaps += 1
+      return self._params, self.version
+
+    g = self.cfg.group_size
+    episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, self.suite, task),
+                        key=jax.random.fold_in(jax.random.key(seed), i))
+                for task, seed in zip(tasks, seeds) for i in range(g)]
+    return self.runner().run(episodes, weights=weights,
+                             on_chunk=lambda: self.writer.heartbeat(self.cfg.pending_lease_s / 4))
+
+  def _episode_group(self, trajectories: list[Trajectory]) -> dict:
+    """The buffer record of one group of multi-turn trajectories (one row each)."""
+    t = self.cfg.seq_len
+    rows = [traj.row(t) for traj in trajectories]
+    names = self.writer.spec.reward_terms
+    missing = [n for n in names if n not in trajectories[0].reward_terms]
+    if missing:
+      raise ValueError(f"Suite {self.suite.name!r} returned no reward term(s) {missing} the buffer expects.")
+    stack = lambda f: np.stack([r[f] for r in rows])
+    group = {f: stack(f) for f in ("tokens", "loss_mask", "behaviour_logprobs", "policy_version", "source", "turn")}
+    group.update({
+        "reward_terms": {n: np.array([tr.reward_terms[n] for tr in trajectories], np.float32) for n in names},
+        "truncated": np.array([tr.cut for tr in trajectories], np.float32),
+        "chain_id": np.arange(len(rows), dtype=np.int32),
+        "segment": np.zeros(len(rows), np.int32),
+        "prompt_length": np.array([tr.prompt_length for tr in trajectories], np.int32),
+        "length": np.array([len(tr.tokens) - tr.prompt_length for tr in trajectories], np.int32),
+    })
+    if self.model.n_moe_layers:
+      group["expert_ids"] = np.stack([r["expert_ids"] for r in rows], axis=1)
+    return group
+
   def _group(self, out, g: int, task: Task) -> dict:
     """The buffer record of group g of a sampler output (rows g*G .. (g+1)*G - 1)."""
     rows = slice(g * self.cfg.group_size, (g + 1) * self.cfg.group_size)
@@ -313,12 +436,16 @@ class Actor:
     if not tickets:
       return 0
     tasks = [self.suite.task(t["split"], t["task_index"]) for _, t in tickets]
-    seed = _seed(*(t["sample_seed"] for _, t in tickets))
     start_version = self.version
     t0 = time.perf_counter()
-    out = self.sample(tasks, seed, stop)
+    if self.cfg.episodes is EpisodeKind.MULTI_TURN:
+      trajectories = self.sample_episodes(tasks, [t["sample_seed"] for _, t in tickets])
+      g = self.cfg.group_size
+      groups = [self._episode_group(trajectories[i * g:(i + 1) * g]) for i in range(len(tasks))]
+    else:
+      out = self.sample(tasks, _seed(*(t["sample_seed"] for _, t in tickets)), stop)
+      groups = [self._group(out, g, task) for g, task in enumerate(tasks)]
     self.stats.sampling_s += time.perf_counter() - t0
-    groups = [self._group(out, g, task) for g, task in enumerate(tasks)]
     metas = [{"task_id": task.task_id, "actor": self.actor_id, "start_version": start_version,
               "end_version": self.version, "sample_seed": ticket["sample_seed"], "time": time.time()}
              for (_, ticket), task in zip(tickets, tasks)]
@@ -327,7 +454,7 @@ class Actor:
     self.stats.groups += len(groups)
     self.stats.resumed_groups += sum(ticket_id in self._unfinished for ticket_id, _ in tickets)
     self.stats.rows += len(groups) * self.cfg.group_size
-    self.stats.tokens += int(sum(g["length"].sum() for g in groups))
+    self.stats.tokens += int(sum(g["loss_mask"].sum() for g in groups))
     return len(tickets)
 
   def run(self, stop: Callable[[], bool] = lambda: False, max_groups: int | None = None,

@@ -11,14 +11,17 @@ drawn without replacement, averaged over tasks: with n > k samples both are far 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
 import numpy as np
 
 from c2jax.actors import sampler as sampler_lib
+from c2jax.actors.agent_loop import AgentRunner, Episode
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import tasks as tasks_lib
+from c2jax.envs.agent_env import agent_env
 from c2jax.envs.tasks import TaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
@@ -68,6 +71,13 @@ def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int
   terms = tasks_lib.rewards(suite, [chosen[r // samples] for r in range(rows)],
                             [tokens[r, lengths[r]:lengths[r] + n_gen[r]] for r in range(rows)])
   outcome = np.array([t["outcome"] for t in terms], np.float64).reshape(tasks, samples)
+  return summary(outcome, success_threshold, pass_k)
+
+
+def summary(outcome: np.ndarray, success_threshold: float = 1.0, pass_k: tuple[int, ...] = (1,)) -> dict:
+  """The figures of outcomes [tasks, samples]: "pass@k" and "best_of_k" for k in pass_k (k <= samples),
+  f"best_of_{samples}", "reward/mean", "tasks", "samples"."""
+  tasks, samples = outcome.shape
   solved = (outcome >= success_threshold).sum(1)
   result = {f"pass@{k}": float(np.mean([pass_at_k(samples, int(c), k) for c in solved]))
             for k in pass_k if k <= samples}
@@ -75,4 +85,24 @@ def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int
     result[f"best_of_{k}"] = float(np.mean([best_of_k(row, k) for row in outcome]))
   result["reward/mean"] = float(outcome.mean())
   result["tasks"], result["samples"] = tasks, samples
+  return result
+
+
+def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, tasks: int, samples: int,
+                      split: str = "heldout", seed: int = 0, success_threshold: float = 1.0,
+                      pass_k: tuple[int, ...] = (1,), version: int = 0) -> dict:
+  """`evaluate` with every sample a whole episode of the agent loop (the runner the multi-turn actors use, so what
+  is evaluated is what is trained): multi-turn where the suite has an environment, one turn otherwise.
+
+  Returns `evaluate`'s figures plus "turns/mean" and "cut/fraction" (episodes ended by a budget).
+  """
+  chosen = [suite.task(split, i) for i in range(tasks)]
+  episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, suite, task),
+                      key=jax.random.fold_in(jax.random.key(seed), t * samples + i))
+              for t, task in enumerate(chosen) for i in range(samples)]
+  out = runner.run(episodes, weights=lambda: (params, version))
+  outcome = np.array([traj.reward_terms["outcome"] for traj in out], np.float64).reshape(tasks, samples)
+  result = summary(outcome, success_threshold, pass_k)
+  result["turns/mean"] = float(np.mean([traj.turns for traj in out]))
+  result["cut/fraction"] = float(np.mean([traj.cut for traj in out]))
   return result

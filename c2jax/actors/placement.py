@@ -83,6 +83,14 @@ def pin(cpus) -> None:
                        "of the machine's CPUs.") from e
 
 
+def pin_thread(cpus) -> None:
+  """Restricts the calling thread (and the processes it starts, by inheritance) to `cpus`; nothing for an empty
+  set. The agent loop's tool workers call it, so sandboxes run on their own cores beside the engine's."""
+  cpus = frozenset(cpus)
+  if cpus:
+    os.sched_setaffinity(0, cpus)  # 0: the calling thread (Linux)
+
+
 def split_cpus() -> tuple[frozenset[int], frozenset[int]]:
   """(trainer, actors): the CPUs this process may use, the first half (rounded up) for the trainer.
 

@@ -1,13 +1,15 @@
-"""Coding tasks as actor tasks: one turn of `CodingEnv` per sample (report section 4, RL on coding tasks).
+"""Coding tasks as actor tasks (report section 4, RL on coding tasks): single-turn samples, or multi-turn episodes
+of `CodingEnv` through the agent loop.
 
   suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions="brief")
   task = suite.task("train", 17)             # prompt = BOS + the environment's first observation (tokenized)
   terms = suite.reward(task, generated)      # {"outcome": fraction of hidden tests passed, "malformed_tool_calls": n}
+  env = suite.agent_env(task)                # a multi-turn episode (`c2jax.envs.agent_env.CodingAgentEnv`)
 
-A sample is the model's first (and only) turn: its tool calls run in a fresh sandbox copy of the task, then the
-hidden tests grade the repository as the turn left it, whether or not the turn called finish. Single-turn
-episodes are what the token-level actor loop samples; multi-turn episodes (observations fed back) are the
-evaluation harness's (`c2jax.eval`) and a later actor's.
+`reward` grades a single-turn sample: the model's first turn, whose tool calls run in a fresh sandbox copy of the
+task; then the hidden tests grade the repository as the turn left it, whether or not the turn called finish.
+`agent_env` is the multi-turn episode the agent loop (`c2jax.actors.agent_loop`) drives: observations are fed
+back until the model finishes or a budget ends it, and the hidden tests grade what it left.
 
 The prompt is the exact text `CodingEnv.reset` returns (and `c2jax.envs.demonstrations` trains on), so a model SFT'd
 on the suite's demonstrations meets the same prompt in RL.
@@ -24,6 +26,7 @@ import numpy as np
 from c2jax import typed_config
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import suite_tokenizer
+from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail
@@ -107,6 +110,14 @@ class CodingTaskSuite:
     text = first_observation(tasks[index], self.env_config, sorted(tasks[index].files))
     prompt = tuple(int(t) for t in _tokenizer(self.tokenizer, self.coding_suite).encode(text, bos=True, eos=False))
     return Task(task_id=f"{self.name}/{self.coding_suite}/{split}/{index}", prompt=prompt, text=text)
+
+  def text_tokenizer(self):
+    """How this suite's prompts are encoded and samples decoded (`tokenizer`)."""
+    return _tokenizer(self.tokenizer, self.coding_suite)
+
+  def agent_env(self, task: Task) -> CodingAgentEnv:
+    """A multi-turn episode of `task` (its first observation is `task.prompt`'s text)."""
+    return CodingAgentEnv(self.coding_task(task), self.env_config)
 
   def reward(self, task: Task, generated: np.ndarray) -> dict[str, float]:
     """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' pass fraction."""

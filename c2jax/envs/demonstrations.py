@@ -7,8 +7,7 @@ and evaluation policies see and emit (report section 3: a short SFT phase on cod
 
 A demonstration is one episode's first turn:
   prompt   = the environment's first observation (`CodingEnv.reset`: the tool format, the budget line, the
-             repository listing and, last, the task prompt). `SamplerPolicy` feeds BOS + the transcript, and the
-             transcript of a first turn is exactly this observation;
+             repository listing and, last, the task prompt); the agent loop's prompt is BOS + this observation;
   response = what `ReferencePolicy` writes: a write_file call per solution file (protocol.render), rm calls for
              the files it deletes, and finish. The sampler stops at EOS, so the tokenized response ends with EOS.
 The loss falls on the response tokens (EOS included) only. Nothing is run: no sandbox is started, the listing of a

@@ -83,11 +83,16 @@ class EnvConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StepResult:
-  """What one step returns: the next observation, whether the episode ended, and counters (see CodingEnv.step)."""
+  """What one step returns: the next observation, whether the episode ended, and counters (see CodingEnv.step).
+
+  `notice` is the observation's last line, the budget line ("[turn 2 of 8; about 130 of 8192 tokens used]"): the
+  observation is its tool results, a newline, then the notice (the agent loop's ledger marks the two apart).
+  """
 
   observation: str
   done: bool
   info: dict
+  notice: str = ""
 
 
 def byte_tokens(text: str) -> int:
@@ -295,7 +300,7 @@ class CodingEnv:
     footer = (f"[turn {self._turn} of {self.config.max_turns}; about {self._tokens} of {self.config.max_tokens} "
               f"tokens used{'; episode over: ' + self._done_reason if self._done else ''}]")
     observation = clip("\n".join(parts), self.config.max_observation_bytes) + "\n" + footer
-    return StepResult(observation, self._done, self._info(step))
+    return StepResult(observation, self._done, self._info(step), notice=footer)
 
   def reward(self) -> dict[str, float]:
     """The reward terms of the episode: `grading.grade` on the workdir's files (hidden tests added in a fresh

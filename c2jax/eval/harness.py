@@ -6,7 +6,13 @@ over-editing and per-category tables (report section 5: held-out coding tasks ju
 
 Each (task, sample) is one episode of `c2jax.envs.env.CodingEnv` (multi-turn until the policy finishes or a
 budget runs out), graded by the hidden tests in a fresh sandbox; episodes run `workers` at a time in a
-`SandboxPool`. pass@k is the unbiased estimator from n samples per task (Chen et al. 2021), best-of-K the mean
+`SandboxPool`. A model is evaluated by `evaluate_model`, through the agent loop the multi-turn RL actors sample
+with (`c2jax.actors.agent_loop`: the slot engine, tools on host workers), so what is evaluated is what is trained:
+
+  runner = AgentRunner(model_cfg, EngineConfig(slots=4, context=4096), sampling, AgentConfig(max_turns=8), tok)
+  report = evaluate_model(tasks, runner, params, tokenizer=tok, samples=2, config=EnvConfig(max_turns=8))
+
+pass@k is the unbiased estimator from n samples per task (Chen et al. 2021), best-of-K the mean
 over tasks of the best pass fraction among the K samples.
 """
 
@@ -14,15 +20,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import time
 from typing import Callable, Sequence
 
+import jax
 import numpy as np
 
+from c2jax.actors.agent_loop import AgentRunner
+from c2jax.actors.agent_loop import Episode as AgentEpisode
 from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with the RL evaluator
+from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.coding_tasks import CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.scripted_policies import Policy
 
@@ -187,6 +198,35 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
     else:
       episodes = [f.result() for f in futures]
   return Report(episodes=episodes, samples=samples, ks=ks, seconds=time.perf_counter() - t0, workers=workers)
+
+
+def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, tokenizer, samples: int = 1,
+                   config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,), seed: int = 0,
+                   version: int = 0) -> Report:
+  """Runs `samples` episodes of every task with the model `params` through `runner` (its slots are the episodes in
+  flight, its tool workers the sandboxes); episode i draws with fold_in(key(seed), i).
+
+  The prompt of an episode is BOS + the first observation of a fresh copy (what `CodingEnv.reset` returns),
+  tokenized by `tokenizer`, the model's own.
+  """
+  if not tasks:
+    raise ValueError("No tasks to evaluate (empty suite or split).")
+  ks = tuple(k for k in ks if k <= samples) or (1,)
+  jobs = [(task, s) for task in tasks for s in range(samples)]
+  episodes = [AgentEpisode(prompt=tokenizer.encode(first_observation(task, config, sorted(task.files)), bos=True,
+                                                   eos=False),
+                           make_env=functools.partial(CodingAgentEnv, task, config),
+                           key=jax.random.fold_in(jax.random.key(seed), i))
+              for i, (task, _) in enumerate(jobs)]
+  t0 = time.perf_counter()
+  trajectories = runner.run(episodes, weights=lambda: (params, version))
+  out = []
+  for (task, s), traj in zip(jobs, trajectories):
+    category = getattr(task.category, "value", str(task.category))
+    out.append(Episode(task_id=task.task_id, category=category, sample=s, terms=dict(traj.reward_terms),
+                       turns=traj.turns, seconds=traj.tool_seconds))
+  return Report(episodes=out, samples=samples, ks=ks, seconds=time.perf_counter() - t0,
+                workers=runner.engine.slots)
 
 
 def write_report(report: Report, directory: str) -> dict:

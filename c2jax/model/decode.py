@@ -70,12 +70,12 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: str | None = N
 
 
 def cached_block(p: dict, h: jax.Array, positions: jax.Array, cache: LayerCache, layer: jax.Array | int,
-                 cfg: ModelConfig, forced_ids: jax.Array | None = None):
+                 cfg: ModelConfig, forced_ids: jax.Array | None = None, window: int | None = None):
   """Decoder block `layer` of a stack on new tokens h [B, t, D] at positions [B, t], against the stack's cache.
 
   The new tokens' latents are scattered into the stacked cache in place (t entries per layer, not a copy of the
-  layer's S slots), then the layer's slots are read by the absorbed attention. Returns (h [B, t, D], MoeOutput or
-  None, cache).
+  layer's S slots), then the layer's slots are read by the absorbed attention: all of them, or the first `window`
+  (static) when every query's position is below it. Returns (h [B, t, D], MoeOutput or None, cache).
   """
   x = rms_norm(h, p["attn_norm"], cfg.rms_norm_eps)
   cos, sin = rope_lib.rope_angles(positions, cfg.rope, cfg.qk_rope_head_dim)
@@ -84,14 +84,17 @@ def cached_block(p: dict, h: jax.Array, positions: jax.Array, cache: LayerCache,
   # Positions past the cache (a finished row still stepping) are dropped rather than clamped onto real slots.
   c_kv = cache.c_kv.at[layer, rows, positions].set(lat.c_kv.astype(cache.c_kv.dtype), mode="drop")
   k_rope = cache.k_rope.at[layer, rows, positions].set(lat.k_rope.astype(cache.k_rope.dtype), mode="drop")
-  values = mla_lib.attend_cached(p["attn"], lat, positions, c_kv[layer], k_rope[layer], cfg)
+  keys_c, keys_r = c_kv[layer], k_rope[layer]
+  if window is not None and window < keys_c.shape[1]:
+    keys_c, keys_r = keys_c[:, :window], keys_r[:, :window]
+  values = mla_lib.attend_cached(p["attn"], lat, positions, keys_c, keys_r, cfg)
   h = h + mla_lib.output_projection(p["attn"], values)
   h, moe_out = ffn_residual(p, h, cfg, forced_ids)
   return h, moe_out, LayerCache(c_kv=c_kv, k_rope=k_rope)
 
 
 def _scan_cached(stacked: dict, cache: LayerCache, h: jax.Array, positions: jax.Array, cfg: ModelConfig,
-                 forced_ids: jax.Array | None):
+                 forced_ids: jax.Array | None, window: int | None = None):
   """Scans `cached_block` over a stack (the cache in the carry, updated in place); returns (h, new LayerCache,
   expert ids [L, B, t, K] or None)."""
   is_moe = "moe" in stacked
@@ -100,7 +103,7 @@ def _scan_cached(stacked: dict, cache: LayerCache, h: jax.Array, positions: jax.
   def step(carry, xs):
     h, c = carry
     p, forced, layer = xs
-    h, moe_out, c = cached_block(p, h, positions, c, layer, cfg, forced)
+    h, moe_out, c = cached_block(p, h, positions, c, layer, cfg, forced, window)
     return (h, c), (moe_out.expert_ids if is_moe else None)
 
   (h, cache), ids = jax.lax.scan(step, (h, cache), (stacked, forced_ids, jnp.arange(n)))
@@ -129,7 +132,7 @@ jax.tree_util.register_dataclass(ExtendOutput, data_fields=["logits", "hidden", 
 
 
 def extend(params: Params, cache: KVCache, tokens: jax.Array, positions: jax.Array, *, cfg: ModelConfig,
-           forced_expert_ids: jax.Array | None = None) -> ExtendOutput:
+           forced_expert_ids: jax.Array | None = None, window: int | None = None) -> ExtendOutput:
   """Runs the main model on new tokens [B, t] at positions [B, t] (increasing within each row), attending to the
   cache at slots <= each token's position, and writes their latents into the cache.
 
@@ -144,14 +147,17 @@ def extend(params: Params, cache: KVCache, tokens: jax.Array, positions: jax.Arr
     positions: [B, t] int absolute positions (< cache.max_len).
     cfg: the architecture.
     forced_expert_ids: [Lm, B, t, K] routing replay for the new tokens.
+    window: attend to the first `window` cache slots only (static); every query that matters must sit at a
+      position < window (queries past it, whose outputs are discarded, see the window alone). Attention costs
+      window, not max_len, per query: the agent engine picks the smallest bucket above its slots' lengths.
   """
   b, t = tokens.shape
   h = embed(params, tokens, cfg)
   dense, moe = cache.dense, cache.moe
   if cfg.n_dense_layers:
-    h, dense, _ = _scan_cached(params["dense_layers"], dense, h, positions, cfg, None)
+    h, dense, _ = _scan_cached(params["dense_layers"], dense, h, positions, cfg, None, window)
   if cfg.n_moe_layers:
-    h, moe, expert_ids = _scan_cached(params["moe_layers"], moe, h, positions, cfg, forced_expert_ids)
+    h, moe, expert_ids = _scan_cached(params["moe_layers"], moe, h, positions, cfg, forced_expert_ids, window)
   else:
     expert_ids = jnp.zeros((0, b, t, cfg.num_experts_per_tok), jnp.int32)
   hidden = rms_norm(h, params["final_norm"], cfg.rms_norm_eps)

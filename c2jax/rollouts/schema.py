@@ -17,7 +17,12 @@ chains have several segments (each generation of a chain is a row; its rows shar
   chain_id            [R]              int32             int32       chain within the group (segments share it)
   segment             [R]              int32             int32       segment index within its chain
   prompt_length       [R]              int32             int32       prompt tokens at the start of the row
-  length              [R]              int32             int32       generated tokens after the prompt
+  length              [R]              int32             int32       tokens after the prompt (generated, and in a
+                                                                     multi-turn row the observations between turns)
+  source              [R, T]           int32             uint8       with spec.ledger only: the token's
+                                                                     `c2jax.actors.ledger.Source` (prompt 0, model 1,
+                                                                     observation 2, notice 3)
+  turn                [R, T]           int32             int16       with spec.ledger only: the token's turn index
 
 The group id, task id and the actor's metadata live in the group's commit record (JSON), not in arrays.
 
@@ -53,12 +58,15 @@ MAX_EXPERT_ID = 32767
 
 TOKEN_FIELDS = ("tokens", "loss_mask", "behaviour_logprobs", "policy_version")  # [R, T]
 ROW_FIELDS = ("truncated", "chain_id", "segment", "prompt_length", "length")  # [R]
+LEDGER_FIELDS = ("source", "turn")  # [R, T], in buffers whose spec has ledger=True (multi-turn trajectories)
+MAX_SOURCE = 255
+MAX_TURN = 32767
 # In-memory dtype of every field (reward terms are float32 too).
 DTYPES = {"tokens": np.int32, "loss_mask": np.float32, "behaviour_logprobs": np.float32,
           "policy_version": np.int32, "expert_ids": np.int32, "truncated": np.float32, "chain_id": np.int32,
-          "segment": np.int32, "prompt_length": np.int32, "length": np.int32}
+          "segment": np.int32, "prompt_length": np.int32, "length": np.int32, "source": np.int32, "turn": np.int32}
 # Stored dtype where it differs from the in-memory one.
-STORED_DTYPES = {"loss_mask": np.uint8, "expert_ids": np.int16}
+STORED_DTYPES = {"loss_mask": np.uint8, "expert_ids": np.int16, "source": np.uint8, "turn": np.int16}
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -79,12 +87,20 @@ class BufferSpec:
     n_moe_layers: Lm, MoE layers whose routed experts are recorded for routing replay; 0 stores no expert ids.
     experts_per_tok: K, the router's top-k.
     reward_terms: names of the raw reward signals (c2jax.rl.rewards.REWARD_TERMS), one [R] array each.
+    ledger: groups also carry each token's source and turn (`LEDGER_FIELDS`): multi-turn trajectories of the agent
+      loop (`c2jax.actors.agent_loop`).
   """
 
   seq_len: int
   n_moe_layers: int = 0
   experts_per_tok: int = 1
   reward_terms: tuple[str, ...] = ("outcome",)
+  ledger: bool = False
+
+  @property
+  def token_fields(self) -> tuple[str, ...]:
+    """The [R, T] fields of this spec's groups."""
+    return TOKEN_FIELDS + (LEDGER_FIELDS if self.ledger else ())
 
   def __post_init__(self):
     for name in ("seq_len", "experts_per_tok"):
@@ -99,10 +115,15 @@ class BufferSpec:
       check_name("Reward term", name)
     if len(set(self.reward_terms)) != len(self.reward_terms):
       raise ValueError(f"BufferSpec.reward_terms {self.reward_terms} has duplicates.")
+    if not isinstance(self.ledger, bool):
+      raise ValueError(f"BufferSpec.ledger must be a bool, got {self.ledger!r}.")
 
   def to_json(self) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "seq_len": self.seq_len, "n_moe_layers": self.n_moe_layers,
-            "experts_per_tok": self.experts_per_tok, "reward_terms": list(self.reward_terms)}
+    out = {"schema_version": SCHEMA_VERSION, "seq_len": self.seq_len, "n_moe_layers": self.n_moe_layers,
+           "experts_per_tok": self.experts_per_tok, "reward_terms": list(self.reward_terms)}
+    if self.ledger:  # written only when set, so single-turn buffers keep the layout older readers know
+      out["ledger"] = True
+    return out
 
   @classmethod
   def from_json(cls, d: Mapping[str, Any]) -> BufferSpec:
@@ -112,7 +133,7 @@ class BufferSpec:
     if d.get("schema_version") != SCHEMA_VERSION:
       raise ValueError(f"Buffer schema field schema_version is {d.get('schema_version')!r}; this code reads "
                        f"version {SCHEMA_VERSION}.")
-    known = {"schema_version", "seq_len", "n_moe_layers", "experts_per_tok", "reward_terms"}
+    known = {"schema_version", "seq_len", "n_moe_layers", "experts_per_tok", "reward_terms", "ledger"}
     unknown = sorted(set(d) - known)
     if unknown:
       raise ValueError(f"Buffer schema has unknown field {unknown[0]!r}.")
@@ -124,8 +145,10 @@ class BufferSpec:
     terms = d.get("reward_terms", ["outcome"])
     if not isinstance(terms, (list, tuple)) or not all(isinstance(t, str) for t in terms):
       raise ValueError(f"Buffer schema field reward_terms must be a list of names, got {terms!r}.")
+    if not isinstance(d.get("ledger", False), bool):
+      raise ValueError(f"Buffer schema field ledger must be true or false, got {d['ledger']!r}.")
     return cls(seq_len=d["seq_len"], n_moe_layers=d.get("n_moe_layers", 0),
-               experts_per_tok=d.get("experts_per_tok", 1), reward_terms=tuple(terms))
+               experts_per_tok=d.get("experts_per_tok", 1), reward_terms=tuple(terms), ledger=d.get("ledger", False))
 
 
 def group_rows(group: Mapping) -> int:
@@ -137,19 +160,20 @@ def check_group(group: Mapping, spec: BufferSpec) -> None:
   """Raises ValueError with one sentence naming the first field of `group` with a wrong shape, dtype or value."""
   if not isinstance(group, Mapping):
     raise ValueError(f"A rollout group must be a dict of arrays, got {type(group).__name__}.")
-  fields = set(TOKEN_FIELDS + ROW_FIELDS + ("reward_terms",)) | ({"expert_ids"} if spec.n_moe_layers else set())
+  fields = set(spec.token_fields + ROW_FIELDS + ("reward_terms",)) | ({"expert_ids"} if spec.n_moe_layers else set())
   missing = sorted(fields - set(group))
   if missing:
     raise ValueError(f"Rollout group lacks field {missing[0]}; see c2jax/rollouts/schema.py for the schema.")
   extra = sorted(set(group) - fields)
   if extra:
-    hint = " (the spec has n_moe_layers=0)" if extra[0] == "expert_ids" else ""
+    hint = {"expert_ids": " (the spec has n_moe_layers=0)", "source": " (the spec has ledger=False)",
+            "turn": " (the spec has ledger=False)"}.get(extra[0], "")
     raise ValueError(f"Rollout group has unknown field {extra[0]}{hint}; see c2jax/rollouts/schema.py.")
   tokens = np.asarray(group["tokens"])
   if tokens.ndim != 2 or tokens.shape[0] < 1 or tokens.shape[1] != spec.seq_len:
     raise ValueError(f"Rollout group field tokens has shape {tokens.shape}; expected [R >= 1, T={spec.seq_len}].")
   r, t = tokens.shape
-  want = {f: (r, t) for f in TOKEN_FIELDS} | {f: (r,) for f in ROW_FIELDS}
+  want = {f: (r, t) for f in spec.token_fields} | {f: (r,) for f in ROW_FIELDS}
   if spec.n_moe_layers:
     want["expert_ids"] = (spec.n_moe_layers, r, t, spec.experts_per_tok)
   for f, shape in want.items():
@@ -162,6 +186,11 @@ def check_group(group: Mapping, spec: BufferSpec) -> None:
     if ids.size and (ids.min() < 0 or ids.max() > MAX_EXPERT_ID):
       raise ValueError(f"Rollout group field expert_ids has ids in [{ids.min()}, {ids.max()}]; the buffer stores "
                        f"[0, {MAX_EXPERT_ID}].")
+  if spec.ledger:
+    for f, top in (("source", MAX_SOURCE), ("turn", MAX_TURN)):
+      a = np.asarray(group[f])
+      if a.size and (a.min() < 0 or a.max() > top):
+        raise ValueError(f"Rollout group field {f} has values in [{a.min()}, {a.max()}]; the buffer stores [0, {top}].")
   terms = group["reward_terms"]
   if not isinstance(terms, Mapping) or set(terms) != set(spec.reward_terms):
     got = sorted(terms) if isinstance(terms, Mapping) else type(terms).__name__
@@ -189,7 +218,7 @@ def _check_array(name: str, x: Any, shape: tuple[int, ...], dtype: type) -> None
 def normalize_group(group: Mapping, spec: BufferSpec) -> dict:
   """The group checked (`check_group`) and cast to the in-memory dtypes of the schema."""
   check_group(group, spec)
-  out = {f: np.asarray(group[f], DTYPES[f]) for f in TOKEN_FIELDS + ROW_FIELDS}
+  out = {f: np.asarray(group[f], DTYPES[f]) for f in spec.token_fields + ROW_FIELDS}
   if spec.n_moe_layers:
     out["expert_ids"] = np.asarray(group["expert_ids"], np.int32)
   out["reward_terms"] = {n: np.asarray(group["reward_terms"][n], np.float32) for n in spec.reward_terms}
@@ -202,7 +231,7 @@ def array_fields(spec: BufferSpec) -> list[tuple[str, str, int, tuple[int, ...]]
   Reward terms use the key "reward_terms/<name>" and live under arrays/reward/<name>.
   """
   t = spec.seq_len
-  out = [(f, f, 0, (t,)) for f in TOKEN_FIELDS] + [(f, f, 0, ()) for f in ROW_FIELDS]
+  out = [(f, f, 0, (t,)) for f in spec.token_fields] + [(f, f, 0, ()) for f in ROW_FIELDS]
   out += [(f"reward_terms/{n}", f"reward/{n}", 0, ()) for n in spec.reward_terms]
   if spec.n_moe_layers:
     out.append(("expert_ids", "expert_ids", 1, (spec.n_moe_layers, t, spec.experts_per_tok)))
@@ -232,4 +261,7 @@ def example_group(spec: BufferSpec, rows: int = 2, seed: int = 0, version: int =
   }
   if spec.n_moe_layers:
     group["expert_ids"] = rng.integers(0, 64, (spec.n_moe_layers, rows, t, spec.experts_per_tok)).astype(np.int32)
+  if spec.ledger:  # the prompt (source 0), then the generation as one model turn (source 1)
+    group["source"] = ((np.arange(t) >= prompt) & (np.arange(t) < prompt + gen)).astype(np.int32)[None].repeat(rows, 0)
+    group["turn"] = np.zeros((rows, t), np.int32)
   return group

@@ -84,10 +84,10 @@ def run_actor(cfg: RLRunConfig) -> dict:
 def run_evaluator(cfg: RLRunConfig) -> dict:
   """Evaluates every `eval.every_versions`-th published version on held-out tasks (eval_during.jsonl, TensorBoard
   under tb/evaluator)."""
-  from c2jax.actors.evaluate import evaluate  # pylint: disable=g-import-not-at-top
+  from c2jax.services.held_out import held_out_evaluation  # pylint: disable=g-import-not-at-top
   from c2jax.rollouts.weight_store import WeightStore  # pylint: disable=g-import-not-at-top
   from c2jax.services.run_log import RunLog  # pylint: disable=g-import-not-at-top
-  suite = cfg.task_suite()
+  run_eval = held_out_evaluation(cfg)
   log = RunLog(_LOGDIR.value or ".", resumed_at=None, tb_dir=os.path.join("tb", "evaluator"))
   store = WeightStore(_WEIGHTS.value)
   version, params, last = None, None, None
@@ -100,9 +100,7 @@ def run_evaluator(cfg: RLRunConfig) -> dict:
       if version is None or (last is not None and version < last + cfg.eval.every_versions):
         time.sleep(1.0)
         continue
-      r = evaluate(jax.device_put(params), model=cfg.model_config, suite=suite, tasks=cfg.eval.tasks,
-                   samples=cfg.eval.samples, sampling=cfg.eval_sampling, prompt_len=cfg.actors.prompt_len,
-                   seed=cfg.seed, success_threshold=cfg.rl.success_threshold, pass_k=cfg.eval_pass_k)
+      r = run_eval(jax.device_put(params))
       r["version"], r["time"] = version, time.time()
       log.write("eval_during.jsonl", r)
       log.scalars("eval", {k: v for k, v in r.items() if k not in ("version", "time", "tasks", "samples")}, version)

@@ -43,7 +43,6 @@ import orbax.checkpoint as ocp
 import tqdm
 
 from c2jax.actors.actor import buffer_spec
-from c2jax.actors.evaluate import evaluate
 from c2jax.model.checkpoint import load_checkpoint
 from c2jax.model.params import init_params
 from c2jax.parallel.mesh import MeshConfig, make_mesh
@@ -56,6 +55,7 @@ from c2jax.rollouts.storage import Store
 from c2jax.rollouts.weight_store import WeightStore
 from c2jax.services import rl_report
 from c2jax.services.collate import empty_batch, groups_to_batch
+from c2jax.services.held_out import held_out_evaluation
 from c2jax.services.rl_run_config import RUN_CONFIG_KEY, RLRunConfig, to_json
 from c2jax.services.run_log import RunLog, read_history
 
@@ -159,10 +159,7 @@ class _Trainer:
     self.weights = WeightStore(weights_url, full_every=cfg.weight_store.full_every, keep=cfg.weight_store.keep,
                                zstd_level=cfg.weight_store.zstd_level)
     self.fns = _step_fns(cfg, self.rows, self.spec.seq_len)
-    self.run_eval = functools.partial(
-        evaluate, model=cfg.model_config, suite=cfg.task_suite(), tasks=cfg.eval.tasks, samples=cfg.eval.samples,
-        sampling=cfg.eval_sampling, prompt_len=actor_cfg.prompt_len, seed=cfg.seed,
-        success_threshold=cfg.rl.success_threshold, pass_k=cfg.eval_pass_k)
+    self.run_eval = held_out_evaluation(cfg)
     self.restored_step = self.ckpt.latest_step()
     self._restore_or_init()
     self.reader = RolloutReader(self.buffer_url, spec=self.spec, cursor=self.cursor)

@@ -34,7 +34,7 @@ import ml_collections
 
 from c2jax import typed_config
 from c2jax.actors import placement
-from c2jax.actors.actor import ActorConfig, WeightUpdates
+from c2jax.actors.actor import ActorConfig, EpisodeKind, WeightUpdates
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.tasks import TASK_SUITES, TaskSuite
 from c2jax.model import presets
@@ -234,6 +234,10 @@ class RLRunConfig:
     if abs(self.rl.sampling_temperature - self.actors.temperature) > 1e-12:
       raise ValueError(f"rl.sampling_temperature={self.rl.sampling_temperature} differs from actors.temperature="
                        f"{self.actors.temperature}: the trainer must score the distribution the actors sample from.")
+    if (self.actors.episodes is EpisodeKind.MULTI_TURN and "max_turns" in self.task
+        and self.task["max_turns"] != self.actors.max_turns):
+      raise ValueError(f"actors.max_turns={self.actors.max_turns} differs from task.max_turns="
+                       f"{self.task['max_turns']}: the environment's budget line must state the turns the agent has.")
     if self.sft.enabled and not self.init_checkpoint and self.task["suite"] != "coding":
       raise ValueError(f"sft.enabled needs a coding task suite (task.suite='coding'), not {self.task['suite']!r}: "
                        "the SFT data are the coding suite's demonstrations; set sft.enabled=False.")

@@ -6,8 +6,8 @@ experiments/eval_main.py runs, with its run config (configs/eval_realistic.py) t
   watch(cfg, workdir)                   # every new version of a weight store, as it appears (until interrupted)
 
 Policies: a scripted one (`c2jax.envs.scripted_policies.POLICIES`: reference must score 100%, empty 0%,
-delete_tests must not pass), or `checkpoint`: a c2jax model (`c2jax.eval.policies.SamplerPolicy`) from
-`checkpoint`, or from each new version of the weight store `watch_weights`.
+delete_tests must not pass), or `checkpoint`: a c2jax model from `checkpoint`, or from each new version of the weight
+store `watch_weights`, run through the agent loop (`c2jax.eval.harness.evaluate_model`).
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ CHECKPOINT = "checkpoint"  # the model policy; every other name is a scripted po
 
 @dataclasses.dataclass(frozen=True)
 class EvalSamplingConfig:
-  """`sampling`: the model policy's turns: at most `max_new_tokens` bytes at `temperature`, the transcript's last
-  `prompt_len` tokens as the prompt."""
+  """`sampling`: how the model policy runs its episodes through the agent loop (`c2jax.actors.agent_loop`): turns of
+  at most `max_new_tokens` byte tokens at `temperature`, `slots` episodes decoded together, each in a slot of
+  `context` positions (an episode that outgrows it ends, cut), `max_episode_tokens` model tokens per episode."""
 
   max_new_tokens: int = 256
   temperature: float = 1.0
-  prompt_len: int = 1024
+  slots: int = 4
+  context: int = 4096
+  max_episode_tokens: int = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,14 +113,25 @@ def _tasks(cfg: EvalRunConfig):
   return tasks[:cfg.max_tasks] if cfg.max_tasks else tasks
 
 
-def _model_policy_factory(cfg: EvalRunConfig, params, model: ModelConfig) -> Callable[[int], Any]:
+def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directory: str, version: int = 0) -> dict:
+  """The model policy's report: every episode through the agent loop, with the byte tokenizer."""
+  from c2jax.actors.agent_loop import AgentConfig, AgentRunner  # pylint: disable=g-import-not-at-top
+  from c2jax.actors.engine import EngineConfig  # pylint: disable=g-import-not-at-top
   from c2jax.actors.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
   from c2jax.data.byte_tokenizer import ByteTokenizer  # pylint: disable=g-import-not-at-top
-  from c2jax.eval.policies import SamplerPolicy  # pylint: disable=g-import-not-at-top
-  sampling = SamplingConfig(max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
-                            stop_tokens=(ByteTokenizer.EOS,))
-  return lambda i: SamplerPolicy(params=params, model=model, sampling=sampling, prompt_len=cfg.sampling.prompt_len,
-                                 seed=cfg.seed * 1_000_003 + i)
+  from c2jax.eval import harness  # pylint: disable=g-import-not-at-top
+  s = cfg.sampling
+  tok = ByteTokenizer()
+  runner = AgentRunner(model, EngineConfig(slots=s.slots, context=s.context),
+                       SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                                      stop_tokens=(ByteTokenizer.EOS,)),
+                       AgentConfig(max_turns=cfg.env.max_turns, max_turn_tokens=s.max_new_tokens,
+                                   max_episode_tokens=s.max_episode_tokens, tool_workers=cfg.workers), tok)
+  report = harness.evaluate_model(tasks, runner, params, tokenizer=tok, samples=cfg.samples, config=cfg.env,
+                                  ks=tuple(cfg.ks), seed=cfg.seed, version=version)
+  summary = harness.write_report(report, directory)
+  print(report.markdown())
+  return summary
 
 
 def _report(cfg: EvalRunConfig, tasks, make_policy, directory: str) -> dict:
@@ -138,12 +152,11 @@ def run(cfg: EvalRunConfig, workdir: str) -> dict:
     if not cfg.checkpoint:
       raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
     params, model = load_checkpoint(cfg.checkpoint)
-    make_policy = _model_policy_factory(cfg, jax.device_put(params), model)
+    summary = _model_report(cfg, tasks, jax.device_put(params), model, workdir)
   else:
     from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
     policy_cls = POLICIES.get(cfg.policy)
-    make_policy = lambda i: policy_cls()  # noqa: E731
-  summary = _report(cfg, tasks, make_policy, workdir)
+    summary = _report(cfg, tasks, lambda i: policy_cls(), workdir)
   summary.update(suite=cfg.suite, split=cfg.split, policy=cfg.policy)
   return summary
 
@@ -161,8 +174,8 @@ def watch(cfg: EvalRunConfig, workdir: str, stop: Callable[[], bool] = lambda: F
       time.sleep(cfg.watch_poll_s)
       continue
     version, params = got
-    summary = _report(cfg, tasks, _model_policy_factory(cfg, jax.device_put(params), model),
-                      os.path.join(workdir, f"v{version:06d}"))
+    summary = _model_report(cfg, tasks, jax.device_put(params), model, os.path.join(workdir, f"v{version:06d}"),
+                            version=version)
     summary["version"] = version
     with open(os.path.join(workdir, "versions.jsonl"), "a") as f:
       f.write(json.dumps(summary) + "\n")

@@ -12,15 +12,14 @@ from absl.testing import absltest
 import numpy as np
 
 import c2jax.envs.suites  # noqa: F401  (registers the suites)
-from c2jax.actors.sampling import SamplingConfig
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import EnvConfig
-from c2jax.envs.protocol import parse
+from c2jax.envs.protocol import HelpDetail, parse
 from c2jax.envs.scripted_policies import POLICIES
 from c2jax.eval import harness
-from c2jax.eval.policies import SamplerPolicy
 from tests import tiny
 
 
@@ -64,20 +63,20 @@ class HarnessTest(absltest.TestCase):
     self.assertIn(f"| all | {len(self.tasks)} |", open(os.path.join(out, "report.md")).read())
     self.assertGreater(os.path.getsize(os.path.join(out, "report.png")), 1000)
 
-  def test_a_model_runs_through_the_sampler(self):
+  def test_a_model_runs_through_the_agent_loop(self):
     # An untrained model writes bytes, not tool calls: it must be evaluated (turns taken, nothing raised), and fail.
     self.require_sandbox()
-    model = tiny.BYTES
-    params = tiny.params(model)
-    sampling = SamplingConfig(max_new_tokens=16, stop_tokens=(ByteTokenizer.EOS,))
     tasks = CODING_SUITES.get("tiny_functions")().tasks("heldout")[:2]
-    report = harness.evaluate(
-        tasks, lambda i: SamplerPolicy(params=params, model=model, sampling=sampling, prompt_len=128, seed=i),
-        samples=2, workers=2, config=EnvConfig(max_turns=2), ks=(1, 2), progress=False)
+    runner = AgentRunner(tiny.BYTES, tiny.ENGINE, tiny.ENGINE_SAMPLING,
+                         AgentConfig(max_turns=2, max_turn_tokens=16, max_episode_tokens=64), ByteTokenizer())
+    config = EnvConfig(max_turns=2, instructions=HelpDetail.NONE)
+    report = harness.evaluate_model(tasks, runner, tiny.params(tiny.BYTES), tokenizer=ByteTokenizer(), samples=2,
+                                    config=config, ks=(1, 2))
     self.assertEqual(report.summary["errors"], 0, report.markdown())
     self.assertLen(report.episodes, 4)
     self.assertTrue(all(e.turns == 2 for e in report.episodes))  # no finish call: the turn budget ends it
     self.assertEqual(report.summary["pass_at_2"], 0.0)
+    self.assertEqual(runner.stats.reprefill_fraction, 0.0)
 
   def test_an_unusable_sandbox_is_raised_not_scored_zero(self):
     # A probe that cannot start python3 stands for any host that cannot sandbox code (where bubblewrap is missing,

@@ -1,0 +1,115 @@
+"""Environments as the agent loop drives them: one turn in (the sampled ids and their text), one observation out
+(report section 4: RL episodes are multi-turn sessions in environments like real coding sessions).
+
+  env = agent_env(suite, task)        # the suite's own multi-turn env, or the one-turn case of any TaskSuite
+  env.reset()                         # on a tool worker (a sandbox starts)
+  result = env.step(ids, text)        # TurnResult(observation, notice, done, reason)
+  terms = env.reward()                # the raw reward terms of the episode
+  env.close()
+
+`CodingAgentEnv` runs `CodingEnv` over a coding task: the observation is the tool results, the notice is its
+budget line. `OneTurnEnv` is the single-turn case of the same path: the episode ends after the first turn and its
+reward is the suite's verifier on the sampled ids (char_class, today's single-turn coding tasks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Protocol
+
+import numpy as np
+
+from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.tasks import Task, TaskSuite
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnResult:
+  """What an environment returns for one model turn.
+
+  Attributes:
+    observation: the turn's tool results (appended to the trajectory as OBSERVATION tokens).
+    notice: the budget line (NOTICE tokens); may be empty.
+    done: the episode is over.
+    reason: why, as `CodingEnv` says it ("finish", "turn_budget", "token_budget", "time_budget",
+      "workdir_limit"); "finish" for an environment that ended the episode itself.
+  """
+
+  observation: str
+  notice: str = ""
+  done: bool = False
+  reason: str = ""
+
+
+class AgentEnv(Protocol):
+  """An episode's environment as the agent loop drives it (from a tool worker thread, one call at a time)."""
+
+  def reset(self) -> None:
+    """Starts the episode (the prompt is the task's; this prepares the tools, e.g. a sandbox)."""
+
+  def step(self, ids: np.ndarray, text: str) -> TurnResult:
+    """Runs one model turn: its sampled ids and their decoded text."""
+
+  def reward(self) -> Mapping[str, float]:
+    """The raw reward terms of the finished episode."""
+
+  def close(self) -> None:
+    """Releases the episode's resources (idempotent)."""
+
+
+class CodingAgentEnv:
+  """A `CodingEnv` episode over one coding task; reward terms as `CodingTaskSuite.reward` names them (outcome =
+  the hidden tests' pass fraction, malformed_tool_calls) plus the environment's own counters."""
+
+  def __init__(self, task: CodingTask, config: EnvConfig):
+    self.task = task
+    self.env = CodingEnv(config)
+
+  def reset(self) -> None:
+    self.env.reset(self.task)
+
+  def step(self, ids: np.ndarray, text: str) -> TurnResult:
+    del ids
+    result = self.env.step(text)
+    body = result.observation
+    if result.notice and body.endswith("\n" + result.notice):
+      body = body[:-len(result.notice) - 1]
+    return TurnResult(observation=body, notice="\n" + result.notice if result.notice else "", done=result.done,
+                      reason=result.info.get("done_reason", ""))
+
+  def reward(self) -> dict[str, float]:
+    terms = dict(self.env.reward())
+    return {"outcome": terms["pass_fraction"], **terms}
+
+  def close(self) -> None:
+    self.env.close()
+
+
+class OneTurnEnv:
+  """The one-turn case: the episode ends after the first turn; the reward is `suite.reward(task, ids)`."""
+
+  def __init__(self, suite: TaskSuite, task: Task):
+    self.suite, self.task = suite, task
+    self._ids = np.zeros(0, np.int32)
+
+  def reset(self) -> None:
+    pass
+
+  def step(self, ids: np.ndarray, text: str) -> TurnResult:
+    del text
+    self._ids = np.asarray(ids, np.int32)
+    return TurnResult(observation="", done=True, reason="finish")
+
+  def reward(self) -> Mapping[str, float]:
+    return self.suite.reward(self.task, self._ids)
+
+  def close(self) -> None:
+    pass
+
+
+def agent_env(suite: TaskSuite, task: Task) -> AgentEnv:
+  """The suite's multi-turn environment for `task` (`suite.agent_env(task)`) where it has one, else the one-turn
+  case over its verifier."""
+  make = getattr(suite, "agent_env", None)
+  return make(task) if make is not None else OneTurnEnv(suite, task)

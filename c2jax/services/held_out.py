@@ -1,0 +1,34 @@
+"""The held-out evaluation of an RL run, shared by the trainer (before and after RL) and the evaluator process (every
+`eval.every_versions` versions): pass@k and best-of-K on the suite's held-out split (report section 5).
+
+  run_eval = held_out_evaluation(cfg)          # cfg: an RLRunConfig
+  result = run_eval(params)                    # {"pass@1": ..., "best_of_8": ..., "reward/mean": ..., ...}
+
+Single-turn actors are evaluated by the token-level sampler on the suite's verifier (`actors.evaluate.evaluate`);
+multi-turn actors by the same agent loop they sample with (`actors.evaluate.evaluate_episodes`, with the actors'
+engine shapes, budgets and sampling), so what is evaluated is what is trained.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from c2jax.actors.actor import EpisodeKind, text_tokenizer
+from c2jax.actors.agent_loop import AgentRunner
+from c2jax.actors.evaluate import evaluate, evaluate_episodes
+from c2jax.services.rl_run_config import RLRunConfig
+
+
+def held_out_evaluation(cfg: RLRunConfig) -> Callable[..., dict]:
+  """params -> the held-out figures of `cfg`'s suite (see the module docstring)."""
+  actor = cfg.actor_config
+  suite = cfg.task_suite()
+  common = dict(suite=suite, tasks=cfg.eval.tasks, samples=cfg.eval.samples, seed=cfg.seed,
+                success_threshold=cfg.rl.success_threshold, pass_k=cfg.eval_pass_k)
+  if actor.episodes is EpisodeKind.MULTI_TURN:
+    runner = AgentRunner(cfg.model_config, actor.engine_config(), cfg.eval_sampling, actor.agent_config(),
+                         text_tokenizer(suite))
+    return functools.partial(evaluate_episodes, runner=runner, **common)
+  return functools.partial(evaluate, model=cfg.model_config, sampling=cfg.eval_sampling, prompt_len=actor.prompt_len,
+                           **common)

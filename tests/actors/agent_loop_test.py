@@ -1,0 +1,282 @@
+"""The agent loop on the slot engine: exactness against the trainer's forward and against one episode at a time,
+the ledger (drift 0, masks), budgets, forced turns, in-flight weight swaps across turns, real sandboxed tools and a
+data/expert mesh.
+
+Every test shares one engine configuration (4 slots, 1280 positions, chunks 16/64/256, forced turns up to 256), so
+the engine compiles once per bucket.
+"""
+
+import functools
+import time
+
+from absl.testing import absltest
+import chex
+import jax
+import numpy as np
+
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, overlap_fraction
+from c2jax.actors.engine import EngineConfig
+from c2jax.actors.ledger import EpisodeEnd, Source
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.envs.agent_env import OneTurnEnv, TurnResult
+from c2jax.envs import sandbox as sandbox_lib
+from c2jax.envs.char_class import CharClassSuite
+from c2jax.envs.coding_rl import CodingTaskSuite
+from c2jax.envs.scripted_policies import ExplorerPolicy
+from c2jax.model.losses import token_log_probs
+from c2jax.model.params import init_params
+from c2jax.model.transformer import forward
+from c2jax.parallel import layout as layout_lib
+from c2jax.parallel.mesh import MeshConfig, make_mesh
+from tests import tiny
+
+TOK = ByteTokenizer()
+MODEL = tiny.BYTES
+ENGINE = tiny.ENGINE
+SAMPLING = tiny.ENGINE_SAMPLING
+AGENT = AgentConfig(max_turns=6, max_turn_tokens=12, max_episode_tokens=60, chunk_steps=4, tool_workers=3)
+
+
+class EchoEnv:
+  """A scripted environment: each turn's observation names the turn and its length; finishes after `turns`."""
+
+  def __init__(self, turns: int, observation_bytes: int = 0):
+    self.turns, self.t, self.observation_bytes = turns, 0, observation_bytes
+    self.closed = False
+    self.texts = []
+
+  def reset(self):
+    time.sleep(0.005)
+
+  def step(self, ids, text):
+    self.t += 1
+    self.texts.append((np.asarray(ids).copy(), text))
+    time.sleep(0.01)
+    pad = "x" * self.observation_bytes
+    return TurnResult(observation=f"<obs {self.t}: {len(ids)}{pad}>", notice=f"\n[turn {self.t}]",
+                      done=self.t >= self.turns, reason="finish")
+
+  def reward(self):
+    return {"outcome": float(self.t)}
+
+  def close(self):
+    self.closed = True
+
+
+def _episodes(n=6, turns=lambda i: 2 + i % 3, **env_kw):
+  return [Episode(prompt=TOK.encode(f"task {i} " * (i + 1), bos=True, eos=False),
+                  make_env=functools.partial(EchoEnv, turns(i), **env_kw), key=jax.random.key(100 + i))
+          for i in range(n)]
+
+
+@functools.cache
+def _runner(agent: AgentConfig = AGENT) -> AgentRunner:
+  return AgentRunner(MODEL, ENGINE, SAMPLING, agent, TOK)
+
+
+def _forward_logprobs(params, tokens):
+  out = tiny.jit(forward, cfg=MODEL, with_mtp=False)(params, tokens[None])
+  lp = np.zeros(len(tokens), np.float32)
+  lp[1:] = np.asarray(token_log_probs(out.logits[:, :-1], tokens[None, 1:]))[0]
+  return lp, np.asarray(out.expert_ids)[:, 0]
+
+
+class AgentLoopTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.params = tiny.params(MODEL)
+    cls.batched = _runner().run(_episodes(), weights=lambda: (cls.params, 3))
+
+  def test_trajectories_equal_the_trainer_forward(self):
+    # Log-probs to float32 rounding and identical routing at every position, prompt, turns and observations alike,
+    # though the episodes shared slots, chunks and decode steps; the last position's routing comes from the final
+    # feed.
+    for traj in self.batched:
+      lp, ids = _forward_logprobs(self.params, traj.tokens)
+      model = traj.source == Source.MODEL
+      np.testing.assert_allclose(traj.logprobs[model], lp[model], rtol=0, atol=2e-5)
+      np.testing.assert_array_equal(traj.expert_ids, ids)
+      np.testing.assert_array_equal(traj.versions[model], 3)
+      self.assertEqual(traj.drift, 0)
+      self.assertGreaterEqual(traj.turns, 2)
+    self.assertEqual(_runner().stats.reprefill_fraction, 0.0)
+
+  def test_ledger_marks_every_position_and_rows_mask_only_model_tokens(self):
+    traj = self.batched[2]  # 4 turns
+    kinds = [(src, turn) for _, _, src, turn in traj.boundaries()]
+    self.assertEqual(kinds[:5], [(Source.PROMPT, 0), (Source.MODEL, 0), (Source.OBSERVATION, 0), (Source.NOTICE, 0),
+                                 (Source.MODEL, 1)])
+    self.assertEqual(kinds[-1], (Source.MODEL, traj.turns - 1))
+    for start, end, src, turn in traj.boundaries():
+      text = TOK.decode(traj.tokens[start:end])
+      if src is Source.OBSERVATION:
+        self.assertTrue(text.startswith(f"<obs {turn + 1}: "), text)
+      if src is Source.NOTICE:
+        self.assertEqual(text, f"\n[turn {turn + 1}]")
+    row = traj.row(ENGINE.context)
+    n = len(traj.tokens)
+    np.testing.assert_array_equal(row["loss_mask"][:n], traj.source == Source.MODEL)
+    np.testing.assert_array_equal(row["loss_mask"][n:], 0)
+    np.testing.assert_array_equal(row["behaviour_logprobs"][row["loss_mask"] == 0], 0)
+    np.testing.assert_array_equal(row["policy_version"][row["loss_mask"] == 0], 0)
+    np.testing.assert_array_equal(row["tokens"][:n], traj.tokens)
+    chex.assert_shape(row["expert_ids"], (MODEL.n_moe_layers, ENGINE.context, MODEL.num_experts_per_tok))
+    with self.assertRaisesRegex(ValueError, "does not fit"):
+      traj.row(n - 1)
+
+  def test_continuous_batching_equals_each_episode_alone(self):
+    for i in (0, 3, 5):  # episode 5 ran in a slot freed by an earlier one
+      alone = _runner().run(_episodes()[i:i + 1], weights=lambda: (self.params, 3))[0]
+      np.testing.assert_array_equal(alone.tokens, self.batched[i].tokens)
+      np.testing.assert_array_equal(alone.source, self.batched[i].source)
+      np.testing.assert_allclose(alone.logprobs, self.batched[i].logprobs, rtol=0, atol=2e-5)
+      np.testing.assert_array_equal(alone.expert_ids, self.batched[i].expert_ids)
+
+  def test_in_flight_swaps_keep_every_cache_and_stamp_versions(self):
+    # New weights arrive after a few device calls: every slot keeps its cache (the positions before the swap keep
+    # the old weights' log-probs), tokens drawn after it carry the new version, and nothing is prefilled again.
+    new = jax.device_get(jax.jit(init_params, static_argnums=0)(MODEL, jax.random.key(7)))
+    calls = {"n": 0}
+
+    def weights():
+      calls["n"] += 1
+      return (self.params, 0) if calls["n"] <= 6 else (new, 1)
+
+    runner = _runner()
+    before = runner.stats.weight_swaps
+    out = runner.run(_episodes(), weights=weights)
+    self.assertEqual(runner.stats.weight_swaps - before, 1)
+    both = 0
+    for traj in out:
+      model = traj.source == Source.MODEL
+      v = traj.versions[model]
+      self.assertTrue(np.all(np.diff(v) >= 0), v)  # versions never go back along a trajectory
+      if v.min() == 0 and v.max() == 1:
+        both += 1
+        first_new = int(np.flatnonzero(model & (traj.versions == 1))[0])
+        lp_old, _ = _forward_logprobs(self.params, traj.tokens[:first_new])
+        old = model[:first_new]
+        np.testing.assert_allclose(traj.logprobs[:first_new][old], lp_old[old], rtol=0, atol=2e-5)
+      self.assertEqual(traj.drift, 0)
+    self.assertGreaterEqual(both, 1)  # some episode has turns under both versions
+
+  def test_budgets_end_episodes_as_cut(self):
+    never = lambda i: 100  # EchoEnv that never finishes
+    turns = _runner(AgentConfig(max_turns=3, max_turn_tokens=8, max_episode_tokens=1000, chunk_steps=4))
+    for traj in turns.run(_episodes(2, turns=never), weights=lambda: (self.params, 0)):
+      self.assertEqual((traj.end, traj.turns), (EpisodeEnd.TURN_BUDGET, 3))
+      self.assertTrue(traj.cut)
+    tokens = _runner(AgentConfig(max_turns=50, max_turn_tokens=8, max_episode_tokens=20, chunk_steps=4))
+    for traj in tokens.run(_episodes(2, turns=never), weights=lambda: (self.params, 0)):
+      self.assertEqual(traj.end, EpisodeEnd.TOKEN_BUDGET)
+      self.assertLessEqual(traj.model_tokens, 20)
+      self.assertTrue(np.all([e - s <= 8 for s, e, src, _ in traj.boundaries() if src is Source.MODEL]))
+    # An observation that would overflow the slot's context ends the episode, and nothing past the context exists.
+    context = tokens.run(_episodes(1, turns=never, observation_bytes=600), weights=lambda: (self.params, 0))[0]
+    self.assertEqual(context.end, EpisodeEnd.CONTEXT)
+    self.assertLessEqual(len(context.tokens), ENGINE.context)
+    # A last turn cut by its token budget is a cut, even when the environment calls the episode finished.
+    cut = _runner().run(_episodes(1, turns=lambda i: 1), weights=lambda: (self.params, 0))[0]
+    stopped = TOK.decode(cut.tokens[-1:]) == ">" or cut.tokens[-1] == TOK.eos_id
+    self.assertEqual(cut.end, EpisodeEnd.FINISHED if stopped else EpisodeEnd.TOKEN_BUDGET)
+
+  def test_forced_turns_take_the_scripts_tokens_with_the_models_logprobs(self):
+    script = lambda turn, observations: f"turn {turn} saw {len(observations)}" if turn < 2 else None
+    eps = [Episode(prompt=TOK.encode("scripted", bos=True, eos=False), make_env=functools.partial(EchoEnv, 3),
+                   key=1, script=script)]
+    runner = _runner(AgentConfig(max_turns=6, max_turn_tokens=40, max_episode_tokens=200, chunk_steps=4))
+    traj = runner.run(eps, weights=lambda: (self.params, 0))[0]
+    turns = [(s, e) for s, e, src, _ in traj.boundaries() if src is Source.MODEL]
+    self.assertLen(turns, 3)
+    for k, (s, e) in enumerate(turns[:2]):
+      np.testing.assert_array_equal(traj.tokens[s:e], TOK.encode(f"turn {k} saw {k + 1}", bos=False, eos=True))
+    lp, _ = _forward_logprobs(self.params, traj.tokens)
+    model = traj.source == Source.MODEL
+    np.testing.assert_allclose(traj.logprobs[model], lp[model], rtol=0, atol=2e-5)
+    self.assertEqual(traj.end, EpisodeEnd.FINISHED if traj.tokens[-1] in SAMPLING.stop_tokens else
+                     EpisodeEnd.TOKEN_BUDGET)
+
+  def test_the_one_turn_case_is_the_suites_verifier(self):
+    suite = CharClassSuite(seed=0)
+    tasks = [suite.task("train", i) for i in range(3)]
+    eps = [Episode(prompt=t.prompt, make_env=functools.partial(OneTurnEnv, suite, t), key=i)
+           for i, t in enumerate(tasks)]
+    out = _runner().run(eps, weights=lambda: (self.params, 0))
+    for task, traj in zip(tasks, out):
+      self.assertEqual(traj.turns, 1)
+      generated = traj.tokens[traj.source == Source.MODEL]
+      self.assertEqual(dict(traj.reward_terms), dict(suite.reward(task, generated)))
+
+  def test_tools_run_while_other_slots_decode(self):
+    self.assertEqual(overlap_fraction([(0.0, 2.0), (3.0, 4.0)], [(1.0, 3.5), (1.5, 2.5)]), 1.5 / 3.0)
+    self.assertEqual(overlap_fraction([], [(0.0, 1.0)]), 0.0)
+    # Slow tools on their own threads: the loop keeps decoding the other slots meanwhile.
+
+    class Slow(EchoEnv):
+
+      def step(self, ids, text):
+        time.sleep(0.2)
+        return super().step(ids, text)
+
+    eps = [Episode(prompt=TOK.encode(f"slow {i}", bos=True, eos=False), make_env=functools.partial(Slow, 2), key=i)
+           for i in range(4)]
+    runner = _runner()
+    n = len(runner.stats.tool_intervals)
+    runner.run(eps, weights=lambda: (self.params, 0))
+    spans = runner.stats.tool_intervals[n:]
+    self.assertGreater(overlap_fraction(spans, runner.stats.decode_intervals), 0.0)
+
+  def test_real_tools_in_a_sandbox(self):
+    # The explorer script forced through the engine on tiny_functions: look, write, check, finish in 4-7 turns,
+    # each tool's result an observation; the hidden tests grade what it left.
+    reason = sandbox_lib.unavailable_reason()
+    if reason:
+      self.skipTest(reason)
+    suite = CodingTaskSuite(coding_suite="tiny_functions", instructions="none", max_turns=6)
+    policy = ExplorerPolicy()
+    eps = []
+    for i in range(3):
+      task = suite.task("heldout", i)
+      coding = suite.coding_task(task)
+      eps.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task), key=i,
+                         script=lambda turn, obs, coding=coding: policy.act(coding, obs)))
+    runner = _runner(AgentConfig(max_turns=8, max_turn_tokens=256, max_episode_tokens=1100, chunk_steps=16))
+    turns = set()
+    for traj in runner.run(eps, weights=lambda: (self.params, 0)):
+      self.assertEqual(traj.end, EpisodeEnd.FINISHED)
+      self.assertBetween(traj.turns, 4, 7)
+      turns.add(traj.turns)
+      self.assertEqual(traj.reward_terms["outcome"], 1.0)
+      observations = "".join(TOK.decode(traj.tokens[s:e]) for s, e, src, _ in traj.boundaries()
+                             if src is Source.OBSERVATION)
+      self.assertIn('<result tool="read_file">', observations)
+      self.assertIn('<result tool="write_file">', observations)
+      self.assertIn("compiled", observations)
+      self.assertEqual(traj.drift, 0)
+    self.assertGreater(len(turns), 1)  # episodes of different lengths
+
+  def test_a_data_expert_mesh_gives_the_same_trajectories(self):
+    # Slots over data-parallel replicas x expert-sharded weights on 4 devices: the trajectories of one device.
+    mesh = make_mesh(MeshConfig(data=2, expert=2), jax.devices()[:4])
+    layout = layout_lib.make_layout(MODEL, mesh)
+    params = jax.device_put(self.params, layout_lib.param_shardings(MODEL, mesh))
+    runner = AgentRunner(MODEL, ENGINE, SAMPLING, AGENT, TOK, layout=layout)
+    for want, got in zip(self.batched[:4], runner.run(_episodes()[:4], weights=lambda: (params, 3))):
+      np.testing.assert_array_equal(got.tokens, want.tokens)
+      np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=0, atol=2e-5)
+      np.testing.assert_array_equal(got.expert_ids, want.expert_ids)
+    with self.assertRaisesRegex(ValueError, "not divisible"):
+      AgentRunner(MODEL, EngineConfig(slots=3, context=64), SAMPLING, AGENT, TOK, layout=layout)
+
+  def test_refuses_prompts_that_do_not_fit(self):
+    with self.assertRaisesRegex(ValueError, "1279 tokens"):
+      _runner().run([Episode(prompt=[1] * ENGINE.context, make_env=lambda: EchoEnv(1))],
+                    weights=lambda: (self.params, 0))
+    with self.assertRaisesRegex(ValueError, "max_turns=0"):
+      AgentConfig(max_turns=0)
+
+
+if __name__ == "__main__":
+  absltest.main()
