@@ -179,6 +179,7 @@ def run_reprefill(runner: AgentRunner, episodes, params) -> dict:
           lengths, reset, draw = np.zeros(s, np.int32), np.zeros(s, bool), np.zeros(s, bool)
           turn_end, forced = np.zeros(s, np.int32), np.zeros((s, eng.max_forced), np.int32)
           forced_len, take = np.zeros(s, np.int32), np.zeros(s, bool)
+          sent = dict(starts)
           for i, at in list(starts.items()):
             ids = conv[i][at:at + piece]
             chunk[i, :len(ids)], lengths[i], take[i], reset[i] = ids, len(ids), True, at == 0
@@ -193,11 +194,16 @@ def run_reprefill(runner: AgentRunner, episodes, params) -> dict:
             else:
               starts[i] = at + piece
           c = eng.bucket(int(lengths.max()) + 1)
+          window = eng.window(max(min(len(conv[i]), at + piece) for i, at in sent.items()))
           state = engine_lib.append(params, state, chunk[:, :c], lengths, take_part=take, reset=reset, draw=draw,
                                     turn_end=turn_end, keys=keys, version=0, forced=forced, forced_len=forced_len,
-                                    **kw)
-        while bool(np.any(jax.device_get(state.decoding))):
-          state = engine_lib.decode(params, state, steps=agent.chunk_steps, version=0, **kw)
+                                    window=window, **kw)
+        while True:  # the same attention windows as the engine's
+          length, running = jax.device_get((state.length, state.decoding))
+          if not running.any():
+            break
+          window = eng.window(int(length[running].max()) + agent.chunk_steps)
+          state = engine_lib.decode(params, state, steps=agent.chunk_steps, version=0, window=window, **kw)
         tokens, length, start = jax.device_get((state.tokens, state.length, state.turn_start))
         jobs = {}
         for i in range(len(wave)):

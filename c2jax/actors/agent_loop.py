@@ -230,13 +230,9 @@ class AgentRunner:
     pending = self._host_pending
     need = max(len(ids) + (0 if reset else pending[slot]) for slot, (ids, reset, _, _, _) in pieces.items())
     c = self.engine.bucket(max(need, 1))
-    k = 1
-    while k < len(pieces):
-      k *= 2
-    if k >= s or self.layout is not None:
-      rows, k = list(range(s)), s
-    else:
-      rows = sorted(pieces) + [i for i in range(s) if i not in pieces][:k - len(pieces)]
+    subset = self._rows(sorted(pieces))
+    rows = list(range(s)) if subset is None else [int(i) for i in subset]
+    k = len(rows)
     chunk = np.zeros((k, c), np.int32)
     lengths = np.zeros((k,), np.int32)
     reset = np.zeros((k,), bool)
@@ -267,12 +263,22 @@ class AgentRunner:
           forced_len[i] = len(ids)
     elif forced_turns:
       raise ValueError("An episode's script forces a turn, but EngineConfig.max_forced is 0.")
-    subset = None if k == s else np.asarray(rows, np.int32)
     self._state = engine_lib.append(params, self._state, chunk, lengths, take_part=take_part, reset=reset, draw=draw,
                                     turn_end=turn_end, keys=keys if subset is None else keys[subset],
                                     version=version, forced=forced, forced_len=forced_len,
                                     window=self.engine.window(longest), rows=subset, **self._kw)
     self.stats.appends += 1
+
+  def _rows(self, slots) -> np.ndarray | None:
+    """The rows a device call computes: `slots` padded with idle ones to a power of two (each k compiles once), or
+    None for all S (as many, or under a mesh, whose shards need every slot)."""
+    s, k = self.engine.slots, 1
+    while k < len(slots):
+      k *= 2
+    if k >= s or self.layout is not None:
+      return None
+    chosen = set(int(i) for i in slots)
+    return np.asarray(sorted(chosen) + [i for i in range(s) if i not in chosen][:k - len(chosen)], np.int32)
 
   # -- the loop -------------------------------------------------------------------------------------------------
 
@@ -394,7 +400,7 @@ class AgentRunner:
           t0 = time.perf_counter()
           window = self.engine.window(int(known_len[decoding].max()) + agent.chunk_steps)
           self._state = engine_lib.decode(params, self._state, steps=agent.chunk_steps, version=version,
-                                          window=window, **self._kw)
+                                          window=window, rows=self._rows(np.flatnonzero(decoding)), **self._kw)
           view = jax.device_get((self._state.length, self._state.decoding, self._state.turn_start,
                                  self._state.stopped))
           self.stats.decode_intervals.append((t0, time.perf_counter()))

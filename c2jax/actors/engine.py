@@ -372,13 +372,21 @@ def _append_body(params, state: SlotState, chunk, chunk_lengths, reset, draw_mas
 
 
 def decode(params: Params, state: SlotState, *, steps: int, version: int | jax.Array, cfg: ModelConfig,
-           sampling: SamplingConfig, window: int | None = None, layout: Layout | None = None) -> SlotState:
+           sampling: SamplingConfig, window: int | None = None, rows: jax.Array | None = None,
+           layout: Layout | None = None) -> SlotState:
   """Up to `steps` decode steps of every running turn (fewer once none runs); see the module docstring.
 
   `window` (static) must exceed every position fed: the running slots' lengths + steps - 1 (None: the context).
+  `rows`: [k] distinct slot indices holding every running turn (k < S, one program per k): only they are computed,
+  so slots waiting for their tools cost nothing; None: all S slots.
   """
-  return _decode(params, state, jnp.asarray(steps, jnp.int32), jnp.asarray(version, jnp.int32), cfg=cfg,
-                 sampling=sampling.structure(), mode=sampling.mode, window=window, layout=layout)
+  static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=window, layout=layout)
+  args = (jnp.asarray(steps, jnp.int32), jnp.asarray(version, jnp.int32))
+  if rows is None:
+    return _decode(params, state, *args, **static)
+  if layout is not None:
+    raise ValueError("decode: rows (a subset of the slots) is for one device; under a mesh decode all slots.")
+  return _decode_rows(params, state, jnp.asarray(rows, jnp.int32), *args, **static)
 
 
 def _decode_step(params, st: SlotState, version, cfg: ModelConfig, sampling: SamplingConfig,
@@ -407,7 +415,20 @@ def _decode_step(params, st: SlotState, version, cfg: ModelConfig, sampling: Sam
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "window", "layout"), donate_argnums=(1,))
 @_in_layout
+def _decode_rows(params, state, rows, steps, version, *, cfg, sampling, mode, window):
+  """`_decode_loop` on the slots `rows` only: gathered, decoded, written back in place."""
+  sub = _decode_loop(params, _take_rows(state, rows), steps, version, cfg=cfg, sampling=sampling, mode=mode,
+                     window=window)
+  return _put_rows(state, rows, sub)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "window", "layout"), donate_argnums=(1,))
+@_in_layout
 def _decode(params, state, steps, version, *, cfg, sampling, mode, window):
+  return _decode_loop(params, state, steps, version, cfg=cfg, sampling=sampling, mode=mode, window=window)
+
+
+def _decode_loop(params, state, steps, version, *, cfg, sampling, mode, window):
 
   def cond(carry):
     i, st = carry
