@@ -44,11 +44,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.sampling import DrawMode, SamplingConfig, draw, log_distribution, stop_hit
 from c2jax.model import decode as decode_lib
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
-from c2jax.model.sharding import Layout, use_layout
+from c2jax.model.sharding import Layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,21 +140,8 @@ jax.tree_util.register_dataclass(SlotState, data_fields=[f.name for f in datacla
                                  meta_fields=[])
 
 
-def _knobs(sampling: SamplingConfig) -> jax.Array:
-  return jnp.asarray([sampling.temperature, sampling.top_k, sampling.top_p], jnp.float32)
-
-
 def _check_layout(layout: Layout | None, slots: int) -> None:
-  if layout is None:
-    return
-  if layout.attention is not None or layout.sequence_order is not None:
-    raise ValueError("The agent engine decodes token by token and cannot split the sequence: use a mesh with "
-                     "context=1 (data, fsdp and expert axes shard slots and experts).")
-  shards = 1
-  for axis in ("data", "fsdp", "expert"):
-    shards *= layout.mesh.shape[axis]
-  if slots % shards:
-    raise ValueError(f"EngineConfig.slots={slots} is not divisible by data x fsdp x expert = {shards} of the mesh.")
+  sampler_lib.check_decode_layout(layout, slots, "EngineConfig.slots")
 
 
 def init_state(cfg: ModelConfig, engine: EngineConfig, sampling: SamplingConfig, key: jax.Array | None = None,
@@ -169,7 +157,7 @@ def init_state(cfg: ModelConfig, engine: EngineConfig, sampling: SamplingConfig,
       fed=jnp.zeros((s,), jnp.int32), length=jnp.zeros((s,), jnp.int32), turn_start=jnp.zeros((s,), jnp.int32),
       turn_end=jnp.zeros((s,), jnp.int32), decoding=jnp.zeros((s,), bool), stopped=jnp.zeros((s,), bool),
       keys=jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(s)), drawn=jnp.zeros((s,), jnp.int32),
-      knobs=_knobs(sampling), forced=jnp.zeros((s, engine.max_forced), jnp.int32),
+      knobs=sampler_lib.knobs(sampling), forced=jnp.zeros((s, engine.max_forced), jnp.int32),
       forced_len=jnp.zeros((s,), jnp.int32))
   if layout is not None:
     state = jax.device_put(state, _state_shardings(state, layout))
@@ -278,16 +266,7 @@ def append(params: Params, state: SlotState, chunk: jax.Array, chunk_lengths: ja
   return _append_rows(params, state, jnp.asarray(rows, jnp.int32), *args, **static)
 
 
-def _in_layout(fn):
-  """Runs a jitted body under its static `layout` argument (the model reads it while tracing)."""
-
-  def wrapped(*args, layout, **kwargs):
-    with use_layout(layout):
-      return fn(*args, **kwargs)
-
-  wrapped.__name__ = fn.__name__
-  wrapped.__doc__ = fn.__doc__
-  return wrapped
+_in_layout = sampler_lib.in_layout
 
 
 def _slot_axis(path) -> int | None:

@@ -110,7 +110,8 @@ jax.tree_util.register_dataclass(SamplerOutput, data_fields=["samples", "policy_
                                  meta_fields=[])
 
 
-def _knobs(sampling: SamplingConfig) -> jax.Array:
+def knobs(sampling: SamplingConfig) -> jax.Array:
+  """[3] float32 temperature, top_k, top_p: traced, so one program serves every setting of a `DrawMode`."""
   return jnp.asarray([sampling.temperature, sampling.top_k, sampling.top_p], jnp.float32)
 
 
@@ -118,17 +119,23 @@ def _unpack(knobs: jax.Array):
   return knobs[0], knobs[1].astype(jnp.int32), knobs[2]
 
 
-def _check_layout(layout: Layout | None, batch: int) -> None:
+def check_decode_layout(layout: Layout | None, rows: int, what: str = "Batch") -> None:
+  """Token-by-token decoding (this sampler, the agent engine) needs context = 1 and `rows` divisible by the mesh's
+  data x fsdp x expert shards; one sentence otherwise."""
   if layout is None:
     return
   if layout.attention is not None or layout.sequence_order is not None:
-    raise ValueError("The sampler decodes token by token and cannot split the sequence: use a mesh with context=1 "
+    raise ValueError("Decoding goes token by token and cannot split the sequence: use a mesh with context=1 "
                      "(data, fsdp and expert axes shard rows and experts).")
   shards = 1
   for axis in ("data", "fsdp", "expert"):
     shards *= layout.mesh.shape[axis]
-  if batch % shards:
-    raise ValueError(f"Batch of {batch} rows is not divisible by data x fsdp x expert = {shards} of the mesh.")
+  if rows % shards:
+    raise ValueError(f"{what}={rows} (rows) is not divisible by data x fsdp x expert = {shards} of the mesh.")
+
+
+def _check_layout(layout: Layout | None, batch: int) -> None:
+  check_decode_layout(layout, batch)
 
 
 def prefill(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: jax.Array, *, cfg: ModelConfig,
@@ -146,12 +153,12 @@ def prefill(params: Params, prompts: jax.Array, prompt_lengths: jax.Array, key: 
   if speculative and not cfg.num_mtp_layers:
     raise ValueError("Speculative decoding drafts with the MTP modules, and this model has none (num_mtp_layers=0).")
   return _prefill(params, prompts, prompt_lengths.astype(jnp.int32), row_keys(key, prompts.shape[0]),
-                  _knobs(sampling), jnp.asarray(version, jnp.int32), cfg=cfg, sampling=sampling.structure(),
+                  knobs(sampling), jnp.asarray(version, jnp.int32), cfg=cfg, sampling=sampling.structure(),
                   mode=sampling.mode,
                   speculative=speculative, layout=layout)
 
 
-def _in_layout(fn):
+def in_layout(fn):
   """Runs a jitted body under its static `layout` argument (the model reads it while tracing)."""
 
   # Not functools.wraps: jit reads the signature, which must include `layout`.
@@ -165,7 +172,7 @@ def _in_layout(fn):
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "speculative", "layout"))
-@_in_layout
+@in_layout
 def _prefill(params, prompts, prompt_lengths, keys, knobs, version, *, cfg, sampling, mode, speculative):
   b, p = prompts.shape
   n = sampling.max_new_tokens
@@ -362,7 +369,7 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "speculative", "layout"))
-@_in_layout
+@in_layout
 def _decode(params, state, version, steps, *, cfg, sampling, mode, speculative):
   if speculative:
     body = lambda s: _speculative_step(params, s, version, cfg, sampling, mode, speculative)
@@ -383,7 +390,7 @@ def finish(params: Params, state: DecodeState, *, cfg: ModelConfig, layout: Layo
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "layout"))
-@_in_layout
+@in_layout
 def _finish(params: Params, state: DecodeState, *, cfg: ModelConfig) -> SamplerOutput:
   """Feeds each row's last token once more for its routing (the trainer's forward replays every position), and
   packs the result."""
