@@ -172,6 +172,9 @@ def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
   stats = reader.stats
   if stats["corrupt_groups"]:
     problems.append(f"{stats['corrupt_groups']} groups have corrupt data or commit records (skipped by readers)")
+  if stats["lost_groups"]:
+    problems.append(f"{stats['lost_groups']} groups lost their commit records after they were written (skipped by "
+                    "readers)")
   if stats["skipped_shards"]:
     problems.append(f"{stats['skipped_shards']} shards have an unreadable or different schema (skipped by readers)")
   tokens = sum(hist.values())
@@ -182,7 +185,8 @@ def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
       "trainer_version": None if trainer is None else version,
       "groups_per_step": None if trainer is None else trainer.get("groups_per_step"),
       "scanned_groups": scanned, "scanned_rows": stats["rows_read"], "stored_bytes_read": stats["bytes_read"],
-      "corrupt_groups": stats["corrupt_groups"], "skipped_shards": stats["skipped_shards"],
+      "corrupt_groups": stats["corrupt_groups"], "lost_groups": stats["lost_groups"],
+      "skipped_shards": stats["skipped_shards"],
       "spec": None if reader.spec is None else reader.spec.to_json(),
       "staleness": {"trainer_version": version, "tokens": tokens,
                     "mean": (sum(k * n for k, n in hist.items()) / tokens) if tokens else None,
@@ -199,7 +203,8 @@ def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
   for s in shards:
     lines.append(f"  shard {s['shard']:<24} {s['committed']:>8} groups {s['rows']:>9} rows {s['pending']:>4} pending")
   lines.append(f"scanned {scanned} groups ({stats['rows_read']} rows, {stats['bytes_read'] / 1e6:.2f} MB stored): "
-               f"{stats['corrupt_groups']} corrupt, {stats['skipped_shards']} shards skipped")
+               f"{stats['corrupt_groups']} corrupt, {stats['lost_groups']} lost, {stats['skipped_shards']} shards "
+               "skipped")
   lines.append(f"staleness of the {tokens} action tokens waiting for the trainer (trainer version - token version; "
                "training-time staleness is metrics.jsonl's staleness/*):")
   lines += histogram_lines(hist)

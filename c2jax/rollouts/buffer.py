@@ -14,8 +14,15 @@ sections 4 and 6: trainer and rollout workers run independently and meet only in
 No coordinator: each writer owns one append-only shard (layout in c2jax/rollouts/schema.py). A commit writes the
 group's rows into the shard's zarr3 arrays first and its commit record last; a commit record is one atomic object
 (a renamed file locally, one PUT on S3/GCS), so a reader sees a group whole or not at all. Rows written by a writer
-that died before its commit record are invisible, and the restarted writer (same id) overwrites them. Each shard
-must have one live writer at a time: two processes with the same writer id would overwrite each other's rows.
+that died before its commit record are invisible, and the restarted writer (same id) overwrites them.
+
+Ownership: each shard has one live writer at a time, since two processes with the same writer id would overwrite
+each other's rows and records. On a local (or network) filesystem a writer holds an exclusive lock on the shard's
+`writer.lock` for its lifetime, so a second live process with the same id is refused at open; the kernel drops the
+lock when its process dies, so a restarted actor reopens at once. On every driver (object stores have no locks)
+the newest opener also writes its token to `owner.json`, and a writer checks it before its rows and before its
+commit records: a writer whose shard was taken over stops at its next commit instead of tearing groups. (Within
+one process a second writer of the same id is allowed: it stands for a crashed one, and fences the first.)
 
 Cost: every stored object costs a file (or a PUT) and, in FSYNC mode, an fsync, which for groups of a few hundred
 KB outweigh the bytes. `commit_many` therefore writes the rows of all its groups with one write per array (into
@@ -28,7 +35,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import fcntl
 import json
+import os
+import secrets
+import socket
+import threading
 import time
 from typing import Any, Mapping, Sequence
 
@@ -105,6 +117,51 @@ def _json_bytes(value: Any, what: str) -> bytes:
     raise ValueError(f"The {what} must be JSON-able (str/int/float/bool/list/dict): {e}.") from e
 
 
+class WriterConflict(ValueError):
+  """A second live writer with the same writer id: refused at open, or fenced at commit after a takeover."""
+
+
+# Local shard path -> [lock fd, writers of this process holding it]: the lock is the process's (see the module
+# docstring), taken by its first writer of the shard and released by the last one's close.
+_LOCKS: dict[str, list] = {}
+_LOCKS_MUTEX = threading.Lock()
+
+
+def _lock_shard(path: str, writer_id: str, url: str) -> str:
+  """Takes this process's exclusive lock on the local shard directory `path`; WriterConflict if another process
+  holds it. Returns the lock key to pass to `_unlock_shard`."""
+  key = os.path.join(path, "writer.lock")
+  with _LOCKS_MUTEX:
+    held = _LOCKS.get(key)
+    if held is not None:
+      held[1] += 1
+      return key
+    os.makedirs(path, exist_ok=True)
+    fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "unknown"
+      os.close(fd)
+      raise WriterConflict(f"Shard {writer_id!r} of buffer {url} is open in another live writer ({holder}); a writer "
+                           f"id must be unique among live writers: stop that process or pick another id.") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+    _LOCKS[key] = [fd, 1]
+    return key
+
+
+def _unlock_shard(key: str) -> None:
+  with _LOCKS_MUTEX:
+    held = _LOCKS.get(key)
+    if held is None:
+      return
+    held[1] -= 1
+    if held[1] == 0:
+      os.close(held[0])  # releases the flock
+      del _LOCKS[key]
+
+
 def _kvstore_bytes_read() -> int:
   """Bytes read from storage by every tensorstore kvstore of this process so far (tensorstore's own counters)."""
   total = 0
@@ -144,6 +201,21 @@ class RolloutWriter:
     self._root = Store(url)
     self._store = Store(join(url, "shards", writer_id))
     self.durability = durability
+    self._closed = True  # until the shard is ours: close() and __del__ then release nothing twice
+    self._lock = None
+    if self._store.spec["driver"] == "file":
+      self._lock = _lock_shard(self._store.spec["path"], writer_id, url)
+    try:
+      self._open(chunk_rows, shard_rows)
+    except BaseException:
+      self._release()
+      raise
+
+  def _open(self, chunk_rows: int, shard_rows: int) -> None:
+    url, writer_id, spec, durability = self.url, self.writer_id, self.spec, self.durability
+    self._owner = {"token": secrets.token_hex(16), "pid": os.getpid(), "host": socket.gethostname(),
+                   "time": time.time()}
+    self._store.write_json("owner.json", self._owner)
     # The same directory without fsync (file URLs; other drivers have no such option and need none).
     unsynced = dict(self._store.spec)
     if unsynced["driver"] == "file":
@@ -186,6 +258,14 @@ class RolloutWriter:
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+  def __del__(self):
+    self._release()
+
+  def _release(self) -> None:
+    lock, self._lock = getattr(self, "_lock", None), None
+    if lock is not None:
+      _unlock_shard(lock)
 
   @property
   def next_seq(self) -> int:
@@ -266,14 +346,19 @@ class RolloutWriter:
       if task_id is None:
         raise ValueError("Commit meta lacks task_id; pass meta={'task_id': ...} (or begin() a ticket with one).")
       rows = schema_lib.group_rows(data[-1])
+      # "call": the first seq of this commit_many, so that a reopened writer can tell a record this call never
+      # wrote (a crash between its concurrent record writes) from one lost later (see `_recover`).
       record = {"schema_version": schema_lib.SCHEMA_VERSION, "seq": seq, "row0": row0, "rows": rows,
-                "task_id": str(task_id), "meta": meta, "ticket_id": ticket_id, "time": time.time()}
+                "task_id": str(task_id), "meta": meta, "ticket_id": ticket_id, "call": self._next_seq,
+                "time": time.time()}
       records.append((seq, _json_bytes(record, "commit meta")))
       seq, row0 = seq + 1, row0 + rows
     if not data:
       return []
+    self._check_owner()
     try:
       self._write_rows(data, self._next_row)
+      self._check_owner()  # again: rows of a writer that took over meanwhile must not get our records
       # Only once every row is durable. The records may land in any order: a reader reads seqs in order and waits
       # for a missing one (head.json, written below, does not count it yet).
       futures = [self._record_kv.write(commit_key(s), b) for s, b in records]
@@ -298,12 +383,27 @@ class RolloutWriter:
     if not self._closed:
       self._write_head()
       self._closed = True
+    self._release()
 
   # Internals.
 
   def _check_open(self) -> None:
     if self._closed:
       raise ValueError(f"RolloutWriter {self.writer_id!r} is closed; open a new one to write again.")
+
+  def _check_owner(self) -> None:
+    """WriterConflict (and this writer closed) when another writer opened the shard after this one."""
+    try:
+      owner = self._store.read_json("owner.json")
+    except (ValueError, TypeError) as e:
+      owner = {"token": None, "error": str(e)}
+    if not isinstance(owner, dict) or owner.get("token") != self._owner["token"]:
+      self._closed = True
+      self._release()
+      who = (f"pid {owner.get('pid')} on {owner.get('host')}" if isinstance(owner, dict) and "pid" in owner
+             else "an unknown writer")
+      raise WriterConflict(f"Shard {self.writer_id!r} of buffer {self.url} was opened by another writer ({who}) "
+                           f"after this one; a writer id must be unique among live writers, so this writer stops.")
 
   def _open_array(self, key: str, path: str, axis: int, rest: tuple[int, ...], chunk_rows: int,
                   shard_rows: int) -> ts.TensorStore:
@@ -345,10 +445,15 @@ class RolloutWriter:
     """(next seq, next row) of a reopened shard, after tidying what a crash mid-`commit_many` left.
 
     Rows after the last commit record are unreferenced and get overwritten. A seq missing below the last record
-    (its commit_many died between two of its concurrent record writes) gets a void record, which readers skip
-    silently, unless head.json already counts it (then it was lost after a reader may have moved past it, and
-    readers report it). The groups of the interrupted call keep their pending tickets, so they are re-run; tickets
-    whose groups did commit are deleted.
+    is one of two things:
+      * a record the LAST commit_many never wrote (it died between two of its concurrent record writes): at or
+        after that call's first seq (the last record's "call") and not counted by head.json. It gets a void
+        record, which readers skip silently (no group was ever committed there); its group keeps its pending
+        ticket, so it is re-run.
+      * a record lost afterwards (deleted, a damaged disk): every other hole, since only the last call can be
+        interrupted (a failed commit_many closes its writer). It gets a void record marked "lost", which readers
+        count in `stats["lost_groups"]` and report, never skip silently.
+    Tickets whose groups did commit are deleted.
     """
     seqs = sorted(int(k[len("commits/"):-len(".json")]) for k in self._store.list("commits/")
                   if k.endswith(".json") and k[len("commits/"):-len(".json")].isdigit())
@@ -360,12 +465,26 @@ class RolloutWriter:
     except (ValueError, TypeError, AttributeError):
       head_committed = head_rows = 0
     present = set(seqs)
-    holes = [s for s in range(max(head_committed, 0), seqs[-1]) if s not in present]
+    holes = [s for s in range(seqs[-1]) if s not in present]
     if holes:
-      logging.warning("Shard %r: commit records %s are missing below record %d (a writer died mid commit_many); "
-                      "voiding them.", self.writer_id, holes[:10], seqs[-1])
+      try:
+        last = json.loads(self._store.read(commit_key(seqs[-1])) or b"null")
+        call = int(last["call"])
+      except (ValueError, TypeError, KeyError):  # unreadable, or written before records named their call
+        call = seqs[-1]
+      interrupted = [s for s in holes if s >= max(call, head_committed)]
+      lost = sorted(set(holes) - set(interrupted))
+      if interrupted:
+        logging.warning("Shard %r: commit records %s of the last commit_many are missing (its writer died mid "
+                        "call); voiding them.", self.writer_id, interrupted[:10])
+      if lost:
+        logging.warning("Shard %r: %d commit records (%s...) below record %d were lost after they were written; "
+                        "marking them lost (readers count them in stats['lost_groups']).", self.writer_id,
+                        len(lost), lost[:10], seqs[-1])
       void = {"schema_version": schema_lib.SCHEMA_VERSION, "void": True, "time": time.time()}
-      futures = [self._record_kv.write(commit_key(s), _json_bytes({**void, "seq": s}, "void")) for s in holes]
+      gone = set(lost)
+      futures = [self._record_kv.write(commit_key(s), _json_bytes({**void, "seq": s, "lost": s in gone}, "void"))
+                 for s in holes]
       for f in futures:
         f.result()
     # A crash after the records of a call and before its ticket deletions leaves tickets of committed groups: they
@@ -482,8 +601,8 @@ class _Shard:
 class _Pending:
   """A group whose commit record is read and whose array reads are in flight."""
 
-  def __init__(self, shard: _Shard, seq: int, record: dict | None, error: str | None):
-    self.shard, self.seq, self.record, self.error = shard, seq, record, error
+  def __init__(self, shard: _Shard, seq: int, record: dict | None, error: str | None, lost: bool = False):
+    self.shard, self.seq, self.record, self.error, self.lost = shard, seq, record, error, lost
     self.futures: dict[str, Any] = {}
     self.exception: BaseException | None = None
 
@@ -518,19 +637,14 @@ class RolloutReader:
     self.url = url
     self.spec = spec
     self._root = Store(url)
-    cursor = dict(cursor or {})
-    for k, v in cursor.items():
-      if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValueError(f"Buffer cursor entry {k!r}: {v!r} is not shard id -> next seq (int >= 0); pass the "
-                         f"dict of RolloutReader.cursor unchanged.")
-    self._cursor = cursor
-    self._fetched = dict(cursor)  # next seq to read from storage, per shard (>= the cursor)
+    self._cursor = self._check_cursor(cursor)
+    self._fetched = dict(self._cursor)  # next seq to read from storage, per shard (>= the cursor)
     self._queues: dict[str, collections.deque] = {}  # (seq, Group | None for a skipped corrupt group)
     self._shards: dict[str, _Shard] = {}
     self._skipped: set[str] = set()
     self._turn = 0
-    self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "skipped_shards": 0, "bytes_read": 0,
-                   "transient_errors": 0}
+    self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "lost_groups": 0, "skipped_shards": 0,
+                   "bytes_read": 0, "transient_errors": 0}
     self._retries: dict[tuple[str, int], int] = {}  # (shard, seq) -> transient read failures so far
 
   @property
@@ -540,8 +654,9 @@ class RolloutReader:
 
   @property
   def stats(self) -> dict:
-    """groups_read, rows_read (read from storage), corrupt_groups (skipped), skipped_shards, bytes_read (stored
-    bytes, from tensorstore's process-wide kvstore counters around this reader's reads)."""
+    """groups_read, rows_read (read from storage), corrupt_groups (skipped: unreadable record or data),
+    lost_groups (skipped: a commit record lost after it was written), skipped_shards, bytes_read (stored bytes,
+    from tensorstore's process-wide kvstore counters around this reader's reads)."""
     return dict(self._stats)
 
   def poll(self, max_groups: int | None = None) -> list[Group]:
@@ -598,6 +713,38 @@ class RolloutReader:
                                            "time": time.time()})
 
   # Internals.
+
+  def _check_cursor(self, cursor: Any) -> dict[str, int]:
+    """`cursor` as {shard id: next seq}, each entry checked against the buffer's shards (ValueError, one sentence
+    naming the entry): a cursor of another buffer would otherwise skip groups, or make trainer.json count groups
+    never consumed (and admission over-admit)."""
+    if cursor is None:
+      return {}
+    if not isinstance(cursor, Mapping):
+      raise ValueError(f"The buffer cursor is a {type(cursor).__name__}, not a dict of shard id -> next seq; pass "
+                       f"RolloutReader.cursor (as saved in the checkpoint) unchanged.")
+    out = {}
+    known = None
+    for k, v in cursor.items():
+      if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"Buffer cursor entry {k!r}: {v!r} is not shard id -> next seq (int >= 0); pass the "
+                         f"dict of RolloutReader.cursor unchanged.")
+      if v == 0:
+        out[k] = v
+        continue
+      if known is None:
+        known = set(shard_ids(self._root))
+      if k not in known:
+        raise ValueError(f"Buffer cursor entry {k!r}: {v} names a shard that buffer {self.url} does not hold; the "
+                         f"cursor belongs to another buffer (resume with the buffer URL the checkpoint was trained "
+                         f"from).")
+      store = Store(join(self.url, "shards", k))
+      if store.read(commit_key(v - 1)) is None and not self._record_lost(store, v - 1):
+        raise ValueError(f"Buffer cursor entry {k!r}: {v} is past the end of that shard of buffer {self.url} (it "
+                         f"has no commit record {v - 1}); the cursor belongs to another buffer, or the shard was "
+                         f"rewritten.")
+      out[k] = v
+    return out
 
   def _buffered(self) -> int:
     return sum(1 for q in self._queues.values() for _, g in q if g is not None)
@@ -682,13 +829,15 @@ class RolloutReader:
       except Exception:  # pylint: disable=broad-except  (retry on the next poll)
         return None
       if raw is None:
-        return _Pending(shard, seq, None, "its commit record is missing although head.json counts it")
+        return _Pending(shard, seq, None, "its commit record is missing although head.json counts it", lost=True)
     try:
       record = self._parse_record(raw, seq)
     except (ValueError, TypeError, KeyError) as e:
       return _Pending(shard, seq, None, f"its commit record is garbage ({e})")
-    if record is None:
-      return _Pending(shard, seq, None, None)  # void: no group
+    if record.get("void") is True:
+      if record.get("lost") is True:
+        return _Pending(shard, seq, None, "its commit record was lost after it was written", lost=True)
+      return _Pending(shard, seq, None, None)  # void: no group was committed there
     p = _Pending(shard, seq, record, None)
     row0, rows = record["row0"], record["rows"]
     try:
@@ -743,24 +892,27 @@ class RolloutReader:
     if group is None:
       logging.warning("Rollout buffer %s: skipping group %d of shard %r because %s.", self.url, p.seq, p.shard.id,
                       p.error)
-      self._stats["corrupt_groups"] += 1
+      self._stats["lost_groups" if p.lost else "corrupt_groups"] += 1
       return False
     self._stats["groups_read"] += 1
     self._stats["rows_read"] += group.meta["rows"]
     return True
 
-  def _record_lost(self, shard: _Shard, seq: int) -> bool:
+  @staticmethod
+  def _record_lost(shard: _Shard | Store, seq: int) -> bool:
     """True if head.json says `seq` was committed (head.json is written after the record, so a missing record
     that head.json counts was lost, and waiting for it would stall the shard forever)."""
+    store = shard if isinstance(shard, Store) else shard.store
     try:
-      head = shard.store.read_json("head.json") or {}
+      head = store.read_json("head.json") or {}
       return int(head.get("committed", 0)) > seq
     except Exception:  # pylint: disable=broad-except
       return False
 
   @staticmethod
-  def _parse_record(raw: bytes, seq: int) -> dict | None:
-    """The commit record, or None for a void one (a seq that a crashed `commit_many` left without a group)."""
+  def _parse_record(raw: bytes, seq: int) -> dict:
+    """The checked commit record; a void one ("void": True, a seq without a group, see `RolloutWriter._recover`)
+    holds only its seq and whether its record was "lost"."""
     rec = json.loads(raw)
     if not isinstance(rec, dict):
       raise ValueError("not a JSON object")
@@ -769,7 +921,7 @@ class RolloutReader:
     if rec.get("seq") != seq:
       raise ValueError(f"seq {rec.get('seq')!r} in the record of seq {seq}")
     if rec.get("void") is True:
-      return None
+      return rec
     for name in ("row0", "rows"):
       if not isinstance(rec.get(name), int) or rec[name] < (1 if name == "rows" else 0):
         raise ValueError(f"{name} {rec.get(name)!r}")

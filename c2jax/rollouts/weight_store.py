@@ -63,7 +63,8 @@ _CHECKSUM = "zlib.crc32 of the tensor's little-endian bytes"
 
 
 class WeightStoreError(RuntimeError):
-  """A version that cannot be loaded: missing, interrupted, garbage-collected, or failing its checksums."""
+  """A version that cannot be loaded (missing, interrupted, garbage-collected, failing its checksums), a damaged
+  LATEST or manifest, or a failed storage read: every read error of the store, in one sentence."""
 
 
 class Kind(str, enum.Enum):
@@ -317,7 +318,10 @@ class WeightStore:
       if v in published and v <= version:
         if v not in self._kinds:
           data = self._get(_manifest_key(v))
-          self._kinds[v] = json.loads(data)["kind"] if data is not None else None
+          try:
+            self._kinds[v] = json.loads(data)["kind"] if data is not None else None
+          except (ValueError, KeyError, TypeError):  # a damaged manifest: not a full snapshot to keep
+            self._kinds[v] = None
         if self._kinds[v] == Kind.FULL.value:
           fulls.append(v)
     cutoff = fulls[-self.keep] if len(fulls) >= self.keep else (fulls[0] if fulls else version)
@@ -331,9 +335,23 @@ class WeightStore:
   # -- loading -----------------------------------------------------------------------------------------------
 
   def latest(self) -> int | None:
-    """The version LATEST names (one small read), or None when nothing is published."""
+    """The version LATEST names (one small read), or None when nothing is published.
+
+    Raises:
+      WeightStoreError: LATEST is unreadable (not {"version": int >= 0}) or storage fails.
+    """
     data = self._get(_LATEST)
-    return None if data is None else int(json.loads(data)["version"])
+    if data is None:
+      return None
+    try:
+      version = json.loads(data)["version"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+      raise WeightStoreError(f"{_LATEST} at {self.url!r} is damaged ({type(e).__name__}: {e}); republish, or "
+                             f"point the run at a healthy weight store.") from e
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+      raise WeightStoreError(f"{_LATEST} at {self.url!r} names version {version!r}, not an int >= 0; republish, or "
+                             f"point the run at a healthy weight store.")
+    return version
 
   def load(self, version: int | None = None) -> tuple[int, dict]:
     """A published version's params, checksums verified.
@@ -481,7 +499,10 @@ class WeightStore:
   # Every object read and write goes through these two (the tests instrument them).
 
   def _get(self, key: str) -> bytes | None:
-    result = self._kv.read(key).result()
+    try:
+      result = self._kv.read(key).result()
+    except ValueError as e:  # tensorstore's storage errors (permissions, a directory where a file should be, ...)
+      raise WeightStoreError(f"Reading {key} at {self.url!r} failed: {e}") from e
     return bytes(result.value) if result.state == "value" else None
 
   def _put(self, key: str, data: bytes) -> ts.Future:

@@ -286,6 +286,7 @@ class _Trainer:
               "weights/full_bytes": pub.full_bytes if pub else 0,
               "staleness/in_flight_rows": in_flight,
               "buffer/corrupt_groups": self.reader.stats.get("corrupt_groups", 0),
+              "buffer/lost_groups": self.reader.stats.get("lost_groups", 0),
               "buffer/skipped_shards": self.reader.stats.get("skipped_shards", 0)})
     self.log_step(m, groups)
     bar.update(1)
