@@ -32,9 +32,12 @@ On-disk layout of a buffer at URL (a local directory, s3:// or gs://), schema ve
   URL/writers/<id>.json                      one marker per shard, so shards are listed without walking arrays
   URL/shards/<id>/schema.json                BufferSpec.to_json() (includes schema_version)
   URL/shards/<id>/head.json                  {"committed", "pending", "rows", "time"}, rewritten on begin/commit
+  URL/shards/<id>/owner.json                 {"token", "pid", "host", "time"} of the writer that opened it last
+  URL/shards/<id>/writer.lock                local filesystems: held (flock) by the live writer's process
   URL/shards/<id>/pending/<ticket>.json      intent records of groups being generated
   URL/shards/<id>/commits/<seq:012d>.json    commit records {"schema_version", "seq", "row0", "rows", "task_id",
-                                             "meta", "ticket_id", "time"}, written after the group's rows
+                                             "meta", "ticket_id", "call", "time"}, written after the group's rows;
+                                             or void {"schema_version", "seq", "void", "lost", "time"}
   URL/shards/<id>/arrays/<field>/            zarr3 arrays, rows along axis 0 (axis 1 for expert_ids):
   URL/shards/<id>/arrays/reward/<name>/      reward term arrays
 
