@@ -56,7 +56,8 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO; --verbosity=0 brings it back
     logging.set_verbosity(logging.WARNING)
   initialize_from_env()  # a multi-host trainer when C2JAX_DISTRIBUTED=1
-  result = rl_job.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
+  with cli.refusals():  # a damaged weight store, a buffer cursor of another buffer: one sentence
+    result = rl_job.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
   if "pass_at_1_after" in result:
     print("\n" + rl_report.summary_table(result) + "\n", flush=True)
   print(json.dumps(result))

@@ -117,8 +117,16 @@ def _json_bytes(value: Any, what: str) -> bytes:
     raise ValueError(f"The {what} must be JSON-able (str/int/float/bool/list/dict): {e}.") from e
 
 
-class WriterConflict(ValueError):
+class BufferRefusal(ValueError):
+  """What the buffer refuses to do, in one sentence: entry points show it without a traceback."""
+
+
+class WriterConflict(BufferRefusal):
   """A second live writer with the same writer id: refused at open, or fenced at commit after a takeover."""
+
+
+class CursorError(BufferRefusal):
+  """A reader cursor that does not fit the buffer: wrong types, a shard it does not hold, a seq past its end."""
 
 
 # Local shard path -> [lock fd, writers of this process holding it]: the lock is the process's (see the module
@@ -234,10 +242,10 @@ class RolloutWriter:
       try:
         theirs = BufferSpec.from_json(json.loads(existing))
       except ValueError as e:  # json.JSONDecodeError is a ValueError
-        raise ValueError(f"Shard {writer_id!r} of buffer {url} has an unreadable schema.json ({e}); use a new "
+        raise BufferRefusal(f"Shard {writer_id!r} of buffer {url} has an unreadable schema.json ({e}); use a new "
                          f"writer id or remove that shard.") from e
       if theirs != spec:
-        raise ValueError(f"Shard {writer_id!r} of buffer {url} holds groups of {theirs}, not {spec}; use a new "
+        raise BufferRefusal(f"Shard {writer_id!r} of buffer {url} holds groups of {theirs}, not {spec}; use a new "
                          f"writer id or a new buffer URL.")
     self._arrays = {key: self._open_array(key, path, axis, rest, chunk_rows, shard_rows)
                     for key, path, axis, rest in schema_lib.array_fields(spec)}
@@ -715,19 +723,19 @@ class RolloutReader:
   # Internals.
 
   def _check_cursor(self, cursor: Any) -> dict[str, int]:
-    """`cursor` as {shard id: next seq}, each entry checked against the buffer's shards (ValueError, one sentence
+    """`cursor` as {shard id: next seq}, each entry checked against the buffer's shards (CursorError, one sentence
     naming the entry): a cursor of another buffer would otherwise skip groups, or make trainer.json count groups
     never consumed (and admission over-admit)."""
     if cursor is None:
       return {}
     if not isinstance(cursor, Mapping):
-      raise ValueError(f"The buffer cursor is a {type(cursor).__name__}, not a dict of shard id -> next seq; pass "
+      raise CursorError(f"The buffer cursor is a {type(cursor).__name__}, not a dict of shard id -> next seq; pass "
                        f"RolloutReader.cursor (as saved in the checkpoint) unchanged.")
     out = {}
     known = None
     for k, v in cursor.items():
       if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValueError(f"Buffer cursor entry {k!r}: {v!r} is not shard id -> next seq (int >= 0); pass the "
+        raise CursorError(f"Buffer cursor entry {k!r}: {v!r} is not shard id -> next seq (int >= 0); pass the "
                          f"dict of RolloutReader.cursor unchanged.")
       if v == 0:
         out[k] = v
@@ -735,12 +743,12 @@ class RolloutReader:
       if known is None:
         known = set(shard_ids(self._root))
       if k not in known:
-        raise ValueError(f"Buffer cursor entry {k!r}: {v} names a shard that buffer {self.url} does not hold; the "
+        raise CursorError(f"Buffer cursor entry {k!r}: {v} names a shard that buffer {self.url} does not hold; the "
                          f"cursor belongs to another buffer (resume with the buffer URL the checkpoint was trained "
                          f"from).")
       store = Store(join(self.url, "shards", k))
       if store.read(commit_key(v - 1)) is None and not self._record_lost(store, v - 1):
-        raise ValueError(f"Buffer cursor entry {k!r}: {v} is past the end of that shard of buffer {self.url} (it "
+        raise CursorError(f"Buffer cursor entry {k!r}: {v} is past the end of that shard of buffer {self.url} (it "
                          f"has no commit record {v - 1}); the cursor belongs to another buffer, or the shard was "
                          f"rewritten.")
       out[k] = v

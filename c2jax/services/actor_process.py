@@ -62,7 +62,13 @@ def _config() -> RLRunConfig:
     if time.time() > deadline or _stopping:
       cli.refuse(f"No {rl_run_config.RUN_CONFIG_KEY} in {_BUFFER.value}: start the trainer or pass --config.")
     time.sleep(1.0)
-  return cli.typed(rl_run_config.from_json, data.decode())
+  try:
+    text = data.decode()
+    json.loads(text)
+  except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    cli.refuse(f"{rl_run_config.RUN_CONFIG_KEY} in {_BUFFER.value} is damaged ({e}); restart the trainer, which "
+               f"rewrites it, or pass --config.")
+  return cli.typed(rl_run_config.from_json, text)
 
 
 def run_actor(cfg: RLRunConfig) -> dict:
@@ -122,7 +128,8 @@ def main(argv):
     cli.refuse("pass --config or --config_json, not both.")
   cfg = _config()
   placement.pin(placement.parse_cpus(cfg.actors.cpus))  # before this process computes anything
-  result = run_actor(cfg) if _ROLE.value == "actor" else run_evaluator(cfg)
+  with cli.refusals():
+    result = run_actor(cfg) if _ROLE.value == "actor" else run_evaluator(cfg)
   print(json.dumps(result))
 
 

@@ -13,6 +13,7 @@ and a value of the wrong type an absl error that does not say what the field hol
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any, Callable, Sequence, TypeVar
@@ -29,6 +30,18 @@ def refuse(message: str) -> None:
   """Prints `message` (one sentence) to stderr and exits with code 2."""
   print(f"{os.path.basename(sys.argv[0] or 'c2jax')}: {message}", file=sys.stderr, flush=True)
   raise SystemExit(EXIT_USAGE)
+
+
+@contextlib.contextmanager
+def refusals():
+  """Refuses (one sentence, code 2, no traceback) what the data path refuses inside the block: a damaged weight
+  store, a writer id held by another live writer, a buffer cursor of another buffer."""
+  from c2jax.rollouts.buffer import BufferRefusal  # pylint: disable=g-import-not-at-top
+  from c2jax.rollouts.weight_store import WeightStoreError  # pylint: disable=g-import-not-at-top
+  try:
+    yield
+  except (BufferRefusal, WeightStoreError) as e:
+    refuse(str(e))
 
 
 def _override_keys(argv: Sequence[str], flag: str) -> list[tuple[str, str | None]]:

@@ -1,10 +1,13 @@
 """Every entry point refuses a config key that does not exist, and a bad value, in one sentence (exit code 2) that
-names the key and what it allows: no traceback, nothing started."""
+names the key and what it allows: no traceback, nothing started. So does an actor given a damaged data path (its
+buffer's run_config.json, the weight store's LATEST)."""
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -57,6 +60,36 @@ class EntryPointsTest(parameterized.TestCase):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     self.assertLen(lines, 1, proc.stderr[-2000:])
     self.assertIn(message, lines[0])
+    self.assertNotIn("Traceback", proc.stderr)
+
+  @parameterized.named_parameters(
+      ("run_config", "run_config.json", b'{"trainer": ', "run_config.json in .* is damaged \\(Expecting value"),
+      ("latest", "LATEST", b"{'version': 3}", "LATEST at .* is damaged \\(JSONDecodeError"),
+      ("latest_type", "LATEST", b'{"version": "3"}', "LATEST at .* names version '3', not an int >= 0"),
+  )
+  def test_an_actor_refuses_a_damaged_data_path(self, name, data, message):
+    root = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+    buffer, weights = os.path.join(root, "buffer"), os.path.join(root, "weights")
+    os.makedirs(buffer)
+    os.makedirs(weights)
+    if name != "run_config.json":  # the trainer's run config, as rl_main stores it in the buffer
+      config = subprocess.run(
+          [sys.executable, "-c", "import sys; sys.argv[1:] = []; from c2jax.services import cli, rl_run_config; "
+           f"spec = {str(_ROOT / 'configs' / 'rl_char_class.py')!r}; "
+           "print(rl_run_config.to_json(rl_run_config.parse(cli._load_config_file(spec))))"],
+          capture_output=True, text=True, env=_ENV, check=True, timeout=300).stdout
+      with open(os.path.join(buffer, "run_config.json"), "w") as f:
+        f.write(config)
+    with open(os.path.join(buffer if name == "run_config.json" else weights, name), "wb") as f:
+      f.write(data)
+    proc = subprocess.run([sys.executable, "-m", "c2jax.services.actor_process", f"--buffer={buffer}",
+                           f"--weights={weights}", "--actor_id=a0", "--wait_config_s=1", "--verbosity=-1"],
+                          capture_output=True, text=True, env=_ENV, cwd="/", timeout=300)
+    self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    self.assertLen(lines, 1, proc.stderr[-2000:])
+    self.assertRegex(lines[0], message)
     self.assertNotIn("Traceback", proc.stderr)
 
 
