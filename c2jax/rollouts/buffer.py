@@ -747,7 +747,7 @@ class RolloutReader:
                          f"cursor belongs to another buffer (resume with the buffer URL the checkpoint was trained "
                          f"from).")
       store = Store(join(self.url, "shards", k))
-      if store.read(commit_key(v - 1)) is None and not self._record_lost(store, v - 1):
+      if store.read(commit_key(v - 1)) is None and not self._record_lost(store, v - 1, confirm=False):
         raise CursorError(f"Buffer cursor entry {k!r}: {v} is past the end of that shard of buffer {self.url} (it "
                          f"has no commit record {v - 1}); the cursor belongs to another buffer, or the shard was "
                          f"rewritten.")
@@ -907,13 +907,21 @@ class RolloutReader:
     return True
 
   @staticmethod
-  def _record_lost(shard: _Shard | Store, seq: int) -> bool:
+  def _record_lost(shard: _Shard | Store, seq: int, confirm: bool = True) -> bool:
     """True if head.json says `seq` was committed (head.json is written after the record, so a missing record
-    that head.json counts was lost, and waiting for it would stall the shard forever)."""
+    that head.json counts was lost, and waiting for it would stall the shard forever).
+
+    With `confirm`, the last record head.json counts must exist too (one more read): a damaged head.json that
+    counts records never written would otherwise make a reader skip seqs its writer has yet to commit, and lose
+    those groups. A lost LAST record is therefore only declared lost once a later record exists; until then the
+    shard waits (a stall of one shard, never a lost group)."""
     store = shard if isinstance(shard, Store) else shard.store
     try:
       head = store.read_json("head.json") or {}
-      return int(head.get("committed", 0)) > seq
+      committed = int(head.get("committed", 0))
+      if committed <= seq:
+        return False
+      return not confirm or (committed - 1 != seq and store.read(commit_key(committed - 1)) is not None)
     except Exception:  # pylint: disable=broad-except
       return False
 

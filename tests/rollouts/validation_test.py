@@ -201,6 +201,21 @@ class LostRecordTest(absltest.TestCase):
     self.assertEqual([g.meta["seq"] for g in reader.poll()], [0, 2])
     self.assertEqual(reader.stats["lost_groups"], 1)
 
+  def test_a_head_that_counts_records_never_written_loses_no_future_group(self):
+    w = RolloutWriter(self.url, "w", SPEC)
+    for s in range(3):
+      w.commit(make_group(s), {"task_id": f"t{s}"})
+    with open(os.path.join(self.shard, "head.json"), "w") as f:  # damaged: counts 1000 commits
+      json.dump({"committed": 1000, "pending": 0, "rows": 9, "time": 0}, f)
+    reader = RolloutReader(self.url, SPEC)
+    self.assertEqual([g.meta["seq"] for g in reader.poll()], [0, 1, 2])
+    self.assertEqual(reader.poll(), [])  # waits at seq 3 instead of skipping 3..999 as lost
+    self.assertEqual(reader.cursor, {"w": 3})
+    w.commit(make_group(3), {"task_id": "t3"})
+    (got,) = reader.poll()
+    assert_group_equal(self, make_group(3), got.data)
+    self.assertEqual((reader.stats["lost_groups"], reader.stats["corrupt_groups"]), (0, 0))
+
 
 class WeightStoreValidationTest(parameterized.TestCase):
 
