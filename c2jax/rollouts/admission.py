@@ -37,6 +37,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from absl import logging
+
 from c2jax.rollouts.buffer import shard_ids
 from c2jax.rollouts.storage import Store, join
 
@@ -51,6 +53,7 @@ class BufferStatus:
     consumed: groups the trainer has handed to updates (trainer.json).
     trainer_version: the trainer's weights version, i.e. updates done (trainer.json; 0 before it starts).
     groups_per_step: groups per update (trainer.json).
+    trainer_damaged: trainer.json exists but cannot be read; admission then admits nothing (see `admit`).
   """
 
   committed: int
@@ -58,6 +61,7 @@ class BufferStatus:
   consumed: int
   trainer_version: int
   groups_per_step: int
+  trainer_damaged: bool = False
 
 
 _STORES: dict[str, Store] = {}  # actors poll the status often: reuse the kvstore handles
@@ -67,6 +71,26 @@ def _store(url: str) -> Store:
   if url not in _STORES:
     _STORES[url] = Store(url)
   return _STORES[url]
+
+
+def _trainer_progress(root: Store) -> tuple[int, int, int | None] | None:
+  """(version, groups consumed, groups per step or None) from trainer.json ((0, 0, None) when it is absent), or
+  None when it is damaged (logged): no guess at the trainer's progress is safe (a low version over-admits), so the
+  status then admits nothing until the trainer rewrites the file, which it does every step."""
+  try:
+    trainer = root.read_json("trainer.json") or {}
+    version, consumed = int(trainer.get("version", 0)), int(trainer.get("groups_consumed", 0))
+    per_step = trainer.get("groups_per_step")
+    per_step = None if per_step is None else int(per_step)
+  except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+    logging.warning("Rollout buffer %s: trainer.json is damaged (%s); admitting nothing until the trainer rewrites "
+                    "it.", root, e)
+    return None
+  if version < 0 or consumed < 0 or (per_step is not None and per_step < 1):
+    logging.warning("Rollout buffer %s: trainer.json holds version %d, %d groups consumed, %s per step; admitting "
+                    "nothing until the trainer rewrites it.", root, version, consumed, per_step)
+    return None
+  return version, consumed, per_step
 
 
 def read_status(url: str, default_groups_per_step: int = 1, pending_lease_s: float | None = None,
@@ -87,10 +111,11 @@ def read_status(url: str, default_groups_per_step: int = 1, pending_lease_s: flo
       pending += int(head.get("pending", 0)) if alive else 0
     except (ValueError, TypeError, AttributeError):
       continue  # an unreadable head counts as empty; the reader reports broken shards
-  trainer = root.read_json("trainer.json") or {}
-  return BufferStatus(committed=committed, pending=pending, consumed=int(trainer.get("groups_consumed", 0)),
-                      trainer_version=int(trainer.get("version", 0)),
-                      groups_per_step=max(1, int(trainer.get("groups_per_step", default_groups_per_step))))
+  progress = _trainer_progress(root)
+  version, consumed, per_step = (0, 0, None) if progress is None else progress
+  return BufferStatus(committed=committed, pending=pending, consumed=consumed, trainer_version=version,
+                      groups_per_step=max(1, default_groups_per_step if per_step is None else per_step),
+                      trainer_damaged=progress is None)
 
 
 def read_progress(url: str) -> tuple[int, int]:
@@ -100,8 +125,8 @@ def read_progress(url: str) -> tuple[int, int]:
   committed + pending as it is or raise it), so an actor re-runs the full `read_status` when this changes instead
   of reading every shard's head.json on each poll.
   """
-  trainer = _store(url).read_json("trainer.json") or {}
-  return int(trainer.get("version", 0)), int(trainer.get("groups_consumed", 0))
+  progress = _trainer_progress(_store(url))
+  return (-1, -1) if progress is None else progress[:2]  # damaged: differs from any real progress
 
 
 def target_version(status: BufferStatus) -> int:
@@ -114,4 +139,6 @@ def admit(status: BufferStatus, weights_version: int, max_lag: int) -> bool:
   """Whether an actor holding `weights_version` may start a group now: target_version - weights_version <= max_lag."""
   if max_lag < 0:
     raise ValueError(f"max_lag must be >= 0 (0 is synchronous RL), got {max_lag}.")
+  if status.trainer_damaged:
+    return False
   return target_version(status) - weights_version <= max_lag

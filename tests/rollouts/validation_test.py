@@ -217,6 +217,29 @@ class LostRecordTest(absltest.TestCase):
     self.assertEqual((reader.stats["lost_groups"], reader.stats["corrupt_groups"]), (0, 0))
 
 
+class TrainerProgressTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("garbage", "{not json"), ("list", "[1, 2]"), ("strings", '{"version": "x"}'),
+                                  ("negative", '{"version": -5, "groups_consumed": 0}'),
+                                  ("zero_per_step", '{"version": 1, "groups_per_step": 0}'))
+  def test_a_damaged_trainer_json_admits_nothing_until_it_is_rewritten(self, text):
+    url = temp_dir(self)
+    _commit(url, "a", range(4))
+    reader = RolloutReader(url, SPEC)
+    reader.take(2, timeout_s=5)
+    reader.publish_progress(version=7, groups_per_step=2)
+    self.assertTrue(admission.admit(admission.read_status(url), 7, 1))
+    with open(os.path.join(url, "trainer.json"), "w") as f:
+      f.write(text)
+    damaged = admission.read_status(url)
+    self.assertTrue(damaged.trainer_damaged)
+    self.assertFalse(any(admission.admit(damaged, held, lag) for held in range(10) for lag in range(3)))
+    self.assertEqual(admission.read_progress(url), (-1, -1))  # a refused actor sees a change when it heals
+    reader.publish_progress(version=8, groups_per_step=2)
+    self.assertEqual(admission.read_progress(url), (8, 2))
+    self.assertTrue(admission.admit(admission.read_status(url), 8, 1))
+
+
 class WeightStoreValidationTest(parameterized.TestCase):
 
   def setUp(self):
