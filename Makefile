@@ -19,13 +19,19 @@ $(STAMP): setup.py
 install: $(STAMP)
 
 # The code sandbox (c2jax/envs/sandbox.py) runs untrusted code under bubblewrap and refuses to run without it.
+# Slurm and munge run the launch specs on a private one-node cluster (tools/launch/slurm/local_cluster.sh,
+# tests/tools/slurm_test.py), which uses neither the packages' services nor their files in /etc.
 setup:
-	@if [ ! -x /usr/bin/bwrap ]; then \
+	@missing=; \
+	for p in /usr/bin/bwrap:bubblewrap /usr/sbin/slurmctld:slurmctld /usr/sbin/slurmd:slurmd /usr/sbin/munged:munge; do \
+	  [ -x $${p%%:*} ] || missing="$$missing $${p#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	  else \
-	    echo "bubblewrap is missing and cannot be installed here (needs root and apt-get):" \
-	      "install it (apt-get install bubblewrap), or the sandbox tests skip." >&2; \
+	    echo "missing:$$missing; they cannot be installed here (needs root and apt-get): apt-get install$$missing," \
+	      "or the sandbox and Slurm tests skip." >&2; \
 	  fi; \
 	fi
 
