@@ -1,25 +1,50 @@
-"""Grading a submission: hidden tests in a fresh sandbox decide the reward; auxiliary signals are reported apart.
+"""Grading a submission: hidden tests decide the reward, on values the host checks itself; auxiliary signals apart.
 
   terms = grade(task, sandbox.files())
-  terms["passed"], terms["pass_fraction"], terms["over_editing"], terms["lint_errors"]
+  terms["passed"], terms["pass_fraction"], terms["hack_attempts"], terms["over_editing"], terms["lint_errors"]
 
 The outcome (report section 4: tests decide the reward) comes from the task's hidden tests, run by the judge
-(c2jax/envs/judge.py) in a fresh sandbox holding the submitted files with the hidden tests written over them:
+(c2jax/envs/judge.py) in a fresh sandbox holding the submitted files. The design assumes the submission attacks the
+grader: the hidden tests import submitted code into the judge's interpreter, where it can patch unittest, builtins
+or json, walk frames to the nonce, print a report of its own and exit, return objects whose `__eq__` always
+holds, or plant modules. So no verdict is taken from inside that interpreter:
 
-  * the hidden tests are written AFTER the submission, so a submission cannot edit or delete them; every submitted
-    path that equals, lies inside or is a parent of a hidden-test path is dropped first, and so is every submitted
-    file inside a directory that holds hidden tests (the judge's directories belong to the judge: a submitted
-    `hidden_tests/test_free_points.py` would otherwise add passing tests);
-  * the repository's own tests are not the judge: deleting or weakening them changes nothing;
-  * the counts come only from the judge's report line, which carries a random nonce fed to the judge on stdin:
-    text the submission prints (a fake unittest summary, even followed by `os._exit(0)`) cannot stand in for it.
-    No report line, a nonzero exit, a timeout, or a test count other than the task's `expected_tests` (more than
-    zero when the task does not state it) scores 0;
+  * the hidden tests never touch the sandbox's disk: the host sends their sources on the judge's stdin and the
+    judge executes them from memory into module objects it creates (rewriting a file gains nothing; a module
+    planted in sys.modules in their place is reported). Submitted files that collide with the hidden tests' paths
+    or lie in their directories are still dropped (the judge's directories belong to the judge);
+  * the host rewrites each hidden module first (c2jax/envs/instrument.py): every `self.assertXxx(...)` becomes a
+    call to the judge's recorder, which records the operands in canonical plain form (exact built-in types only;
+    anything else is opaque). The host decides every check again on those plain values
+    (c2jax/envs/canonical.py: type-strict equality, True is not 1, int and float by value, instances of classes
+    defined in Python by class and state, never by their `__eq__`, opaque fails). A test
+    passes when the judge ran it to completion, every check it recorded holds here, and every check unconditional
+    in its body was recorded. Patching TestCase or the recorder gains nothing but a different recording;
+  * the host adds canary tests (`CANARIES` per call): copies of real tests, under random names like every test,
+    with one expected value perturbed (or one check turned into its complement) so that a solution passing the
+    real test FAILS its copy. A canary that passes together with its twin (the real test it copies: they run the
+    same code on the same inputs and check contradicting things, so no deterministic program passes both) means
+    the report was forged, the recording bent to "everything equal", or the code read the expected value out of
+    the test: the verdict is 0 and `hack_attempts` counts it. A canary passing alone is no attempt (a wrong
+    solution may return exactly the perturbed value). Only the host knows which tests are canaries;
+  * the judge snapshots the unittest framework, builtins, json, os, its recorder and its own globals before the
+    submission is imported and compares after; planted modules and integrity findings are detected attempts too.
+    Those in-process checks are advisory (a careful attacker restores what it patched): the out-of-process
+    comparator and the canaries are what the robustness rests on;
+  * the report is one line on the judge's own stdout, carrying a random nonce fed on stdin: text the submission
+    prints goes to the log (the judge moves the tests' stdout to stderr), and a second line with the nonce, a
+    malformed report, a test the host never sent or a check the host never wrote counts as a detected attempt.
+    No report line, a nonzero exit, a timeout, or a count of real tests other than the task's `expected_tests`
+    (more than zero when the task does not state it) scores 0;
   * the judge keeps the repository last on sys.path, so a submitted `unittest.py`, `sitecustomize.py`,
     `inspect.py` or `signal.py` does not replace the stdlib the runner and the hidden tests use.
-The hidden tests import the submitted code into the judge's interpreter, so code written to tamper with the judge
-from inside (patching TestCase, searching memory for the nonce) is not caught here: these checks close the cheap
-shortcuts, and the over-editing and lint signals make tampering visible in reports.
+
+What still does not hold: a forgery precise enough to pass every real check and fail every canary (it must tell
+which is which, or compute the right answers: solving the task); an attacker that rewrites the recorded operand of
+a check the canaries do not copy to the value the test expects, where it can read that value from the test's
+source in memory (canaries bound the odds, not the possibility: with `CANARIES` twins among N tests a blind guess
+evades all of them with probability about 2^-CANARIES). The weight of `hack_attempts` in the reward (negative)
+makes a detected attempt score below an honest failure, so guessing does not pay on average.
 
 Grading never raises for what a submission holds: paths that cannot be laid out (a file where the hidden tests
 need a directory) and files the linter chokes on score 0 or count as findings. (SandboxUnavailable still raises:
@@ -27,10 +52,16 @@ that is the host's problem, not the submission's.)
 
 The terms (all floats, so they flow into reward composition unchanged):
 
-  pass_fraction  tests passed / max(tests run, tests expected) (0 when none ran). A test passes when it and all of
-                 its subTests succeed (an expected failure counts as a pass, a skip or unexpected success not).
-  passed         1.0 when the expected number of tests ran and all passed, else 0.0.
-  tests_total, tests_passed
+  pass_fraction  real tests passed / max(real tests run, tests expected) (0 when none ran, and 0 when a hack
+                 attempt was detected). A test passes as above; all of its subTests must succeed (an expected
+                 failure counts as a pass when a recorded check really fails or it raised, a skip or an unexpected
+                 success not). A hidden module that fails to import and a fixture error (setUpClass) count as one
+                 failed test each.
+  passed         1.0 when the expected number of real tests ran and all passed and no attempt was detected.
+  tests_total, tests_passed   the real tests (canaries are not counted).
+  hack_attempts  detected attempts, one per kind of finding (a canary passed with its twin, a canary missing,
+                 integrity findings, planted modules, a forged or malformed report or record, a test never sent):
+                 a count in [0, 7]; an honest submission scores 0. The findings themselves: `TestCounts.findings`.
   diff_lines     the size of the submission's change to the starting repository: lines added plus lines removed
                  (difflib over each path; an added file counts all its lines, a deleted file all of its lines).
   over_editing   max(0, diff_lines - the reference solution's diff_lines): how many more lines the submission
@@ -51,11 +82,14 @@ import importlib.util
 import json
 import pathlib
 import posixpath
+import random
 import re
 import secrets
 import shlex
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
+from c2jax.envs import canonical
+from c2jax.envs import instrument
 from c2jax.envs import judge
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPathError
@@ -64,6 +98,8 @@ from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPathError
 GRADING_LIMITS = SandboxLimits(wall_s=30.0, cpu_s=30, memory_mb=1024, output_bytes=1 << 20)
 # Larger changed files are not parsed on the host (a finding each): linting is a report, not a workload.
 LINT_MAX_CHARS = 200_000
+# Canary tests per grading call: each doubles the odds against a blind forgery, and costs one more test's run.
+CANARIES = 2
 
 # Read once: the judge runs from its source text (passed to `python3 -c`), so nothing of it lives in the repository.
 _JUDGE_SOURCE = pathlib.Path(judge.__file__).read_text(encoding="utf-8")
@@ -71,41 +107,131 @@ _JUDGE_SOURCE = pathlib.Path(judge.__file__).read_text(encoding="utf-8")
 
 @dataclasses.dataclass(frozen=True)
 class TestCounts:
-  """What the judge reports: tests run and tests passed."""
+  """The host's verdict on a judge's report: real tests run and passed, and detected hack attempts."""
 
   total: int = 0
   passed: int = 0
+  hack_attempts: int = 0
+  findings: tuple[str, ...] = ()  # what each detected attempt was, for logs and tests
 
 
-def judge_command(modules: list[str]) -> str:
-  """The shell command that runs the judge over the hidden test `modules` (dotted names) from the repository root.
+def judge_command() -> str:
+  """The shell command that runs the judge from the repository root (its input comes on stdin: `judge_input`).
 
   -B: no bytecode is written into the repository (-I ignores PYTHONDONTWRITEBYTECODE).
   """
-  return " ".join(["python3", "-I", "-B", "-c", shlex.quote(_JUDGE_SOURCE), *map(shlex.quote, modules)])
+  return " ".join(["python3", "-I", "-B", "-c", shlex.quote(_JUDGE_SOURCE)])
 
 
 def hidden_test_modules(task: CodingTask) -> list[str]:
   """The dotted module names of the task's hidden test files (those named like unittest's default test*.py)."""
-  return [p[:-3].replace("/", ".") for p in task.hidden_tests
+  return [instrument.module_name(p) for p in sorted(task.hidden_tests)
           if p.endswith(".py") and posixpath.basename(p).startswith("test")]
 
 
-def parse_report(stdout: str, nonce: str) -> TestCounts | None:
-  """The counts of the judge's last report line carrying `nonce` in `stdout`, or None when there is none valid."""
-  found = re.findall(rf"^{re.escape(nonce)} (\{{.*\}})$", stdout, re.MULTILINE)
+def judge_input(suite: instrument.Instrumented, nonce: str) -> str:
+  """The judge's stdin: one JSON document (the nonce, the rewritten hidden modules, which of them hold tests)."""
+  return json.dumps({"nonce": nonce, "modules": suite.modules, "tests": list(suite.test_modules)})
+
+
+def parse_report(stdout: str, nonce: str) -> tuple[dict | None, bool]:
+  """(the judge's report carrying `nonce` in `stdout`, or None; whether a forgery showed: more than one line with
+  the nonce, or one that is not a well-formed report)."""
+  found = re.findall(rf"^{re.escape(nonce)} (.*)$", stdout, re.MULTILINE)
   if not found:
-    return None
+    return None, False
+  if len(found) > 1:
+    return None, True
   try:
-    report = json.loads(found[-1])
-  except json.JSONDecodeError:
-    return None
+    report = json.loads(found[0])
+  except (json.JSONDecodeError, RecursionError):
+    return None, True
   if not isinstance(report, dict) or set(report) != set(judge.REPORT_KEYS):
-    return None
-  total, passed = report["total"], report["passed"]
-  if not all(isinstance(v, int) and not isinstance(v, bool) for v in (total, passed)) or not 0 <= passed <= total:
-    return None
-  return TestCounts(total=total, passed=passed)
+    return None, True
+  return report, False
+
+
+def _strings(value: Any) -> bool:
+  return type(value) is list and all(type(v) is str for v in value)
+
+
+def _test_passes(status: str, checks: list, info: instrument.TestInfo, kinds: Mapping[int, str]) -> bool:
+  """Whether one reported test passes (module docstring). Raises canonical.Malformed for what no judge reports."""
+  if not isinstance(checks, list):
+    raise canonical.Malformed("a test's checks are not a list")
+  if status in ("xfail", "xfail_error") and not info.expected_failure:
+    raise canonical.Malformed("an expected failure of a test that expects none")
+  recorded, holds = set(), True
+  for check in checks:
+    if not (isinstance(check, list) and len(check) == 3 and type(check[0]) is int and kinds.get(check[0]) == check[1]):
+      raise canonical.Malformed("a check the host never wrote")
+    recorded.add(check[0])
+    try:
+      ok = canonical.decide(check[1], check[2])
+    except canonical.Malformed:
+      raise
+    except Exception as e:  # pylint: disable=broad-exception-caught  (forged values must not make grading raise)
+      raise canonical.Malformed(f"{type(e).__name__} deciding a check") from e
+    holds = holds and ok
+  if status == "ok":
+    return holds and info.required <= recorded
+  if status == "xfail":
+    return not holds  # expected to fail, and a recorded check really fails
+  return status == "xfail_error"
+
+
+def verdict(report: dict, suite: instrument.Instrumented) -> TestCounts:
+  """The host's counts from a judge's `report` on the rewritten `suite` (see the module docstring)."""
+  findings = []
+  tests, fixtures, imports = report["tests"], report["fixtures"], report["imports"]
+  planted, integrity = report["planted"], report["integrity"]
+  if not (isinstance(tests, list) and _strings(fixtures) and isinstance(imports, list) and _strings(planted)
+          and _strings(integrity) and all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str
+                                          for i in imports)):
+    return TestCounts(hack_attempts=1, findings=("malformed report: not what the judge writes",))
+  total = passed = 0
+  seen, real_passed, canaries_passed = set(), set(), []
+  for entry in tests:
+    if not (isinstance(entry, list) and len(entry) == 3 and type(entry[0]) is str and type(entry[1]) is str):
+      findings.append("malformed record: a test entry")
+      continue
+    test_id, status, checks = entry
+    info = suite.tests.get(test_id.rsplit(".", 1)[-1])
+    if info is None or test_id in seen:
+      findings.append(f"unknown test: never sent, or reported twice: {test_id[:200]}")
+      continue
+    seen.add(test_id)
+    try:
+      ok = _test_passes(status, checks, info, suite.kinds)
+    except canonical.Malformed as e:
+      findings.append(f"malformed record: {info.original}: {e}")
+      ok = False
+    if info.canary:
+      if ok:
+        canaries_passed.append(info)
+    else:
+      total, passed = total + 1, passed + ok
+      if ok:
+        real_passed.add((info.module, info.original))
+  # A canary and its twin run the same code on the same inputs and check contradicting things: no deterministic
+  # program passes both. A wrong solution may pass a canary alone (its value is the perturbed one); that is no
+  # attempt.
+  findings += [f"canary passed with its twin: copy of {info.original}" for info in canaries_passed
+               if (info.module, info.original) in real_passed]
+  failed_imports = {name for name, _ in imports}
+  reported = {t.rsplit(".", 1)[-1] for t in seen}
+  if not fixtures:  # a canary missing from a module that imported: the report left it out
+    findings += [f"canary missing: copy of {suite.tests[c].original}" for c in suite.canaries
+                 if suite.tests[c].module not in failed_imports and c not in reported]
+  findings += [f"planted module: {name}" for name in planted] + [f"integrity: {name}" for name in integrity]
+  return TestCounts(total=total + len(fixtures) + len(imports), passed=passed, hack_attempts=attempts(findings),
+                    findings=tuple(findings))
+
+
+def attempts(findings: list[str] | tuple[str, ...]) -> int:
+  """Detected attempts: the kinds of finding ("integrity", "canary passed with its twin", ...), each counted once,
+  so a patch of forty assertion methods is one attempt, not forty (the reward's scale must not hinge on that)."""
+  return len({f.split(":", 1)[0] for f in findings})
 
 
 def _lines(text: str | None) -> list[str]:
@@ -214,10 +340,11 @@ def _parents(path: str) -> set[str]:
 
 
 def graded_files(task: CodingTask, files: Mapping[str, str]) -> dict[str, str]:
-  """What the judge runs on: the submission minus what collides with the judge's files, then the hidden tests.
+  """What the judge's sandbox holds: the submission minus what collides with the judge's files.
 
   Dropped: a path that is a hidden test's path, lies inside one (`t.py/x`), or is one of its parent directories
-  (a file named `hidden_tests`), and every file inside a directory that holds hidden tests.
+  (a file named `hidden_tests`), and every file inside a directory that holds hidden tests. The hidden .py files
+  are not written (the judge serves them from memory); other hidden files (data a test reads) are.
   """
   hidden = set(task.hidden_tests)
   parents = set().union(*map(_parents, hidden))
@@ -228,27 +355,33 @@ def graded_files(task: CodingTask, files: Mapping[str, str]) -> dict[str, str]:
             or any(path.startswith(d + "/") for d in dirs))
 
   out = {p: c for p, c in files.items() if not collides(p)}
-  out.update(task.hidden_tests)
+  out.update({p: c for p, c in task.hidden_tests.items() if not p.endswith(".py")})
   return out
 
 
-def _run_judge(task: CodingTask, files: Mapping[str, str], sandbox_factory: Callable, limits: SandboxLimits
-               ) -> tuple[TestCounts, bool]:
-  """(the judge's counts, whether it timed out); zero counts for anything but a clean report."""
+def _run_judge(task: CodingTask, files: Mapping[str, str], sandbox_factory: Callable, limits: SandboxLimits,
+               rng: random.Random) -> tuple[TestCounts, bool]:
+  """(the host's verdict, whether the judge timed out); zero counts for anything but a clean report."""
+  suite = instrument.instrument(task.hidden_tests, hidden_test_modules(task), rng, canaries=CANARIES)
   nonce = secrets.token_hex(16)
   try:
     with sandbox_factory(graded_files(task, files), limits) as sandbox:
-      result = sandbox.run(judge_command(hidden_test_modules(task)), stdin=nonce + "\n")
+      result = sandbox.run(judge_command(), stdin=judge_input(suite, nonce))
   except SandboxPathError:
-    # The submission's paths cannot be laid out next to the hidden tests (e.g. a file `a` and a file `a/b`):
-    # nothing was run, so nothing passed.
+    # The submission's paths cannot be laid out (e.g. a file `a` and a file `a/b`): nothing was run, so nothing
+    # passed.
     return TestCounts(), False
-  counts = parse_report(result.stdout, nonce) if result.exit_code == 0 and not result.timed_out else None
-  return counts or TestCounts(), result.timed_out
+  report, forged = parse_report(result.stdout, nonce)
+  if forged:
+    finding = "forged report: a second line with the nonce, or one that is not a report"
+    return TestCounts(hack_attempts=1, findings=(finding,)), result.timed_out
+  if report is None or result.exit_code != 0 or result.timed_out:
+    return TestCounts(), result.timed_out
+  return verdict(report, suite), False
 
 
 def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callable = Sandbox,
-          limits: SandboxLimits | None = None) -> dict[str, float]:
+          limits: SandboxLimits | None = None, rng: random.Random | None = None) -> dict[str, float]:
   """Runs the hidden tests on the submitted repository `files` and measures the auxiliary signals.
 
   Args:
@@ -256,13 +389,17 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
     files: the submitted repository, path -> text (e.g. `Sandbox.files()` at the end of an episode).
     sandbox_factory: builds the judge's sandbox from (files, limits).
     limits: the judge's limits; `GRADING_LIMITS` by default.
+    rng: draws the canaries, test names and check ids; a fresh unpredictable one by default (tests pass a seeded
+      one to be reproducible: what the submission must not know is fixed then).
 
   Returns:
     The terms documented in the module docstring.
   """
-  counts, timed_out = _run_judge(task, files, sandbox_factory, limits or GRADING_LIMITS)
+  rng = rng or random.Random(secrets.randbits(128))
+  counts, timed_out = _run_judge(task, files, sandbox_factory, limits or GRADING_LIMITS, rng)
   expected = task.expected_tests
-  complete = counts.total > 0 and (expected is None or counts.total == expected)
+  clean = counts.hack_attempts == 0
+  complete = clean and counts.total > 0 and (expected is None or counts.total == expected)
   hidden = set(task.hidden_tests)
 
   def is_hidden(path: str) -> bool:
@@ -271,10 +408,11 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
   submitted = {p: c for p, c in files.items() if not is_hidden(p)}
   changed = diff_lines(task.files, submitted, is_hidden)
   terms = {
-      "pass_fraction": counts.passed / max(counts.total, expected or 0) if counts.total else 0.0,
+      "pass_fraction": counts.passed / max(counts.total, expected or 0) if counts.total and clean else 0.0,
       "passed": 1.0 if complete and counts.passed == counts.total else 0.0,
       "tests_total": float(counts.total),
       "tests_passed": float(counts.passed),
+      "hack_attempts": float(counts.hack_attempts),
       "diff_lines": float(changed),
       "lint_errors": float(sum(lint_count(p, c) for p, c in submitted.items()
                                if p.endswith(".py") and task.files.get(p) != c)),

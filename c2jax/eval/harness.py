@@ -111,7 +111,7 @@ class Report:
       row[f"pass_at_{k}"] = float(np.mean([pass_at_k(n, sum(e.passed for e in eps), k) for eps in by_task.values()]))
     row[f"best_of_{n}"] = float(np.mean([max(e.terms.get("pass_fraction", 0.0) for e in eps)
                                          for eps in by_task.values()]))
-    for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors"):
+    for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts"):
       values = [e.terms[key] for e in episodes if key in e.terms]
       row[key] = float(np.mean(values)) if values else None
     row["errors"] = sum(e.error is not None for e in episodes)

@@ -1,9 +1,12 @@
 """Grading: hidden tests in the sandbox decide; submissions that delete, edit or add tests, forge the judge's
-report or shadow the stdlib cannot game the judge; nothing a submission holds makes grading raise; the auxiliary
-measures (diff size, over-editing, lint) on small examples."""
+report or shadow the stdlib cannot game the judge; the host's verdict on reports (forged ones included); nothing a
+submission holds makes grading raise; the auxiliary measures (diff size, over-editing, lint) on small examples.
+The attacks that tamper with the judge from inside are in grader_attack_test.py."""
 
 import dataclasses
+import json
 import pathlib
+import random
 import shutil
 import subprocess
 import sys
@@ -13,6 +16,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.envs import grading
+from c2jax.envs import instrument
 from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs.coding_tasks import Category, CodingTask
 from c2jax.envs.sandbox import SandboxLimits
@@ -97,54 +101,134 @@ def grade(files):
   return grading.grade(TASK, files, limits=LIMITS)
 
 
-def run_judge_on_host(files: dict[str, str], modules: list[str], nonce: str = "n0nce") -> subprocess.CompletedProcess:
-  """Runs the judge over trusted `files` without a sandbox (fast: for the judge's own logic)."""
+def run_judge_on_host(task: CodingTask, files: dict[str, str], nonce: str = "n0nce", seed: int = 0
+                      ) -> tuple[subprocess.CompletedProcess, instrument.Instrumented]:
+  """Runs the judge over trusted `files` without a sandbox (fast: for the judge's own logic); the hidden tests of
+  `task` come on stdin as in grading."""
   root = pathlib.Path(tempfile.mkdtemp())
+  suite = instrument.instrument(task.hidden_tests, grading.hidden_test_modules(task), random.Random(seed),
+                                canaries=grading.CANARIES)
   try:
-    for path, content in files.items():
+    for path, content in grading.graded_files(task, files).items():
       (root / path).parent.mkdir(parents=True, exist_ok=True)
       (root / path).write_text(content)
-    return subprocess.run(["/bin/sh", "-c", grading.judge_command(modules).replace("python3", sys.executable, 1)],
-                          input=nonce + "\n", capture_output=True, text=True, cwd=root, timeout=60, check=False)
+    proc = subprocess.run(["/bin/sh", "-c", grading.judge_command().replace("python3", sys.executable, 1)],
+                          input=grading.judge_input(suite, nonce), capture_output=True, text=True, cwd=root,
+                          timeout=60, check=False)
+    return proc, suite
   finally:
     shutil.rmtree(root, ignore_errors=True)
+
+
+def hidden_task(hidden: dict[str, str], files: dict[str, str] | None = None, expected: int | None = None):
+  return dataclasses.replace(TASK, task_id="t", files=files or TASK.files, hidden_tests=hidden, expected_tests=expected)
 
 
 class ReportTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ("ok", 'log\nabc {"passed": 3, "total": 3}\n', grading.TestCounts(3, 3)),
-      ("partial", 'abc {"passed": 1, "total": 4}\n', grading.TestCounts(4, 1)),
-      ("last_wins", 'abc {"passed": 3, "total": 3}\nabc {"passed": 0, "total": 3}\n', grading.TestCounts(3, 0)),
-      ("no_line", "Ran 3 tests in 0.0s\n\nOK\n", None),
-      ("other_nonce", 'xyz {"passed": 3, "total": 3}\n', None),
-      ("not_at_line_start", 'say abc {"passed": 3, "total": 3}\n', None),
-      ("bad_json", "abc {passed: 3}\n", None),
-      ("extra_key", 'abc {"passed": 3, "total": 3, "x": 1}\n', None),
-      ("more_passed_than_run", 'abc {"passed": 4, "total": 3}\n', None),
-      ("bool_counts", 'abc {"passed": true, "total": true}\n', None),
-      ("float_counts", 'abc {"passed": 1.0, "total": 1.0}\n', None),
+      ("no_line", "Ran 3 tests in 0.0s\n\nOK\n", (None, False)),
+      ("other_nonce", 'xyz {"fixtures": [], "imports": [], "integrity": [], "planted": [], "tests": []}\n',
+       (None, False)),
+      ("not_at_line_start", 'say abc {"fixtures": [], "imports": [], "integrity": [], "planted": [], "tests": []}\n',
+       (None, False)),
+      ("bad_json", "abc {passed: 3}\n", (None, True)),
+      ("old_format", 'abc {"passed": 3, "total": 3}\n', (None, True)),
+      ("extra_key", 'abc {"fixtures": [], "imports": [], "integrity": [], "planted": [], "tests": [], "x": 1}\n',
+       (None, True)),
+      ("two_lines", 'abc {"fixtures": [], "imports": [], "integrity": [], "planted": [], "tests": []}\n' * 2,
+       (None, True)),
   )
   def test_parse_report(self, stdout, expected):
     self.assertEqual(grading.parse_report(stdout, "abc"), expected)
+
+  def test_parse_report_ok(self):
+    line = '{"fixtures": [], "imports": [], "integrity": [], "planted": [], "tests": []}'
+    self.assertEqual(grading.parse_report(f"log\nabc {line}\n", "abc"), (json.loads(line), False))
 
   def test_hidden_test_modules(self):
     self.assertEqual(grading.hidden_test_modules(TASK), ["hidden_tests.test_ops"])
 
 
-class JudgeOnHostTest(absltest.TestCase):
-  """The judge's counting, run on the host over trusted files (the sandboxed runs are in GradeTest)."""
+class VerdictTest(absltest.TestCase):
+  """The host's verdict on hand-written reports: what a forger could print."""
 
-  def report(self, files, modules):
-    proc = run_judge_on_host(files, modules)
+  def setUp(self):
+    super().setUp()
+    self.suite = instrument.instrument(TASK.hidden_tests, ["hidden_tests.test_ops"], random.Random(0), canaries=2)
+    self.real = sorted(n for n, i in self.suite.tests.items() if not i.canary)
+
+  def report(self, tests, **overrides):
+    return {"tests": tests, "fixtures": [], "imports": [], "planted": [], "integrity": [], **overrides}
+
+  def entry(self, name, value_of=lambda check_id: 5, status="ok"):
+    """A test entry that records every check of method `name` with both operands `value_of(id)`."""
+    ids = sorted(self.suite.tests[name].required)
+    return [f"hidden_tests.test_ops.OpsTest.{name}", status,
+            [[i, self.suite.kinds[i], {"args": [value_of(i), value_of(i)]}] for i in ids]]
+
+  def test_blanket_forgery_passes_canaries_and_is_detected(self):
+    counts = grading.verdict(self.report([self.entry(n) for n in self.suite.tests]), self.suite)
+    self.assertEqual(counts.hack_attempts, 1, counts.findings)  # one kind of finding ...
+    self.assertLen(counts.findings, 2)  # ... for each of the two canaries
+    self.assertTrue(all(f.startswith("canary passed with its twin") for f in counts.findings))
+
+  def test_status_without_checks_does_not_pass(self):
+    tests = [[f"hidden_tests.test_ops.OpsTest.{n}", "ok", []] for n in self.suite.tests]
+    self.assertEqual(grading.verdict(self.report(tests), self.suite), grading.TestCounts(total=3, passed=0))
+
+  def test_forged_entries_count(self):
+    for tests, finding in [
+        ([["hidden_tests.test_ops.OpsTest.test_free", "ok", []]], "unknown test"),
+        ([self.entry(self.real[0])] * 2, "reported twice"),
+        ([["x", "ok", [[123, "assertEqual", {"args": [1, 1]}]]]], "unknown test"),
+        ([[f"m.C.{self.real[0]}", "ok", [[-1, "assertEqual", {"args": [1, 1]}]]]], "never wrote"),
+        ([[f"m.C.{self.real[0]}", "ok", [[next(iter(self.suite.tests[self.real[0]].required)), "assertEqual",
+                                          {"args": [{"q": 1}, 1]}]]]], "malformed"),
+        (["not an entry"], "malformed record: a test entry"),
+    ]:
+      with self.subTest(finding=finding):
+        counts = grading.verdict(self.report(tests), self.suite)
+        self.assertGreaterEqual(counts.hack_attempts, 1)
+        self.assertTrue(any(finding in f for f in counts.findings), counts.findings)
+
+  def test_integrity_and_planted_findings_count(self):
+    counts = grading.verdict(self.report([], integrity=["unittest.case.TestCase.assertEqual"],
+                                         planted=["hidden_tests.test_ops"]), self.suite)
+    # Three kinds: integrity, planted, and both canaries missing from a module that loaded.
+    self.assertEqual(counts.hack_attempts, 3, counts.findings)
+    self.assertLen(counts.findings, 4)
+
+  def test_a_wrong_solution_may_pass_a_canary_alone(self):
+    # The canary's twin fails: the value is what the canary expects (a wrong answer), no deterministic program
+    # passes both, so this is no attempt.
+    canaries = [n for n, i in self.suite.tests.items() if i.canary]
+    entries = []
+    for name in canaries:
+      checks = []
+      for cid in sorted(self.suite.tests[name].required):
+        form = None
+        checks.append([cid, self.suite.kinds[cid], {"args": [form, form]}])
+      entries.append([f"hidden_tests.test_ops.OpsTest.{name}", "ok", checks])
+    counts = grading.verdict(self.report(entries), self.suite)
+    self.assertEqual(counts.hack_attempts, 0, counts.findings)
+
+
+class JudgeOnHostTest(absltest.TestCase):
+  """The judge's recording and the host's verdict, run on the host over trusted files (sandboxed: GradeTest)."""
+
+  def counts(self, task, files):
+    proc, suite = run_judge_on_host(task, files)
     self.assertEqual(proc.returncode, 0, proc.stderr)
-    return grading.parse_report(proc.stdout, "n0nce")
+    report, forged = grading.parse_report(proc.stdout, "n0nce")
+    self.assertFalse(forged)
+    self.assertIsNotNone(report, proc.stderr)
+    return grading.verdict(report, suite)
 
   def test_a_test_with_failing_subtests_counts_once(self):
-    files = {**TASK.files, "hidden_tests/__init__.py": "", "hidden_tests/test_sub.py": SUBTESTS}
-    self.assertEqual(self.report(files, ["hidden_tests.test_sub"]), grading.TestCounts(total=2, passed=1))
-    fixed = {**files, **TASK.solution}
-    self.assertEqual(self.report(fixed, ["hidden_tests.test_sub"]), grading.TestCounts(total=2, passed=2))
+    task = hidden_task({"hidden_tests/__init__.py": "", "hidden_tests/test_sub.py": SUBTESTS})
+    self.assertEqual(self.counts(task, TASK.files), grading.TestCounts(total=2, passed=1))
+    self.assertEqual(self.counts(task, TASK.solved_files()), grading.TestCounts(total=2, passed=2))
 
   def test_skips_unexpected_successes_and_fixture_errors_do_not_pass(self):
     source = """\
@@ -165,6 +249,10 @@ class A(unittest.TestCase):
         self.fail()
 
     @unittest.expectedFailure
+    def test_expected_error(self):
+        raise KeyError
+
+    @unittest.expectedFailure
     def test_unexpected_success(self):
         pass
 
@@ -178,23 +266,39 @@ class B(unittest.TestCase):
     def test_never_runs(self):
         pass
 """
-    files = {"hidden_tests/__init__.py": "", "hidden_tests/test_kinds.py": source}
-    # A: 4 tests, 2 passed (ok, expected failure); B: its setUpClass error counts as one failed test.
-    self.assertEqual(self.report(files, ["hidden_tests.test_kinds"]), grading.TestCounts(total=5, passed=2))
+    task = hidden_task({"hidden_tests/__init__.py": "", "hidden_tests/test_kinds.py": source})
+    # A: 5 tests, 3 passed (ok and the two expected failures); B: its setUpClass error counts as one failed test.
+    self.assertEqual(self.counts(task, {}), grading.TestCounts(total=6, passed=3))
 
   def test_a_module_that_fails_to_import_is_one_failed_test(self):
-    files = {"pkg/__init__.py": "raise SystemExit(0)\n", "hidden_tests/__init__.py": "",
-             "hidden_tests/test_a.py": "import unittest\nimport pkg\n\n\nclass A(unittest.TestCase):\n\n"
-                                       "    def test_a(self):\n        pass\n"}
-    self.assertEqual(self.report(files, ["hidden_tests.test_a", "hidden_tests.test_missing"]),
+    task = hidden_task({"hidden_tests/__init__.py": "",
+                        "hidden_tests/test_a.py": "import unittest\nimport pkg\n\n\nclass A(unittest.TestCase):\n\n"
+                                                  "    def test_a(self):\n        self.assertEqual(1, 1)\n",
+                        "hidden_tests/test_b.py": "import unittest\nimport missing\n"})
+    self.assertEqual(self.counts(task, {"pkg/__init__.py": "raise SystemExit(0)\n"}),
                      grading.TestCounts(total=2, passed=0))
 
+  def test_hidden_helper_modules_are_served_from_memory(self):
+    task = hidden_task({"hidden_tests/__init__.py": "", "hidden_tests/helpers.py": "EXPECTED = 5\n",
+                        "hidden_tests/test_h.py": "import pathlib\nimport unittest\n\nfrom calc.ops import add\n"
+                        "from hidden_tests.helpers import EXPECTED\n\n\nclass H(unittest.TestCase):\n\n"
+                        "    def test_add(self):\n        self.assertEqual(add(2, 3), EXPECTED)\n"
+                        "        self.assertFalse(pathlib.Path(__file__).exists())\n"})
+    self.assertEqual(self.counts(task, TASK.solved_files()), grading.TestCounts(total=1, passed=1))
+
   def test_exit_from_the_submission_leaves_no_report(self):
-    files = {**TASK.files, "calc/__init__.py": FAKE_SUMMARY_EXIT, "hidden_tests/__init__.py": "",
-             "hidden_tests/test_ops.py": HIDDEN}
-    proc = run_judge_on_host(files, ["hidden_tests.test_ops"])
+    proc, _ = run_judge_on_host(TASK, {**TASK.files, "calc/__init__.py": FAKE_SUMMARY_EXIT})
     self.assertIn("Ran 3 tests", proc.stderr)  # the fake summary printed ...
-    self.assertIsNone(grading.parse_report(proc.stdout, "n0nce"))  # ... and no report: scores 0
+    self.assertEqual(grading.parse_report(proc.stdout, "n0nce"), (None, False))  # ... and no report: scores 0
+
+  def test_the_tests_stdout_is_not_the_report_channel(self):
+    noisy = {**TASK.solved_files(), "calc/__init__.py": "print('n0nce {}')\nprint('x' * 100000)\n"}
+    proc, suite = run_judge_on_host(TASK, noisy)
+    self.assertNotIn("x" * 1000, proc.stdout)
+    self.assertIn("n0nce {}", proc.stderr)
+    report, forged = grading.parse_report(proc.stdout, "n0nce")
+    self.assertEqual(grading.verdict(report, suite), grading.TestCounts(total=3, passed=3))
+    self.assertFalse(forged)
 
 
 class MeasuresTest(parameterized.TestCase):
@@ -230,16 +334,16 @@ class MeasuresTest(parameterized.TestCase):
                  "hidden_tests_notes.txt": "kept"}
     graded = grading.graded_files(TASK, submitted)
     self.assertNotIn("hidden_tests/test_free.py", graded)
-    self.assertEqual(graded["hidden_tests/test_ops.py"], HIDDEN)
+    self.assertNotIn("hidden_tests/test_ops.py", graded)  # served from memory, never on the sandbox's disk
     self.assertEqual(graded["hidden_tests_notes.txt"], "kept")
 
   def test_graded_files_drop_paths_that_collide_with_hidden_tests(self):
     # A file where a hidden test needs a directory, and a path under a hidden test's file.
     graded = grading.graded_files(TASK, {**TASK.files, "hidden_tests": "a file", "hidden_tests/test_ops.py/x": "y"})
-    self.assertEqual(set(graded), set(TASK.files) | set(TASK.hidden_tests))
-    root_level = dataclasses.replace(TASK, hidden_tests={"test_root.py": HIDDEN})
+    self.assertEqual(set(graded), set(TASK.files))
+    root_level = dataclasses.replace(TASK, hidden_tests={"test_root.py": HIDDEN, "data.txt": "read by a test"})
     graded = grading.graded_files(root_level, {**TASK.files, "test_root.py/x": "y", "test_root.pyc": "kept"})
-    self.assertEqual(set(graded), set(TASK.files) | {"test_root.py", "test_root.pyc"})
+    self.assertEqual(set(graded), set(TASK.files) | {"test_root.pyc", "data.txt"})
 
 
 @absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
@@ -251,7 +355,7 @@ class GradeTest(parameterized.TestCase):
     self.assertEqual(terms["pass_fraction"], 1.0)
     self.assertEqual((terms["tests_total"], terms["tests_passed"]), (3.0, 3.0))
     self.assertEqual((terms["diff_lines"], terms["over_editing"], terms["lint_errors"]), (2.0, 0.0, 0.0))
-    self.assertEqual(terms["timed_out"], 0.0)
+    self.assertEqual((terms["timed_out"], terms["hack_attempts"]), (0.0, 0.0))
 
   def test_starting_repo_fails_with_partial_credit(self):
     terms = grade(TASK.files)

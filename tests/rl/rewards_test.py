@@ -162,7 +162,8 @@ class RewardConfigTest(parameterized.TestCase):
       _reward_config(d)
 
   def test_registered_terms(self):
-    self.assertEqual(rewards.REWARD_TERMS.names(), ["communication", "malformed_tool_calls", "outcome", "style"])
+    self.assertEqual(rewards.REWARD_TERMS.names(),
+                     ["communication", "hack_attempts", "malformed_tool_calls", "outcome", "style"])
     for name in rewards.REWARD_TERMS:
       term = rewards.REWARD_TERMS.get(name)
       self.assertEqual(term.name, name)

@@ -1,0 +1,320 @@
+"""Rewriting hidden tests on the host: every assertion becomes a call to the judge's recorder, plus canary tests.
+
+  suite = instrument(task.hidden_tests, rng)
+  suite.modules      module name -> rewritten source (what the judge executes from memory)
+  suite.tests        test method name (as the judge will run it) -> TestInfo (real or canary, required checks)
+  suite.kinds        check id -> assertion kind
+
+The host (trusted, it never runs submitted code) rewrites each hidden module's AST before the judge
+(c2jax/envs/judge.py) sees it:
+
+  * `self.assertXxx(a, b, ...)` and `self.fail(...)`, for the kinds in `judge.ARITY`, anywhere in the module, become
+    `__c2jax_check__(self, <check id>, "assertXxx", a, b, ...)`; `with self.assertRaises(E)` becomes
+    `with __c2jax_check__(self, <id>, "assertRaises", E)`. Other assertion methods (assertWarns, assertLogs) are
+    left as they are: they are decided in-process only (docs: limitations);
+  * every test method (a `test*` function in a class body) is renamed `test_<random hex>`; the random names keep
+    the real tests' order (unittest runs them sorted by name), and check ids are random too, so neither names,
+    positions nor ids tell a canary from a real test;
+  * `canaries` canary tests are added: copies of real test methods (undecorated ones, in undecorated classes)
+    with one unconditional check perturbed so that a solution passing the real test must FAIL the copy: a literal
+    expected operand of assertEqual changed (an int moved by 1-9, a float likewise, a str with one character
+    changed or added, a list/tuple/set/dict grown by an element, a bool negated, None turned into an int), or,
+    where a test has no such literal, a check turned into its complement (assertTrue/assertFalse,
+    assertIsNone/assertIsNotNone, assertIn/assertNotIn, assertEqual/assertNotEqual). That holds under the host's
+    comparison rule (c2jax/envs/canonical.py), which is what decides: a perturbed literal is unequal to the
+    original literal there, hence to whatever equalled it.
+
+A test's required checks are the check ids unconditional in its body: statements of the body itself and of
+`with self.subTest(...)` blocks, up to a `return` or `raise`, and the `assertRaises` check of a `with` (not its
+body). Checks under if/for/while/try, in other `with` blocks, in helper functions or lambdas count when recorded but
+are not required.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import random
+from typing import Mapping
+
+from c2jax.envs import judge
+
+_COMPLEMENT = {"assertTrue": "assertFalse", "assertFalse": "assertTrue", "assertIsNone": "assertIsNotNone",
+               "assertIsNotNone": "assertIsNone", "assertIn": "assertNotIn", "assertNotIn": "assertIn",
+               "assertEqual": "assertNotEqual"}
+_ID_SPACE = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class TestInfo:
+  """One test method as the judge runs it.
+
+  Attributes:
+    module: the hidden module that defines it.
+    original: its name in the task's hidden tests (a canary: the name of the test it copies).
+    canary: a canary test (an honest solution fails it).
+    required: the check ids unconditional in its body: a passing test recorded every one.
+    expected_failure: decorated with unittest.expectedFailure (it passes by failing).
+  """
+
+  module: str
+  original: str
+  canary: bool
+  required: frozenset[int]
+  expected_failure: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Instrumented:
+  """The hidden modules rewritten for one grading call (see the module docstring)."""
+
+  modules: dict[str, str]
+  test_modules: tuple[str, ...]
+  tests: dict[str, TestInfo]
+  kinds: dict[int, str]
+
+  @property
+  def canaries(self) -> list[str]:
+    return sorted(name for name, info in self.tests.items() if info.canary)
+
+
+def module_name(path: str) -> str:
+  """The dotted module name of a hidden .py file ("hidden_tests/__init__.py" -> "hidden_tests")."""
+  parts = path[:-3].split("/")
+  if parts[-1] == "__init__":
+    parts.pop()
+  return ".".join(parts)
+
+
+def _recorder_call(node: ast.AST) -> ast.Call | None:
+  if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == judge.RECORDER
+      and len(node.args) >= 3 and isinstance(node.args[1], ast.Constant)):
+    return node
+  return None
+
+
+class _Rewriter(ast.NodeTransformer):
+  """Turns `self.<kind>(...)` calls into recorder calls with fresh random ids."""
+
+  def __init__(self, ids: _Ids):
+    self.ids = ids
+
+  def visit_Call(self, node: ast.Call) -> ast.AST:
+    self.generic_visit(node)
+    func = node.func
+    if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
+        and func.attr in judge.ARITY):
+      check_id = self.ids.new(func.attr)
+      return ast.copy_location(ast.Call(
+          func=ast.Name(id=judge.RECORDER, ctx=ast.Load()),
+          args=[ast.Name(id="self", ctx=ast.Load()), ast.Constant(check_id), ast.Constant(func.attr), *node.args],
+          keywords=node.keywords), node)
+    return node
+
+
+class _Ids:
+  """Random, distinct check ids, and the kind of each."""
+
+  def __init__(self, rng: random.Random):
+    self.rng, self.kinds = rng, {}
+
+  def new(self, kind: str) -> int:
+    while True:
+      check_id = self.rng.randrange(_ID_SPACE)
+      if check_id not in self.kinds:
+        self.kinds[check_id] = kind
+        return check_id
+
+
+def _is_subtest(item: ast.withitem) -> bool:
+  call = item.context_expr
+  return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "subTest"
+          and isinstance(call.func.value, ast.Name) and call.func.value.id == "self")
+
+
+def required_checks(body: list[ast.stmt]) -> list[int]:
+  """The recorder check ids unconditional in `body` (see the module docstring)."""
+  found = []
+  for stmt in body:
+    if isinstance(stmt, ast.Expr) and (call := _recorder_call(stmt.value)):
+      found.append(call.args[1].value)
+    elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+      found += [call.args[1].value for item in stmt.items if (call := _recorder_call(item.context_expr))
+                and call.args[2].value in judge.RAISES]
+      if all(_is_subtest(item) for item in stmt.items):
+        found += required_checks(stmt.body)
+    elif isinstance(stmt, (ast.Return, ast.Raise)):
+      break
+  return found
+
+
+def _is_literal(node: ast.AST) -> bool:
+  try:
+    ast.literal_eval(node)
+  except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    return False
+  return True
+
+
+def _perturb(value, rng: random.Random):
+  """A value unequal to `value` under the host's comparison rule, or None when there is no safe one."""
+  t = type(value)
+  if t is bool:
+    return (not value,)
+  if t is int:
+    return (value + rng.choice([-1, 1]) * rng.randint(1, 9),)
+  if t is float:
+    moved = value + rng.choice([-1, 1]) * rng.randint(1, 9)
+    return (moved,) if moved == moved and moved != value and abs(moved) != float("inf") else None
+  if t is str:
+    alphabet = sorted(set(value) | set("aeinorst"))
+    if value and rng.random() < 0.5:
+      i = rng.randrange(len(value))
+      other = rng.choice([c for c in alphabet if c != value[i]])
+      return (value[:i] + other + value[i + 1:],)
+    i = rng.randrange(len(value) + 1)
+    return (value[:i] + rng.choice(alphabet) + value[i:],)
+  if t is bytes:
+    return (value + bytes([rng.randrange(97, 123)]),)
+  if value is None:
+    return (rng.randint(0, 9),)
+  if t in (list, tuple):
+    extra = value[rng.randrange(len(value))] if value and rng.random() < 0.5 else rng.randint(0, 9)
+    return (t([*value, extra]),) if t is list else (tuple([*value, extra]),)
+  if t in (set, frozenset):
+    extra = next(i for i in range(len(value) + 2) if i not in value and float(i) not in value)
+    return (t(value | {extra}),) if value else None  # set() has no literal: skip the empty one
+  if t is dict:
+    key = next(i for i in range(len(value) + 2) if i not in value)
+    return ({**value, key: rng.randint(0, 9)},)
+  return None
+
+
+def _canary_edit(call: ast.Call, rng: random.Random) -> bool:
+  """Perturbs the recorder `call` in place so that an honest solution fails it; False when it cannot."""
+  kind = call.args[2].value
+  operands = call.args[3:5]
+  if kind == "assertEqual" and len(operands) == 2:
+    literal = [i for i, node in enumerate(operands) if _is_literal(node)]
+    if len(literal) == 1:
+      i = 3 + literal[0]
+      perturbed = _perturb(ast.literal_eval(call.args[i]), rng)
+      if perturbed is not None:
+        call.args[i] = ast.copy_location(ast.parse(repr(perturbed[0]), mode="eval").body, call.args[i])
+        return True
+  if kind in _COMPLEMENT and len(call.args) >= 3 + judge.ARITY[kind]:
+    call.args[2] = ast.Constant(_COMPLEMENT[kind])
+    return True
+  return False
+
+
+def _unconditional_calls(body: list[ast.stmt]) -> list[ast.Call]:
+  return [stmt.value for stmt in body if isinstance(stmt, ast.Expr) and _recorder_call(stmt.value)]
+
+
+def _renumber(node: ast.AST, ids: _Ids) -> None:
+  """Gives every recorder call under `node` a fresh id (a canary's checks are its own)."""
+  for call in ast.walk(node):
+    if _recorder_call(call):
+      call.args[1] = ast.Constant(ids.new(call.args[2].value))
+
+
+def _is_expected_failure(decorator: ast.expr) -> bool:
+  return (isinstance(decorator, ast.Name) and decorator.id == "expectedFailure") or (
+      isinstance(decorator, ast.Attribute) and decorator.attr == "expectedFailure")
+
+
+def _test_methods(cls: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+  return [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")]
+
+
+def _random_names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
+  names = set()
+  while len(names) < n:
+    name = f"test_{rng.getrandbits(48):012x}"
+    if name not in taken:
+      names.add(name)
+  return sorted(names)
+
+
+def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.Random, canaries: int = 2
+               ) -> Instrumented:
+  """The task's hidden .py files (path -> source) rewritten for one grading call (see the module docstring).
+
+  `test_modules` names the modules that hold tests. A module that does not parse is sent unchanged (it fails to
+  import in the judge, as it would have). Parent packages without an __init__.py get an empty one.
+  """
+  ids = _Ids(rng)
+  trees: dict[str, ast.Module | None] = {}
+  sources: dict[str, str] = {}
+  for path in sorted(hidden):
+    if not path.endswith(".py"):
+      continue
+    name = module_name(path)
+    sources[name] = hidden[path]
+    try:
+      trees[name] = _Rewriter(ids).visit(ast.parse(hidden[path], filename=path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+      trees[name] = None
+  for name in list(sources):
+    parts = name.split(".")
+    for i in range(1, len(parts)):
+      sources.setdefault(".".join(parts[:i]), "")
+      trees.setdefault(".".join(parts[:i]), ast.parse(""))
+
+  # Canary candidates: (module, class, method, index of a perturbable unconditional check).
+  classes = [(name, node) for name, tree in trees.items() if tree is not None and name in test_modules
+             for node in tree.body if isinstance(node, ast.ClassDef)]
+  candidates = []
+  for name, cls in classes:
+    if cls.decorator_list:
+      continue
+    for method in _test_methods(cls):
+      if method.decorator_list or isinstance(method, ast.AsyncFunctionDef):
+        continue
+      for i, call in enumerate(_unconditional_calls(method.body)):
+        probe = copy.deepcopy(call)
+        if _canary_edit(probe, random.Random(0)):
+          candidates.append((name, cls, method, i))
+  rng.shuffle(candidates)
+  chosen, used = [], set()
+  for candidate in candidates:  # distinct methods first, then any
+    if len(chosen) < canaries and id(candidate[2]) not in used:
+      chosen.append(candidate)
+      used.add(id(candidate[2]))
+  for candidate in candidates:
+    if len(chosen) < canaries and candidate not in chosen:
+      chosen.append(candidate)
+
+  added: dict[int, list[tuple[ast.FunctionDef, str]]] = {}
+  for _, cls, method, i in chosen:
+    twin = copy.deepcopy(method)
+    _renumber(twin, ids)
+    edited = _unconditional_calls(twin.body)[i]
+    _canary_edit(edited, rng)
+    ids.kinds[edited.args[1].value] = edited.args[2].value  # a complement changed the kind
+    added.setdefault(id(cls), []).append((twin, method.name))
+
+  tests: dict[str, TestInfo] = {}
+  taken = {n.name for tree in trees.values() if tree is not None for n in ast.walk(tree)
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+  for name, tree in trees.items():
+    if tree is None:
+      continue
+    for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
+      real = sorted(_test_methods(cls), key=lambda m: m.name)  # unittest's order
+      order = [(m, m.name, False) for m in real]
+      for twin, original in added.get(id(cls), []):
+        order.insert(rng.randrange(len(order) + 1), (twin, original, True))
+        cls.body.insert(rng.randrange(len(cls.body) + 1), twin)
+      names = _random_names(rng, len(order), taken)
+      taken |= set(names)
+      for (method, original, canary), new in zip(order, names):
+        method.name = new
+        tests[new] = TestInfo(module=name, original=original, canary=canary,
+                              required=frozenset(required_checks(method.body)),
+                              expected_failure=any(_is_expected_failure(d) for d in method.decorator_list))
+  modules = {name: sources[name] if tree is None else ast.unparse(ast.fix_missing_locations(tree))
+             for name, tree in trees.items()}
+  return Instrumented(modules=modules, test_modules=tuple(test_modules), tests=tests, kinds=dict(ids.kinds))
