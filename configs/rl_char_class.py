@@ -26,6 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sft.enabled = False
   c.rl.optim.learning_rate = 1e-2  # a tiny model from scratch on a toy task; the report's scale uses ~1e-6
   c.rl.reward.length_penalty.weight = 0.0  # every row has the same length here
+  del c.rl.reward.weights["hack_attempts"]  # a verifier in the actor, not a grader a submission could game
   # answer_tokens > 0: only the first n bytes are graded, free text follows (c2jax/envs/char_class.py).
   c.task = rl_run_config.task_defaults("char_class", seed=0, answer_tokens=0)
   c.actors.update(prompt_len=16, max_new_tokens=8, stop_tokens=(),  # fixed-length rows of 8 bytes

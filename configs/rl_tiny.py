@@ -32,6 +32,7 @@ configs/rl_char_class.py is the seconds-scale variant on a built-in toy task (te
 
 import ml_collections
 
+from c2jax.rl import rewards
 from c2jax.services import rl_run_config
 
 TOKENIZER = "bpe:512"  # c2jax/envs/suite_tokenizer.py: 512 tokens, specials <pad> 0, <s> 1, </s> 2
@@ -55,6 +56,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.optim.warmup_steps = 10
   # The report's nonlinear length penalty, on: - 0.1 * C_{k=1,q=0.5}(tokens / 1000) costs a 75-token answer 0.007.
   c.rl.reward.length_penalty.weight = 0.1
+  # A detected attempt to game the grader (c2jax/envs/grading.py) scores below an honest failure.
+  c.rl.reward.weights.hack_attempts = rewards.HACK_ATTEMPTS_WEIGHT
   c.rl.pass_k = (1, 4, 8)
 
   # c2jax/envs/coding_rl.py: the coding suite as single-turn tasks; suite_options selects tasks of the suite.

@@ -171,8 +171,10 @@ class ActorConfig:
                        tool_workers=self.tool_workers)
 
 
-def buffer_spec(model: ModelConfig, actor: ActorConfig, reward_terms: tuple[str, ...] = ("outcome",)) -> BufferSpec:
-  """The buffer rows these actors write: T = P + N, every MoE layer's expert ids (routing replay)."""
+def buffer_spec(model: ModelConfig, actor: ActorConfig,
+                reward_terms: tuple[str, ...] = tasks_lib.DEFAULT_REWARD_TERMS) -> BufferSpec:
+  """The buffer rows these actors write: T = P + N, every MoE layer's expert ids (routing replay), and the suite's
+  reward terms (`c2jax.envs.tasks.reward_terms`)."""
   return BufferSpec(seq_len=actor.seq_len, n_moe_layers=model.n_moe_layers,
                     experts_per_tok=model.num_experts_per_tok, reward_terms=tuple(reward_terms),
                     ledger=actor.episodes is EpisodeKind.MULTI_TURN)
@@ -218,11 +220,12 @@ class Actor:
   """One rollout worker writing to its own buffer shard (see the module docstring)."""
 
   def __init__(self, cfg: ActorConfig, model: ModelConfig, suite: TaskSuite, *, buffer_url: str, weights_url: str,
-               actor_id: str, reward_terms: tuple[str, ...] = ("outcome",)):
+               actor_id: str, reward_terms: tuple[str, ...] | None = None):
     self.cfg, self.model, self.suite, self.actor_id = cfg, model, suite, actor_id
     self.buffer_url = buffer_url
     self.weights = WeightStore(weights_url)
-    self.writer = RolloutWriter(buffer_url, actor_id, buffer_spec(model, cfg, reward_terms))
+    terms = tasks_lib.reward_terms(suite) if reward_terms is None else reward_terms
+    self.writer = RolloutWriter(buffer_url, actor_id, buffer_spec(model, cfg, terms))
     self.sampling = SamplingConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                    stop_tokens=cfg.stop_tokens)
     self.stats = ActorStats()

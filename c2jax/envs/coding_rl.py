@@ -3,7 +3,7 @@ of `CodingEnv` through the agent loop.
 
   suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions="brief")
   task = suite.task("train", 17)             # prompt = BOS + the environment's first observation (tokenized)
-  terms = suite.reward(task, generated)      # {"outcome": fraction of hidden tests passed, "malformed_tool_calls": n}
+  terms = suite.reward(task, generated)      # {"outcome": fraction passed, "malformed_tool_calls", "hack_attempts"}
   env = suite.agent_env(task)                # a multi-turn episode (`c2jax.envs.agent_env.CodingAgentEnv`)
 
 `reward` grades a single-turn sample: the model's first turn, whose tool calls run in a fresh sandbox copy of the
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -82,6 +82,9 @@ class CodingTaskSuite:
   tokenizer: str = "byte"
   reward_workers: int = 4
   name: str = dataclasses.field(default="coding", metadata={typed_config.PLAIN: False})  # the registry name
+  # What `reward` and the multi-turn episode report (c2jax.envs.tasks.reward_terms): stored in the buffer, logged
+  # as reward_raw/<term>, and weighted by the run's rl.reward.weights.
+  reward_terms: ClassVar[tuple[str, ...]] = ("outcome", "malformed_tool_calls", "hack_attempts")
 
   def __post_init__(self):
     options = self.suite_options.items() if hasattr(self.suite_options, "items") else self.suite_options
@@ -120,10 +123,12 @@ class CodingTaskSuite:
     return CodingAgentEnv(self.coding_task(task), self.env_config)
 
   def reward(self, task: Task, generated: np.ndarray) -> dict[str, float]:
-    """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' pass fraction."""
+    """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' pass fraction; the terms
+    of `REWARD_TERMS`."""
     text = _tokenizer(self.tokenizer, self.coding_suite).decode(generated)
     with CodingEnv(self.env_config) as env:
       env.reset(self.coding_task(task))
       env.step(text)
       terms = env.reward()
-    return {"outcome": terms["pass_fraction"], "malformed_tool_calls": terms["malformed_tool_calls"]}
+    return {"outcome": terms["pass_fraction"], "malformed_tool_calls": terms["malformed_tool_calls"],
+            "hack_attempts": terms.get("hack_attempts", 0.0)}  # absent when the workdir was not graded

@@ -39,7 +39,12 @@ class Task:
 
 
 class TaskSuite(Protocol):
-  """What an actor needs from a suite of verifiable tasks."""
+  """What an actor needs from a suite of verifiable tasks.
+
+  A suite whose `reward` reports more than "outcome" names its terms in a tuple attribute `reward_terms` (names from
+  c2jax.rl.rewards.REWARD_TERMS): they are what the rollout buffer stores and the RL run logs and may weight
+  (`reward_terms(suite)`).
+  """
 
   name: str
 
@@ -55,6 +60,14 @@ class TaskSuite(Protocol):
     A suite whose verifier waits on something outside the process (a sandbox, a judge) may declare an int
     attribute `reward_workers` > 1: `rewards` then calls `reward` from that many threads at once.
     """
+
+
+DEFAULT_REWARD_TERMS = ("outcome",)
+
+
+def reward_terms(suite: TaskSuite) -> tuple[str, ...]:
+  """The reward terms every sample of `suite` reports (its `reward_terms`, else just "outcome")."""
+  return tuple(getattr(suite, "reward_terms", DEFAULT_REWARD_TERMS))
 
 
 def rewards(suite: TaskSuite, tasks: Sequence[Task], generated: Sequence[np.ndarray]) -> list[Mapping[str, float]]:

@@ -43,6 +43,7 @@ import orbax.checkpoint as ocp
 import tqdm
 
 from c2jax.actors.actor import buffer_spec
+from c2jax.envs import tasks as tasks_lib
 from c2jax.model.checkpoint import load_checkpoint
 from c2jax.model.params import init_params
 from c2jax.parallel.mesh import MeshConfig, make_mesh
@@ -145,7 +146,7 @@ class _Trainer:
     self.work.mkdir(parents=True, exist_ok=True)
     actor_cfg = cfg.actor_config
     self.buffer_url, weights_url = cfg.urls(str(self.work))
-    self.spec = buffer_spec(cfg.model_config, actor_cfg)
+    self.spec = buffer_spec(cfg.model_config, actor_cfg, tasks_lib.reward_terms(cfg.task_suite()))
     self.gps = cfg.trainer.groups_per_step
     self.rows = self.gps * actor_cfg.group_size
     self.primary = jax.process_index() == 0  # of a multi-host trainer: reads the buffer, publishes, logs

@@ -36,6 +36,7 @@ from c2jax import typed_config
 from c2jax.actors import placement
 from c2jax.actors.actor import ActorConfig, EpisodeKind, WeightUpdates
 from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.tasks import TASK_SUITES, TaskSuite
 from c2jax.model import presets
 from c2jax.model.config import ModelConfig
@@ -238,6 +239,12 @@ class RLRunConfig:
         and self.task["max_turns"] != self.actors.max_turns):
       raise ValueError(f"actors.max_turns={self.actors.max_turns} differs from task.max_turns="
                        f"{self.task['max_turns']}: the environment's budget line must state the turns the agent has.")
+    reported = tasks_lib.reward_terms(_suite_class(self.task["suite"]))
+    unreported = [name for name, w in self.rl.reward.weights if w and name not in reported]
+    if unreported:
+      raise ValueError(f"rl.reward.weights weights {', '.join(map(repr, unreported))}, which task suite "
+                       f"{self.task['suite']!r} does not report (it reports {', '.join(reported)}): give them "
+                       "weight 0.")
     if self.sft.enabled and not self.init_checkpoint and self.task["suite"] != "coding":
       raise ValueError(f"sft.enabled needs a coding task suite (task.suite='coding'), not {self.task['suite']!r}: "
                        "the SFT data are the coding suite's demonstrations; set sft.enabled=False.")

@@ -86,7 +86,9 @@ class CodingTaskSuiteTest(absltest.TestCase):
     suite = TASK_SUITES.get("coding")()
     task = suite.task("train", 3)
     _, reference = demonstrations.sft_examples("tiny_functions", "train", max_examples=4, instructions="brief")[3]
-    self.assertEqual(suite.reward(task, _tokens(reference)), {"outcome": 1.0, "malformed_tool_calls": 0.0})
+    self.assertEqual(suite.reward(task, _tokens(reference)),
+                     {"outcome": 1.0, "malformed_tool_calls": 0.0, "hack_attempts": 0.0})
+    self.assertEqual(tasks_lib.reward_terms(suite), tuple(suite.reward(task, _tokens(reference))))
     self.assertEqual(suite.reward(task, _tokens('<tool name="finish"/>'))["outcome"], 0.0)
     # Another task's solution: the file is written and graded, and fails this task's tests.
     _, other = demonstrations.sft_examples("tiny_functions", "train", max_examples=1, instructions="brief")[0]

@@ -66,6 +66,10 @@ class RunConfigsTest(parameterized.TestCase):
       ("bad_mesh", {"mesh": "fsdp:two"}, "mesh='fsdp:two': Bad mesh item"),
       ("bad_cpus", {"actors": {"cpus": "a-b"}}, "actors: CPU list 'a-b'"),
       ("bad_flaw", {"sft": {"teacher": {"flaw": "typo"}}}, "sft.teacher: Unknown SFT demonstration flaw 'typo'"),
+      ("unreported_term", {"task": {"suite": "char_class"}, "sft": {"enabled": False},
+                           "rl": {"reward": {"weights": {"outcome": 1.0, "hack_attempts": -1.0}}}},
+       "rl.reward.weights weights 'hack_attempts', which task suite 'char_class' does not report \\(it reports "
+       "outcome\\)"),
   )
   def test_refuses_in_one_sentence(self, override, message):
     with self.assertRaisesRegex(ValueError, message) as caught:
