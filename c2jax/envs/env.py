@@ -222,7 +222,13 @@ class CodingEnv:
       SandboxUnavailable: bubblewrap is missing (the environment cannot run code safely, so it does not start).
     """
     self.close()
-    self._sandbox = self._sandbox_factory(dict(task.files), self.config.limits)
+    cfg = self.config
+    # The workdir's own filesystem (where the host allows one) stops a call's writes just past the episode's caps,
+    # which the check after the call then sees crossed: no call can fill the host before it is measured.
+    limits = dataclasses.replace(
+        cfg.limits, workdir_mb=min(cfg.limits.workdir_mb, -(-cfg.max_workdir_bytes // (1 << 20)) + 1),
+        workdir_entries=min(cfg.limits.workdir_entries, cfg.max_workdir_entries + 16))
+    self._sandbox = self._sandbox_factory(dict(task.files), limits)
     self._task = task
     self._reward = None
     self._done = False

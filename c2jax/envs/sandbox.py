@@ -3,11 +3,13 @@
 The model's shell commands and the hidden tests that decide its reward run here. A `Sandbox` owns a fresh private
 copy of the task repository on the host (`workdir`) and runs each command in a new bubblewrap container:
 
-  /work           the writable copy (bind mount of `workdir`): the only writable place besides the tmpfs below
+  /work           the writable copy (bind mount of `workdir`, its own tmpfs where the host allows): the only writable
+                  place besides the tmpfs below
   /tmp, /dev/shm  private tmpfs, `file_size_mb` each (tmpfs lives in host memory, hence the bound)
   /usr            the host's system, read-only; /bin, /lib*, /sbin mirror the host's (symlinks or read-only binds)
   /etc            a minimal read-only view: ld.so.cache, alternatives, and a passwd/group naming the sandbox user
-  /proc, /dev     fresh procfs for the new PID namespace; minimal devices (null, zero, urandom, ...)
+  /proc, /dev     fresh procfs for the new PID namespace, /proc/1 (bubblewrap's init) hidden under an empty tmpfs;
+                  minimal devices (null, zero, urandom, ...)
   /, /dev         remounted read-only once built
   PRIVATE_DIRS    an empty read-only tmpfs over each that lies under a bound path: c2jax installed into /usr (e.g.
                   `pip install .` as root) ships the tasks' hidden tests and reference solutions as package data
@@ -16,18 +18,38 @@ Namespaces: every one bubblewrap supports (user, PID, network, IPC, UTS, cgroup)
 The network namespace holds only its own loopback: neither the internet nor the host's 127.0.0.1 is reachable. The
 host's home, the project's checkout and the host's /tmp are not mounted, so they do not exist inside.
 
-Limits, per call: a wall-clock timeout kills the container's PID namespace (every process dies with its PID 1,
-so nothing outlives the call, not even daemons); `prlimit` sets CPU seconds (SIGKILL at the limit, no core),
-address space, process count, file size and no core files before /bin/sh starts. Process counts are charged per
-user namespace (Linux >= 5.14), so one sandbox's fork bomb does not starve another's. The kernel exempts host
-root from RLIMIT_NPROC, so when the host runs as root the container runs as the unprivileged host user `nobody`
-(65534) instead, which also keeps host root out of untrusted code; inside, the user is always uid/gid 1000.
-stdout and stderr are read as they come and each is cut to `output_bytes`: the head and the tail are kept (test
-summaries come last) around one marker line, so a huge output costs neither host memory nor the verdict.
+Syscalls (`seccomp.py`): the command and everything it starts run under a seccomp filter that refuses (EPERM)
+ptrace, process_vm_*, mounts, namespace changes, kernel modules, bpf, io_uring, keyrings and the like. bubblewrap's
+init (PID 1 inside) is the one process without it, so /proc/1 is hidden: nothing inside can debug it, write its
+memory or make it run a command.
 
-Not bounded here: the total disk written to /work within one call (FSIZE bounds each file, the wall clock the
-rest; `Sandbox.usage` measures it between calls so that the caller can stop), and core dumps where the host's
-core_pattern pipes them to a helper (the kernel ignores RLIMIT_CORE there).
+Limits, per call: a wall-clock timeout kills the container's PID namespace (every process dies with its PID 1,
+so nothing outlives the call, not even daemons). CPU seconds (SIGKILL at the limit, no core), address space, file
+size and no core files are set as bubblewrap is started (`_launcher`), so they hold for every process of the call,
+bubblewrap's init included. The process count (RLIMIT_NPROC) is set inside, before /bin/sh starts, because only
+there is it charged per user namespace (Linux >= 5.14): one sandbox's fork bomb does not starve another's, which a
+limit on the shared host user would. The kernel exempts host root from RLIMIT_NPROC, so when the host runs as root
+the container runs as the unprivileged host user `nobody` (65534) instead, which also keeps host root out of
+untrusted code; inside, the user is always uid/gid 1000. stdout and stderr are read as they come and each is cut to
+`output_bytes`: the head and the tail are kept (test summaries come last) around one marker line, so a huge output
+costs neither host memory nor the verdict.
+
+Limits over the whole call and the whole workdir, where the host allows them (`containment()` says which hold):
+  * each call runs in its own cgroup (`cgroup.py`; v2 or v1, as root or in a delegated v2 subtree), which the
+    call's first process joins before it execs bubblewrap: `call_memory_mb` of RAM + swap for all its processes
+    together (their /tmp, /dev/shm and workdir pages included; past it the kernel's OOM killer ends one, counted in
+    `RunResult.oom_kills`) and `max_procs` processes, plus one for bubblewrap's host-side process. The cgroup is
+    removed after the call, leftovers killed.
+  * as root, the workdir is its own tmpfs (host memory) of `workdir_mb` and `workdir_entries` inodes, mounted for
+    the sandbox's whole life (the repository persists across calls) and unmounted by `close`: a write past it fails
+    with ENOSPC during the call, inside and host-side alike.
+Where they do not hold: memory is bounded per process only (N processes may hold N x memory_mb), process count per
+user namespace only (bubblewrap's init exempt, but unreachable, see Syscalls), and the disk written to /work within
+one call per file only (FSIZE; the wall clock bounds the rest), measured by `Sandbox.usage` between calls so that
+the caller can stop. Never bounded here: core dumps where the host's core_pattern pipes them to a helper (the
+kernel ignores RLIMIT_CORE there).
+
+  print(sandbox.containment())  # e.g. Containment(cgroup=<Version.V1: 'cgroup v1'>, disk=<DiskBound.TMPFS: ...>)
 
 Availability: `check_available` starts one container with the very command line of a real call (`python3 -I -c
 pass`) before the first sandbox of a process, so an old bubblewrap, a missing /usr/bin/python3 or a TMPDIR the
@@ -50,7 +72,9 @@ A `SandboxPool` runs many sandboxed calls at once on a bounded number of threads
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import dataclasses
+import enum
 import errno
 import glob
 import json
@@ -66,9 +90,13 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
+from c2jax.envs import cgroup as cgroup_lib
+from c2jax.envs import seccomp
+
 # Module-level so that tests (and unusual installs) can point at another binary; read at every check.
 BWRAP = "/usr/bin/bwrap"
 PRLIMIT = "/usr/bin/prlimit"
+SETPRIV = "/usr/bin/setpriv"
 
 _INSIDE_UID = 1000
 _NOBODY = 65534
@@ -104,15 +132,21 @@ class SandboxPathError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
-  """Per-call resource limits of a sandboxed command.
+  """Resource limits of a sandboxed command (per call), and of the workdir (over all calls of one sandbox).
 
   Attributes:
     wall_s: wall-clock seconds before the whole container is killed (`RunResult.timed_out`).
     cpu_s: CPU seconds per process (RLIMIT_CPU, SIGKILL at the limit).
     memory_mb: address space per process in MiB (RLIMIT_AS).
-    max_procs: processes (and threads) in the container, its init included (RLIMIT_NPROC, per user namespace).
+    max_procs: processes (and threads) in the container, its init included (RLIMIT_NPROC, per user namespace;
+      and the call's cgroup pids.max, with bubblewrap's host-side process, where the cgroup holds).
     output_bytes: bytes kept of stdout and of stderr, each (head and tail around a marker line).
     file_size_mb: largest file a process may write (RLIMIT_FSIZE), and the size of the /tmp and /dev/shm tmpfs.
+    call_memory_mb: memory (RAM + swap, page cache and tmpfs pages included) of all the call's processes together
+      in MiB, where the call's cgroup holds (`containment()`); None: twice `memory_mb`.
+    workdir_mb: what the workdir may hold, in MiB, where it is its own tmpfs (`containment()`): writes past it
+      fail with ENOSPC, inside the call and host-side alike.
+    workdir_entries: files, directories and links the workdir may hold where it is its own tmpfs (its inodes).
   """
 
   wall_s: float = 10.0
@@ -121,6 +155,9 @@ class SandboxLimits:
   max_procs: int = 64
   output_bytes: int = 65536
   file_size_mb: int = 64
+  call_memory_mb: int | None = None
+  workdir_mb: int = 256
+  workdir_entries: int = 50000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +170,7 @@ class RunResult:
     timed_out: the wall-clock limit killed the container.
     truncated: stdout or stderr was cut.
     wall_s: seconds from launch to the end of the container.
+    oom_kills: processes the kernel killed because the call reached `call_memory_mb` (0 where no cgroup holds).
   """
 
   exit_code: int | None
@@ -141,10 +179,162 @@ class RunResult:
   timed_out: bool
   truncated: bool
   wall_s: float
+  oom_kills: int = 0
 
   @property
   def ok(self) -> bool:
     return self.exit_code == 0 and not self.timed_out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Containment beyond bubblewrap and the per-process rlimits: what this host allows.
+
+
+class DiskBound(enum.Enum):
+  """How the workdir's disk use is bounded."""
+
+  TMPFS = "its own tmpfs"  # of workdir_mb and workdir_entries: writes past them fail with ENOSPC during the call
+  AFTER_CALL = "after the call"  # the host's filesystem: RLIMIT_FSIZE per file, `Sandbox.usage` between calls
+
+
+@dataclasses.dataclass(frozen=True)
+class Containment:
+  """What bounds a call here beyond the namespaces, the seccomp filter and the per-process rlimits.
+
+  Attributes:
+    cgroup: the version of the per-call cgroup (`call_memory_mb` and `max_procs` over the whole call, bubblewrap's
+      init included), or None where no cgroup holds.
+    disk: how the workdir is bounded.
+    missing: one sentence per piece that does not hold here, saying why and what holds instead.
+  """
+
+  cgroup: cgroup_lib.Version | None
+  disk: DiskBound
+  missing: tuple[str, ...] = ()
+
+
+_containment_lock = threading.Lock()
+# euid -> (what holds, the hierarchy per-call cgroups go in): found once per process and user, as the probe is.
+_containments: dict[int, tuple[Containment, cgroup_lib.Hierarchy | None]] = {}
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+_TMPFS_SOURCE = b"c2jax-sandbox"  # how the workdirs' mounts show in /proc/mounts
+
+
+def containment() -> Containment:
+  """What bounds a call on this host, found once per process (by trying each piece for real).
+
+  As root with cgroups (v2 with the memory and pids controllers delegated, or the v1 memory and pids
+  hierarchies) every call runs in its own cgroup, and every sandbox's workdir is its own tmpfs. Elsewhere
+  `missing` says what does not hold; then memory is bounded per process only (memory_mb, so N processes may hold
+  N x memory_mb), process count per user namespace only (max_procs, bubblewrap's init exempt), and the workdir
+  per file only (file_size_mb) until `Sandbox.usage` measures it after the call.
+  """
+  return _detected()[0]
+
+
+def _detected() -> tuple[Containment, cgroup_lib.Hierarchy | None]:
+  euid = os.geteuid()
+  with _containment_lock:
+    if euid not in _containments:
+      _containments[euid] = _find_containment()
+    return _containments[euid]
+
+
+def _owner_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # someone else's live process
+  return True
+
+
+def reap_stale_workdirs() -> int:
+  """Unmounts and deletes the workdir tmpfs of sandboxes whose process died without `close` (SIGKILL, a lost
+  host); returns how many. Their directories carry the owner's pid (`c2jax-sandbox-<pid>-...`); a live owner's, or
+  another temp dir's, are left alone. Runs once per process with the first containment check."""
+  reaped = 0
+  prefix = os.path.join(os.path.realpath(tempfile.gettempdir()), "c2jax-sandbox-")
+  try:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+      points = [line.split()[4] for line in f if f" {_TMPFS_SOURCE.decode()} " in line]
+  except OSError:
+    return 0
+  for point in points:
+    point = point.replace("\\040", " ")
+    rest = point[len(prefix):] if point.startswith(prefix) and point.endswith("/work") else ""
+    pid = rest.split("-", 1)[0]
+    if not pid.isdigit() or _owner_alive(int(pid)):
+      continue
+    try:
+      _unmount(pathlib.Path(point))
+      _remove_tree(pathlib.Path(point).parent)
+      reaped += 1
+    except OSError:
+      continue  # busy or gone meanwhile: the next process tries again
+  return reaped
+
+
+def _find_containment() -> tuple[Containment, cgroup_lib.Hierarchy | None]:
+  if os.geteuid() == 0:
+    reap_stale_workdirs()
+  missing = []
+  hierarchy, why = cgroup_lib.find()
+  if hierarchy is None:
+    missing.append(f"No per-call cgroup ({why}): memory is bounded per process (memory_mb) and process count per "
+                   "user namespace (max_procs), not over the whole call; run as root with cgroups, or delegate a "
+                   "cgroup v2 subtree with the memory and pids controllers to this process.")
+  disk = DiskBound.AFTER_CALL
+  if os.geteuid() != 0:
+    missing.append("The workdir is on the host's filesystem (mounting a tmpfs for it needs root): a call's writes "
+                   "are bounded per file (file_size_mb) and measured only after the call (Sandbox.usage).")
+  else:
+    probe = tempfile.mkdtemp(prefix="c2jax-sandbox-probe-")
+    try:
+      _mount_tmpfs(pathlib.Path(probe), 1, 16)
+      _unmount(pathlib.Path(probe))
+      disk = DiskBound.TMPFS
+    except OSError as e:
+      missing.append(f"The workdir is on the host's filesystem (a tmpfs cannot be mounted here: {e.strerror}): a "
+                     "call's writes are bounded per file (file_size_mb) and measured only after the call.")
+    finally:
+      try:
+        os.rmdir(probe)
+      except OSError:
+        pass  # still mounted after a failed unmount: left for the host's temp cleaner, the tmpfs then unused
+  return Containment(cgroup=hierarchy.version if hierarchy else None, disk=disk, missing=tuple(missing)), hierarchy
+
+
+def _mount_tmpfs(path: pathlib.Path, size_mb: int, entries: int) -> None:
+  # nosuid, nodev: nothing the sandbox writes may gain privileges or reach devices on the host side.
+  # +1 inode: the tmpfs's root is one, and `Sandbox.usage` does not count it.
+  options = f"size={size_mb}m,nr_inodes={entries + 1},mode=0755".encode()
+  if _LIBC.mount(_TMPFS_SOURCE, os.fsencode(path), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+    err = ctypes.get_errno()
+    raise OSError(err, os.strerror(err), str(path))
+
+
+def _unmount(path: pathlib.Path) -> None:
+  # Detached: a host thread still reading a file (e.g. `files()`) cannot make it fail; the memory goes with it.
+  if _LIBC.umount2(os.fsencode(path), _MNT_DETACH) != 0:
+    err = ctypes.get_errno()
+    raise OSError(err, os.strerror(err), str(path))
+
+
+_seccomp_program: bytes | None = None
+
+
+def _seccomp() -> bytes:
+  global _seccomp_program
+  if _seccomp_program is None:
+    try:
+      _seccomp_program = seccomp.program()
+    except ValueError as e:
+      raise SandboxUnavailable(str(e)) from None
+  return _seccomp_program
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -160,10 +350,23 @@ def _host_user() -> tuple[int, int] | None:
   return (_NOBODY, _NOBODY) if os.geteuid() == 0 else None
 
 
-def _user_kwargs() -> dict[str, Any]:
+def _launcher(lim: SandboxLimits, group: cgroup_lib.CallCgroup | None) -> list[str]:
+  """What execs bubblewrap, each step exec'ing the next in one process: the call's cgroup joined (as the caller),
+  the rlimits set, the host user switched (host root -> nobody); so bubblewrap's init inside holds all of them.
+
+  RLIMIT_NPROC is not set here: on the host side it would count every process of the host user (host root runs
+  every sandbox as nobody, so concurrent calls would share one budget); it is set inside, where it counts per user
+  namespace, and the call's cgroup bounds the whole call, bubblewrap's init included. A small exec chain rather
+  than a preexec_fn: subprocess then starts it with vfork, without copying the caller's (large) address space.
+  """
+  argv = group.join_argv() if group is not None else []
+  argv += [PRLIMIT,
+           f"--cpu={lim.cpu_s}",  # soft = hard: SIGKILL, not SIGXCPU (whose default action dumps core)
+           f"--as={lim.memory_mb << 20}", f"--fsize={lim.file_size_mb << 20}", "--core=0", "--"]
   user = _host_user()
-  # subprocess switches ids in the child natively (no preexec_fn), which is safe from many threads at once.
-  return {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
+  if user is not None:
+    argv += [SETPRIV, f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups", "--"]
+  return argv
 
 
 def unavailable_reason() -> str | None:
@@ -186,9 +389,10 @@ def check_available() -> None:
     raise SandboxUnavailable(
         f"The sandbox needs bubblewrap at {bwrap}, which is missing: install it (`apt-get install bubblewrap`, or "
         "`make setup` as root); untrusted code is never run unsandboxed.")
-  if not (os.path.isfile(PRLIMIT) and os.access(PRLIMIT, os.X_OK)):
-    raise SandboxUnavailable(
-        f"The sandbox applies its limits with {PRLIMIT} (util-linux), which is missing: install util-linux.")
+  for tool, does in ((PRLIMIT, "applies its limits"), (SETPRIV, "switches host root to nobody")):
+    if (tool == PRLIMIT or _host_user() is not None) and not (os.path.isfile(tool) and os.access(tool, os.X_OK)):
+      raise SandboxUnavailable(f"The sandbox {does} with {tool} (util-linux), which is missing: install util-linux.")
+  _seccomp()  # an architecture the filter does not know refuses here, in its own sentence
   key = (bwrap, PRLIMIT, tempfile.gettempdir(), os.geteuid())
   with _probe_lock:
     if key in _probed:
@@ -390,6 +594,7 @@ class Sandbox:
   Raises:
     SandboxUnavailable: bubblewrap is missing or unusable (nothing is created then).
     SandboxPathError: a path is absolute or contains '..'.
+    ValueError: the files do not fit `limits.workdir_mb` or `limits.workdir_entries` (where those hold).
   """
 
   def __init__(self, files: Mapping[str, str | bytes], limits: SandboxLimits = SandboxLimits()):
@@ -400,12 +605,20 @@ class Sandbox:
     rels = {path: _relative(path) for path in files}  # refuse bad paths before anything touches the disk
     self.limits = limits
     self._user = _host_user()
+    self._mounted = False
     self._closed = True  # until the root exists: close() then has nothing to delete
-    self._root = pathlib.Path(tempfile.mkdtemp(prefix="c2jax-sandbox-"))
+    # The owner's pid in the name: a process killed before close() leaves its mounted workdir for the next
+    # process's `reap_stale_workdirs`.
+    self._root = pathlib.Path(tempfile.mkdtemp(prefix=f"c2jax-sandbox-{os.getpid()}-"))
     self._closed = False
     try:
       self._workdir = self._root / "work"
       self._workdir.mkdir()
+      if _detected()[0].disk == DiskBound.TMPFS:
+        # The workdir's own filesystem, for the sandbox's whole life: the episode's repository lives there across
+        # calls, and a call's writes stop at its size (ENOSPC) instead of filling the host's disk.
+        _mount_tmpfs(self._workdir, limits.workdir_mb, limits.workdir_entries)
+        self._mounted = True
       etc = self._root / "etc"
       etc.mkdir()
       (etc / "passwd").write_text(f"sandbox:x:{_INSIDE_UID}:{_INSIDE_UID}:sandbox:/tmp:/bin/sh\n"
@@ -419,7 +632,14 @@ class Sandbox:
       self._own(self._root)
       self._own(self._workdir)
       for path, content in files.items():
-        self._write(rels[path], content)
+        try:
+          self._write(rels[path], content)
+        except OSError as e:
+          if e.errno != errno.ENOSPC:
+            raise
+          raise ValueError(f"The starting files do not fit the workdir ({limits.workdir_mb} MiB, "
+                           f"{limits.workdir_entries} entries): raise SandboxLimits.workdir_mb or "
+                           "workdir_entries.") from None
     except BaseException:
       self.close()
       raise
@@ -431,7 +651,7 @@ class Sandbox:
 
   # -- running ----------------------------------------------------------------------------------------------------
 
-  def _argv(self, command: str, status_fd: int) -> list[str]:
+  def _argv(self, command: str, status_fd: int, seccomp_fd: int) -> list[str]:
     lim = self.limits
     tmp_bytes = str(lim.file_size_mb << 20)
     etc = self._root / "etc"
@@ -442,6 +662,7 @@ class Sandbox:
         "--unshare-all", "--unshare-user", "--disable-userns",
         "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID), "--hostname", "sandbox",
         "--die-with-parent", "--new-session",
+        "--seccomp", str(seccomp_fd),  # the command and all it starts; bubblewrap's init is hidden below instead
         "--clearenv",
         "--setenv", "PATH", _PATH, "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
         "--setenv", "USER", "sandbox", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
@@ -459,6 +680,9 @@ class Sandbox:
         # Debian ships python3 only; `python` is a promise of the environment.
         "--symlink", "/usr/bin/python3", "/opt/c2jax/bin/python",
         "--proc", "/proc",
+        # bubblewrap's init (PID 1) is the one process inside without the seccomp filter: no /proc/1 (its mem,
+        # fds, environ) for anything to write through.
+        "--size", "4096", "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
         "--dev", "/dev",
         "--size", tmp_bytes, "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev",
@@ -468,13 +692,9 @@ class Sandbox:
         "--chdir", _WORK,
         "--remount-ro", "/",
         "--",
-        PRLIMIT,
-        f"--cpu={lim.cpu_s}",  # soft = hard: SIGKILL, not SIGXCPU (whose default action dumps core)
-        f"--as={lim.memory_mb << 20}",
-        f"--nproc={lim.max_procs}",
-        f"--fsize={lim.file_size_mb << 20}",
-        "--core=0",
-        "--",
+        # The other rlimits were set before bubblewrap started (`_launcher`); this one counts per user namespace
+        # only when set inside it.
+        PRLIMIT, f"--nproc={lim.max_procs}", "--",
         "/bin/sh", "-c", command,
     ]
 
@@ -503,21 +723,46 @@ class Sandbox:
 
   def _execute(self, command: str, timeout_s: float | None, stdin: str | None) -> tuple[RunResult, str | None]:
     """The result of one container, and bubblewrap's last error line when the command never started."""
-    wall = self.limits.wall_s if timeout_s is None else timeout_s
+    lim = self.limits
+    wall = lim.wall_s if timeout_s is None else timeout_s
     start = time.monotonic()
+    program = _seccomp()
+    hierarchy = _detected()[1]
+    group = None
+    if hierarchy is not None:
+      try:
+        # +1: bubblewrap's own host-side process is in the cgroup too.
+        group = cgroup_lib.CallCgroup(hierarchy, memory_bytes=_call_memory_mb(lim) << 20, max_pids=lim.max_procs + 1)
+      except OSError as e:
+        raise SandboxUnavailable(f"The sandbox could not make this call's cgroup under {hierarchy.memory_parent} "
+                                 f"({e}); the command did not run: check the host's cgroups and retry.") from e
+    try:
+      return self._contained(command, wall, stdin, start, program, group)
+    finally:
+      if group is not None:
+        group.remove(_KILL_GRACE_S)
+
+  def _contained(self, command: str, wall: float, stdin: str | None, start: float, program: bytes,
+                 group: cgroup_lib.CallCgroup | None) -> tuple[RunResult, str | None]:
     status_read, status_write = os.pipe()
+    seccomp_read, seccomp_write = os.pipe()
+    try:
+      os.write(seccomp_write, program)  # a few hundred bytes: the pipe's buffer holds them all
+    finally:
+      os.close(seccomp_write)  # bwrap reads the program up to EOF
     try:
       proc = subprocess.Popen(
-          self._argv(command, status_write),
+          _launcher(self.limits, group) + self._argv(command, status_write, seccomp_read),
           stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
           start_new_session=True,  # its own process group, so that a timeout kills bwrap and nothing else
-          close_fds=True, pass_fds=(status_write,), env={"PATH": "/usr/bin:/bin"}, **_user_kwargs())
+          close_fds=True, pass_fds=(status_write, seccomp_read), env={"PATH": "/usr/bin:/bin"})
     except BaseException:
       os.close(status_read)
       raise
     finally:
       os.close(status_write)  # bwrap holds its own copy; EOF then comes when bwrap is gone
+      os.close(seccomp_read)
     status = bytearray()
     out = _CappedOutput(self.limits.output_bytes)
     err = _CappedOutput(self.limits.output_bytes)
@@ -546,7 +791,8 @@ class Sandbox:
     if code is not None and code < 0:  # bwrap itself killed by a signal (it reports its child's as 128 + N)
       code = 128 - code
     result = RunResult(exit_code=code, stdout=out.text(), stderr=err.text(), timed_out=timed_out,
-                       truncated=out.truncated or err.truncated, wall_s=elapsed)
+                       truncated=out.truncated or err.truncated, wall_s=elapsed,
+                       oom_kills=group.oom_kills() if group is not None else 0)
     setup_error = None
     if not timed_out and not _command_started(bytes(status)):
       lines = result.stderr.strip().splitlines()
@@ -665,10 +911,16 @@ class Sandbox:
   # -- lifetime ---------------------------------------------------------------------------------------------------
 
   def close(self) -> None:
-    """Deletes the workdir; the sandbox cannot run afterwards. Idempotent."""
+    """Deletes the workdir (unmounting its tmpfs first); the sandbox cannot run afterwards. Idempotent."""
     if self._closed:
       return
     self._closed = True
+    if self._mounted:
+      try:
+        _unmount(self._workdir)
+        self._mounted = False
+      except OSError:
+        pass  # then the tree is emptied file by file below, and only the mount point itself may stay
     _remove_tree(self._root)
 
   def __enter__(self) -> Sandbox:
@@ -680,6 +932,10 @@ class Sandbox:
   def __del__(self) -> None:
     if getattr(self, "_root", None) is not None and not getattr(self, "_closed", True):
       self.close()
+
+
+def _call_memory_mb(lim: SandboxLimits) -> int:
+  return 2 * lim.memory_mb if lim.call_memory_mb is None else lim.call_memory_mb
 
 
 def _remove_tree(root: pathlib.Path) -> None:

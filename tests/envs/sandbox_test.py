@@ -6,13 +6,20 @@ by a unique marker in its command line, scanning /proc) outlives the call. Tests
 sentence where bubblewrap cannot run; the refusal itself is tested everywhere.
 """
 
+import errno
 import hashlib
+import json
 import os
+import platform
+import re
+import shlex
+import struct
 import pathlib
 import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,7 +29,11 @@ from unittest import mock
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from c2jax.envs import cgroup as cgroup_lib
+from c2jax.envs import env as env_lib
 from c2jax.envs import sandbox as sandbox_lib
+from c2jax.envs import seccomp
+from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, SandboxPool
 
 PROJECT = pathlib.Path(__file__).resolve().parents[2]  # the checkout under test, wherever it lives
@@ -30,6 +41,44 @@ FAST = SandboxLimits(wall_s=5.0, cpu_s=5, memory_mb=256, max_procs=32, output_by
 
 
 _unavailable_reason = sandbox_lib.unavailable_reason
+REQUIRED = os.environ.get("C2JAX_REQUIRE_SANDBOX") == "1"
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _host_has_cgroups() -> bool:
+  """Root with cgroup v1 memory and pids hierarchies, or v2 with those controllers: where CI requires the cgroup."""
+  v2 = pathlib.Path("/sys/fs/cgroup/cgroup.controllers")
+  return os.geteuid() == 0 and (
+      os.path.isdir("/sys/fs/cgroup/memory") and os.path.isdir("/sys/fs/cgroup/pids")
+      or v2.exists() and {"memory", "pids"} <= set(v2.read_text().split()))
+
+
+def _call_cgroups() -> list[str]:
+  """This process's per-call cgroup directories that exist now, in every hierarchy."""
+  found = []
+  for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+    found += [os.path.join(root, d) for d in dirs if d.startswith(f"c2jax-call-{os.getpid()}-")]
+  return found
+
+
+def _workdir_mounts() -> list[str]:
+  with open("/proc/self/mounts") as f:
+    return [line.split()[1] for line in f if line.split()[0] == sandbox_lib._TMPFS_SOURCE.decode()]
+
+
+# What a sandboxed python3 runs to call syscalls by number (stdin: JSON [[name, nr, args], ...]); prints
+# {name: errno or 0}.
+_SYSCALLS = """
+import ctypes, json, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+out = {}
+for name, nr, args in json.load(sys.stdin):
+  ctypes.set_errno(0)
+  ret = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+  out[name] = ctypes.get_errno() if ret == -1 else 0
+print(json.dumps(out))
+"""
 
 
 def _processes_with(marker: str) -> list[str]:
@@ -59,9 +108,18 @@ class SandboxRequiredTest(absltest.TestCase):
 
   def test_sandbox_runs_where_it_is_required(self):
     # CI (.ci/run) sets C2JAX_REQUIRE_SANDBOX=1: there the containment tests must run, not skip.
-    if os.environ.get("C2JAX_REQUIRE_SANDBOX") != "1":
+    if not REQUIRED:
       self.skipTest("C2JAX_REQUIRE_SANDBOX is not set (only CI requires bubblewrap).")
     self.assertIsNone(_unavailable_reason())
+
+  def test_call_cgroup_and_workdir_tmpfs_hold_where_required(self):
+    # CI's image runs as root with cgroups: there a call is bounded as a whole, and the workdir during the call.
+    if not (REQUIRED and _host_has_cgroups()):
+      self.skipTest("only CI, as root on a host with cgroups, requires the per-call cgroup and the workdir tmpfs.")
+    c = sandbox_lib.containment()
+    self.assertIsNotNone(c.cgroup, c.missing)
+    self.assertEqual(c.disk, sandbox_lib.DiskBound.TMPFS, c.missing)
+    self.assertEqual(c.missing, ())
 
 
 class SandboxTestCase(parameterized.TestCase):
@@ -84,6 +142,39 @@ class SandboxTestCase(parameterized.TestCase):
     box = Sandbox(files or {}, limits)
     self.addCleanup(box.close)
     return box
+
+  def require_cgroup(self):
+    c = sandbox_lib.containment()
+    if c.cgroup is None:
+      if REQUIRED and _host_has_cgroups():
+        self.fail(f"CI requires the per-call cgroup on this root host with cgroups: {c.missing}")
+      self.skipTest(f"needs the per-call cgroup (root with cgroups, or a delegated v2 subtree): {c.missing}")
+
+  def require_tmpfs(self):
+    c = sandbox_lib.containment()
+    if c.disk != sandbox_lib.DiskBound.TMPFS:
+      if REQUIRED and os.geteuid() == 0:
+        self.fail(f"CI requires the workdir tmpfs on this root host: {c.missing}")
+      self.skipTest(f"needs the workdir's own tmpfs (root, mount allowed): {c.missing}")
+
+  def while_running(self, box, command, probe, **run_kwargs):
+    """(RunResult, what `probe()` returned first, not None) of `command`, probing host-side while it runs."""
+    seen = []
+
+    def watch():
+      deadline = time.monotonic() + 3.0
+      while not seen and time.monotonic() < deadline:
+        value = probe()
+        if value is not None:
+          seen.append(value)
+        time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    r = box.run(command, **run_kwargs)
+    watcher.join()
+    self.assertTrue(seen, "the host-side probe never saw the running call: it would prove nothing")
+    return r, seen[0]
 
 
 class BasicsTest(SandboxTestCase):
@@ -376,6 +467,348 @@ class ContainmentTest(SandboxTestCase):
     self.assertIn("Read-only file system", r.stderr)
 
 
+def _run_bpf(program: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+  """What the classic-BPF `program` returns for one syscall (the few opcodes seccomp.py emits)."""
+  insns = [struct.unpack_from("=HBBI", program, i) for i in range(0, len(program), 8)]
+  data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+  pc = acc = 0
+  while True:
+    code, jt, jf, k = insns[pc]
+    if code == 0x20:  # ld [k]
+      acc, pc = struct.unpack_from("=I", data, k)[0], pc + 1
+    elif code in (0x15, 0x35):  # jeq, jge
+      pc += 1 + (jt if (acc == k if code == 0x15 else acc >= k) else jf)
+    elif code == 0x06:
+      return k
+    else:
+      raise AssertionError(f"unexpected opcode {code:#x}")
+
+
+class SeccompProgramTest(parameterized.TestCase):
+
+  @parameterized.parameters(("x86_64", seccomp.AUDIT_ARCH_X86_64, 135), ("aarch64", seccomp.AUDIT_ARCH_AARCH64, 92))
+  def test_decisions_per_architecture(self, arch, audit_arch, personality):
+    program = seccomp.program(arch)
+    self.assertEqual(program, seccomp.program("x86_64"))  # one program checks the arch itself
+    eperm, allow = 0x50000 | errno.EPERM, 0x7FFF0000
+    for nr in seccomp.DENIED[arch]:
+      self.assertEqual(_run_bpf(program, audit_arch, nr), eperm, nr)
+    allowed = [nr for nr in range(460) if nr not in seccomp.DENIED[arch] and nr != personality]
+    self.assertEqual({_run_bpf(program, audit_arch, nr) for nr in allowed}, {allow})
+    self.assertEqual(_run_bpf(program, audit_arch, personality, 0), allow)
+    self.assertEqual(_run_bpf(program, audit_arch, personality, 0xFFFFFFFF), allow)  # the query
+    self.assertEqual(_run_bpf(program, audit_arch, personality, 0x0040000), eperm)  # ADDR_NO_RANDOMIZE
+    self.assertEqual(_run_bpf(program, 0x40000003, 0), 0x80000000)  # i386 (compat): killed
+    if arch == "x86_64":
+      self.assertEqual(_run_bpf(program, audit_arch, 0x40000000 | 1), eperm)  # x32 write: refused
+
+  def test_unknown_architecture_is_refused_in_one_sentence(self):
+    with self.assertRaisesRegex(ValueError, r"knows x86_64 and aarch64, not riscv64"):
+      seccomp.program("riscv64")
+
+  @parameterized.parameters(("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h", r"__NR_(\w+)\s+(\d+)"),
+                            ("aarch64", "/usr/include/asm-generic/unistd.h", r"__NR(?:3264)?_(\w+)\s+(\d+)"))
+  def test_syscall_numbers_match_the_kernel_headers(self, arch, header, pattern):
+    if not os.path.exists(header):
+      self.skipTest(f"{header} is not installed (linux-libc-dev): the numbers cannot be cross-checked here.")
+    numbers = dict(re.findall(r"#define\s+" + pattern, pathlib.Path(header).read_text()))
+    index = 0 if arch == "x86_64" else 1
+    for name, nums in seccomp._ALWAYS.items():
+      if nums[index] is None:
+        self.assertNotIn(name, numbers)
+      else:
+        self.assertEqual(int(numbers[name]), nums[index], name)
+    self.assertEqual(int(numbers["personality"]), seccomp._PERSONALITY[index])
+
+
+class SeccompTest(SandboxTestCase):
+
+  def test_every_denied_syscall_fails_with_eperm_inside(self):
+    arch = platform.machine()
+    index = 0 if arch == "x86_64" else 1
+    calls = [[name, nums[index], [0] * 6] for name, nums in seccomp._ALWAYS.items() if nums[index] is not None]
+    calls += [["personality_no_aslr", seccomp._PERSONALITY[index], [0x0040000, 0, 0, 0, 0, 0]],
+              ["personality_query", seccomp._PERSONALITY[index], [0xFFFFFFFF, 0, 0, 0, 0, 0]],
+              ["getpid", 39 if index == 0 else 172, [0] * 6]]
+    r = self.box().run(f"python3 -c '{_SYSCALLS}'", stdin=json.dumps(calls))
+    self.assertTrue(r.ok, r)
+    got = json.loads(r.stdout)
+    self.assertEqual({k: v for k, v in got.items() if k not in ("personality_query", "getpid")},
+                     {name: errno.EPERM for name, *_ in calls[:-2]})
+    self.assertEqual((got["personality_query"], got["getpid"]), (0, 0))  # the filter lets ordinary calls through
+
+  def test_the_init_and_own_children_cannot_be_traced_or_read(self):
+    script = (
+        "import ctypes, json, os, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def err(ret): return ctypes.get_errno() if ret == -1 else 0\n"
+        "child = os.fork()\n"
+        "if child == 0:\n  time.sleep(5); os._exit(0)\n"
+        "buf = ctypes.create_string_buffer(8)\n"
+        "class IoVec(ctypes.Structure): _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+        "local, remote = IoVec(ctypes.addressof(buf), 8), IoVec(0x400000, 8)\n"
+        "lv, rv = ctypes.byref(local), ctypes.byref(remote)\n"
+        "out = {'attach_init': err(libc.ptrace(16, 1, 0, 0)), 'attach_child': err(libc.ptrace(16, child, 0, 0)),\n"
+        "       'seize_child': err(libc.ptrace(0x4206, child, 0, 0)), 'traceme': err(libc.ptrace(0, 0, 0, 0)),\n"
+        "       'vm_read_init': err(libc.process_vm_readv(1, lv, 1, rv, 1, 0)),\n"
+        "       'vm_read_child': err(libc.process_vm_readv(child, lv, 1, rv, 1, 0)),\n"
+        "       'init_proc': sorted(os.listdir('/proc/1'))}\n"
+        "for path in ('/proc/1/mem', '/proc/1/task/1/mem'):\n"
+        "  try:\n    open(path, 'r+b'); out[path] = 0\n  except OSError as e:\n    out[path] = e.errno\n"
+        "os.kill(child, 9)\nprint(json.dumps(out))\n")
+    r = self.box({"attack.py": script}).run("python3 attack.py")
+    self.assertTrue(r.ok, r)
+    self.assertEqual(json.loads(r.stdout), {
+        "attach_init": errno.EPERM, "attach_child": errno.EPERM, "seize_child": errno.EPERM, "traceme": errno.EPERM,
+        "vm_read_init": errno.EPERM, "vm_read_child": errno.EPERM, "init_proc": [],
+        "/proc/1/mem": errno.ENOENT, "/proc/1/task/1/mem": errno.ENOENT})
+
+  def test_gdb_cannot_make_the_init_or_a_child_run_a_command(self):
+    if not os.path.exists("/usr/bin/gdb"):
+      self.skipTest("gdb is not installed here: the ptrace refusal is proven by the ctypes test alone.")
+    box = self.box()
+    inject = "-ex 'call (int)system(\"touch /work/{0}\")'"
+    r = box.run(f"gdb -nx -batch -p 1 {inject.format('init_pwned')} 2>&1; sleep 20 & "
+                f"gdb -nx -batch -p $! {inject.format('child_pwned')} 2>&1; kill $!; gdb -nx -batch -ex run /bin/true",
+                timeout_s=20)
+    self.assertFalse(r.timed_out, r)
+    self.assertEqual(box.list_files(), [])
+    self.assertIn("Operation not permitted", r.stdout + r.stderr)
+
+  def test_ordinary_programs_still_work(self):
+    script = ("import subprocess, threading, multiprocessing, json\n"
+              "box = []\nts = [threading.Thread(target=lambda i=i: box.append(i * i)) for i in range(8)]\n"
+              "[t.start() for t in ts]; [t.join() for t in ts]\n"
+              "p = subprocess.run(['sh', '-c', 'echo abc | tr a-c x-z | cat'], capture_output=True, text=True)\n"
+              "with multiprocessing.Pool(2) as pool: squares = pool.map(abs, [-1, -2, -3])\n"
+              "print(json.dumps([sorted(box), p.stdout, squares]))\n")
+    r = self.box({"ok.py": script}).run("python3 ok.py && uname -m > arch && setarch $(uname -m) true && "
+                                        "mkdir -p a/b && cp arch a/b/ && ls a/b")
+    self.assertTrue(r.ok, r)
+    first, last = r.stdout.splitlines()[0], r.stdout.splitlines()[-1]
+    self.assertEqual(json.loads(first), [[i * i for i in range(8)], "xyz\n", [1, 2, 3]])
+    self.assertEqual(last, "arch")
+
+
+class LimitsBeforeBubblewrapTest(SandboxTestCase):
+
+  def test_bubblewrap_and_its_init_hold_the_limits(self):
+    box = self.box()
+
+    def bwrap_limits():
+      pids = [line.split(":")[0] for line in _processes_with(self.marker) if ": /usr/bin/bwrap " in line
+              or f": {sandbox_lib.BWRAP} " in line]
+      if len(pids) < 2:  # the host-side bubblewrap and its init inside (a fork: the same command line)
+        return None
+      limits = {}
+      for pid in pids:
+        try:
+          text = pathlib.Path(f"/proc/{pid}/limits").read_text()
+        except OSError:
+          return None
+        limits[pid] = {k: re.search(rf"{k}\s+(\S+)\s+(\S+)", text).groups()
+                       for k in ("Max cpu time", "Max address space", "Max file size", "Max core file size")}
+      return limits
+
+    r, seen = self.while_running(box, f"sleep 1 # {self.marker}", bwrap_limits)
+    self.assertTrue(r.ok, r)
+    want = {"Max cpu time": (str(FAST.cpu_s),) * 2, "Max address space": (str(FAST.memory_mb << 20),) * 2,
+            "Max file size": (str(FAST.file_size_mb << 20),) * 2, "Max core file size": ("0", "0")}
+    self.assertGreaterEqual(len(seen), 2)  # a third: the init's fork for the command, caught before its exec
+    for limits in seen.values():
+      self.assertEqual(limits, want)
+
+
+  def test_concurrent_sandboxes_do_not_share_one_process_budget(self):
+    # RLIMIT_NPROC set before bubblewrap would count every process of the host user (nobody, for all sandboxes):
+    # two calls of 20 processes each would then not fit 32. Set inside, it counts per user namespace.
+    count = ("import subprocess, time\nps = []\ntry:\n  for _ in range(20):\n"
+             "    ps.append(subprocess.Popen(['sleep', '2']))\nexcept OSError:\n  pass\nprint(len(ps))\n"
+             "time.sleep(1)\n")
+    boxes = [self.box({"count.py": count}) for _ in range(2)]
+    with SandboxPool(2) as pool:
+      results = pool.map(lambda box: box.run("python3 count.py"), boxes)
+    self.assertEqual([r.stdout for r in results], ["20\n", "20\n"], results)
+
+
+class CallCgroupTest(SandboxTestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.require_cgroup()
+
+  def test_the_whole_call_runs_in_its_own_cgroup_with_its_limits(self):
+    limits = SandboxLimits(wall_s=5.0, cpu_s=5, memory_mb=256, max_procs=32, output_bytes=4096, file_size_mb=8,
+                           call_memory_mb=300)
+    box = self.box(limits=limits)
+
+    files = ("memory.max", "memory.swap.max", "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "pids.max")
+
+    def cgroup_of_bwrap():  # {limit file: value} of the cgroups the host-side bubblewrap is in
+      for line in _processes_with(self.marker):
+        pid, cmdline = line.split(":", 1)
+        if cmdline.strip().startswith(sandbox_lib.BWRAP):
+          groups = [d for d in _call_cgroups() if pid in pathlib.Path(d, "cgroup.procs").read_text().split()]
+          return {name: pathlib.Path(d, name).read_text().strip() for d in groups for name in files
+                  if os.path.exists(os.path.join(d, name))} or None
+      return None
+
+    r, limits_seen = self.while_running(box, f"sleep 1 # {self.marker}", cgroup_of_bwrap)
+    self.assertTrue(r.ok, r)
+    self.assertEqual(r.oom_kills, 0)
+    call_bytes = str(300 << 20)
+    if sandbox_lib.containment().cgroup == cgroup_lib.Version.V2:
+      want, swap = {"memory.max": call_bytes, "pids.max": "33"}, {"memory.swap.max": "0"}
+    else:
+      want, swap = {"memory.limit_in_bytes": call_bytes, "pids.max": "33"}, {"memory.memsw.limit_in_bytes": call_bytes}
+    want.update({k: v for k, v in swap.items() if k in limits_seen})  # the swap file exists where swap is accounted
+    self.assertEqual({k: v for k, v in limits_seen.items() if k in files}, want)
+    self.assertEqual(_call_cgroups(), [])  # removed right after the call
+
+  def test_children_under_the_process_cap_but_together_over_the_call_cap_are_killed(self):
+    # Each child holds 100 MiB, well under the 256 MiB address space each may have; four of them (and four
+    # interpreters) are over the call's 300 MiB.
+    limits = SandboxLimits(wall_s=20.0, cpu_s=10, memory_mb=256, max_procs=32, output_bytes=4096, file_size_mb=8,
+                           call_memory_mb=300)
+    hold = "import time; x = b'1' * (100 << 20); print('held', flush=True); time.sleep(2.5)"
+    script = (f"import subprocess\nps = [subprocess.Popen(['python3', '-c', {hold!r}]) for _ in range(4)]\n"
+              "print([p.wait() for p in ps])\n")
+    r = self.box({"hog.py": script}, limits).run("python3 hog.py")
+    self.assertFalse(r.timed_out, r)
+    self.assertGreaterEqual(r.oom_kills, 1, r)
+    alone = self.box(limits=limits).run(f"python3 -c {shlex.quote(hold)}")
+    self.assertTrue(alone.ok, alone)  # one of them alone fits: the call's total, not a process, was the limit
+    self.assertEqual(alone.oom_kills, 0)
+
+  def test_fork_bomb_stops_at_the_calls_pids_limit_without_the_namespace_rlimit(self):
+    # bubblewrap's init is exempt from the RLIMIT_NPROC set inside; played here by not setting that rlimit for the
+    # whole container: the cgroup alone must stop the bomb at max_procs.
+    real_argv = Sandbox._argv
+
+    def without_nproc(box, *args):
+      return [("--core=0" if a.startswith("--nproc=") else a) for a in real_argv(box, *args)]
+
+    script = ("import subprocess\nps = []\ntry:\n  for _ in range(200):\n"
+              "    ps.append(subprocess.Popen(['sleep', '30']))\nexcept OSError:\n  pass\nprint(len(ps))\n")
+    with mock.patch.object(Sandbox, "_argv", without_nproc):
+      r = self.box({"bomb.py": script}).run(f"python3 bomb.py # {self.marker}")
+    self.assertTrue(r.ok, r)
+    # bwrap, its init, sh and python use 4 of max_procs + 1 (a stray helper thread or two aside); without the
+    # cgroup all 200 would start.
+    self.assertBetween(int(r.stdout), FAST.max_procs + 1 - 6, FAST.max_procs + 1 - 4)
+    self.assertEqual(_call_cgroups(), [])
+
+  def test_shell_fork_bomb_and_a_timeout_leave_no_cgroup(self):
+    box = self.box({f"{self.marker}.sh": "bomb() { bomb | bomb & }; bomb; sleep 2\n"})
+    r = box.run(f"sh {self.marker}.sh", timeout_s=2)
+    self.assertIn("fork", r.stderr.lower())
+    for command in ("true", "exit 3", f"sleep 100 & sleep 5 # {self.marker}"):
+      box.run(command, timeout_s=0.5)
+    self.assertEqual(_call_cgroups(), [])
+
+  def test_without_a_cgroup_calls_still_run_and_make_none(self):
+    fallback = sandbox_lib.Containment(cgroup=None, disk=sandbox_lib.DiskBound.AFTER_CALL, missing=("forced",))
+    with mock.patch.dict(sandbox_lib._containments, {os.geteuid(): (fallback, None)}):
+      box = self.box()
+      self.assertFalse(os.path.ismount(box.workdir))  # no tmpfs either: the post-call check is what holds then
+      seen = []
+      watcher = threading.Thread(target=lambda: [seen.extend(_call_cgroups()) for _ in range(50)])
+      watcher.start()
+      r = box.run("sleep 0.3; echo ok")
+      watcher.join()
+    self.assertEqual((r.stdout, r.oom_kills, seen), ("ok\n", 0, []))
+
+
+class WorkdirDiskTest(SandboxTestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.require_tmpfs()
+
+  def test_writes_past_the_workdir_cap_fail_with_enospc_during_the_call(self):
+    limits = SandboxLimits(wall_s=10.0, cpu_s=5, memory_mb=256, max_procs=32, output_bytes=4096, file_size_mb=8,
+                           workdir_mb=4)
+    box = self.box({"keep.txt": "kept"}, limits)
+    script = ("import errno, os\nfor i in range(100):\n  try:\n    with open(f'f{i}', 'wb') as f:\n"
+              "      f.write(b'x' * (256 << 10))\n  except OSError as e:\n"
+              "    print(i, errno.errorcode[e.errno]); break\n")
+    r = box.run(f"python3 -c {shlex.quote(script)}")
+    self.assertTrue(r.ok, r)
+    written, code = r.stdout.split()
+    self.assertEqual(code, "ENOSPC")
+    self.assertLess(int(written), 16)  # 16 x 256 KiB = 4 MiB
+    size, _ = box.usage()
+    self.assertLessEqual(size, limits.workdir_mb << 20)  # the host never held more than the cap
+    with self.assertRaisesRegex(OSError, "No space left"):
+      box.write_file("host_side.bin", b"y" * (1 << 20))  # the host's own writes meet the same cap
+    self.assertEqual(box.run("cat keep.txt && rm f* && head -c 1000000 /dev/zero > again && echo ok").stdout,
+                     "keptok\n")  # the repository persists across calls, and freed space is free again
+
+  def test_the_episode_caps_size_the_workdir_so_one_call_cannot_flood_the_host(self):
+    env = env_lib.CodingEnv(env_lib.EnvConfig(max_workdir_bytes=2 << 20, max_workdir_entries=100))
+    self.addCleanup(env.close)
+    env.reset(CodingTask(task_id="flood", prompt="p", files={"a.py": "A = 1\n"},
+                         hidden_tests={"test_a.py": "def test_a():\n  pass\n"}))
+    box = env._sandbox
+    self.assertEqual((box.limits.workdir_mb, box.limits.workdir_entries), (3, 116))  # the caps and a little slack
+    r = box.run("for i in $(seq 320); do head -c 1000000 /dev/zero > f$i || exit 7; done")
+    self.assertEqual(r.exit_code, 7, r)
+    self.assertIn("No space left on device", r.stderr)
+    self.assertLessEqual(box.usage()[0], 3 << 20)  # 320 MB asked for; the host held at most the cap and its slack
+
+  def test_entries_past_the_cap_fail_with_enospc(self):
+    limits = SandboxLimits(wall_s=10.0, cpu_s=5, memory_mb=256, max_procs=32, output_bytes=4096, file_size_mb=8,
+                           workdir_entries=50)
+    box = self.box({"a.txt": "x"}, limits)
+    r = box.run("for i in $(seq 100); do : > f$i || break; done; echo $i")
+    self.assertIn("No space left on device", r.stderr)
+    self.assertEqual(box.usage()[1], 50)
+
+  def test_starting_files_that_do_not_fit_are_refused_in_one_sentence(self):
+    limits = SandboxLimits(workdir_mb=1)
+    roots, mkdtemp = [], tempfile.mkdtemp
+
+    def recording_mkdtemp(*args, **kwargs):
+      roots.append(mkdtemp(*args, **kwargs))
+      return roots[-1]
+
+    with mock.patch.object(tempfile, "mkdtemp", recording_mkdtemp), \
+        self.assertRaisesRegex(ValueError, r"do not fit the workdir \(1 MiB.*raise SandboxLimits.workdir_mb"):
+      Sandbox({"big.bin": b"z" * (2 << 20)}, limits)
+    self.assertLen(roots, 1)
+    self.assertNotIn(os.path.join(roots[0], "work"), _workdir_mounts())  # nothing left mounted
+    self.assertFalse(os.path.exists(roots[0]))
+
+  def test_close_unmounts_the_workdir(self):
+    box = Sandbox({"a.txt": "x"}, FAST)
+    workdir = str(box.workdir)
+    self.assertIn(workdir, _workdir_mounts())
+    box.run("mkdir -p d && chmod 000 d")
+    box.close()
+    self.assertNotIn(workdir, _workdir_mounts())
+    self.assertFalse(os.path.exists(workdir))
+
+  def test_the_workdir_of_a_killed_process_is_reaped_by_the_next(self):
+    # A process SIGKILLed before close() (an actor killed mid-episode) leaves its tmpfs mounted: host memory.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from c2jax.envs.sandbox import Sandbox; "
+         "box = Sandbox({'a.txt': 'x' * 100000}); print(box.workdir, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(_ROOT)})
+    self.addCleanup(lambda: child.poll() is None and child.kill())
+    workdir = child.stdout.readline().strip()
+    self.assertIn(workdir, _workdir_mounts())
+    mine = Sandbox({"b.txt": "y"}, FAST)  # a live owner's workdir is never touched
+    self.addCleanup(mine.close)
+    self.assertEqual(sandbox_lib.reap_stale_workdirs(), 0)  # its owner still lives
+    child.kill()
+    child.wait()
+    self.assertGreaterEqual(sandbox_lib.reap_stale_workdirs(), 1)
+    self.assertNotIn(workdir, _workdir_mounts())
+    self.assertFalse(os.path.exists(os.path.dirname(workdir)))
+    self.assertIn(str(mine.workdir), _workdir_mounts())
+    self.assertEqual(mine.run("cat b.txt").stdout, "y")
+
+
 class UnavailableTest(absltest.TestCase):
 
   def test_missing_bwrap_refuses_with_one_sentence(self):
@@ -403,8 +836,8 @@ class UnavailableTest(absltest.TestCase):
       self.skipTest(_unavailable_reason())
     real_argv = Sandbox._argv
 
-    def broken_argv(box, command, status_fd):  # as an older bubblewrap would answer
-      argv = real_argv(box, command, status_fd)
+    def broken_argv(box, *args):  # as an older bubblewrap would answer
+      argv = real_argv(box, *args)
       return argv[:1] + ["--no-such-option"] + argv[1:]
 
     with mock.patch.object(sandbox_lib, "_probed", set()), mock.patch.object(Sandbox, "_argv", broken_argv):
@@ -486,21 +919,27 @@ class RemoveTreeTest(absltest.TestCase):
     os.chmod(base, 0o755)
     os.chown(base, 65534, 65534)  # nobody owns the tree's parent too, as the host user owns the sandbox's root
     tree = os.path.join(base, "tree")
-    # sandbox.py alone (stdlib only), loaded by path: nobody may not reach this venv's interpreter or packages.
-    script = ("import importlib.util, os, pathlib, sys\n"
-              "spec = importlib.util.spec_from_file_location('sandbox', sys.argv[2])\n"
-              "mod = sys.modules['sandbox'] = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(mod)\n"
+    # sandbox.py and its two stdlib-only siblings, loaded by path under empty stand-ins for their packages: nobody
+    # may not reach this venv's interpreter or packages.
+    script = ("import importlib.util, os, pathlib, sys, types\n"
+              "for name in ('c2jax', 'c2jax.envs'): sys.modules[name] = types.ModuleType(name)\n"
+              "def load(name):\n"
+              "  spec = importlib.util.spec_from_file_location(f'c2jax.envs.{name}', f'{sys.argv[2]}/{name}.py')\n"
+              "  m = sys.modules[spec.name] = importlib.util.module_from_spec(spec)\n"
+              "  spec.loader.exec_module(m)\n  return m\n"
+              "load('seccomp'); load('cgroup'); mod = load('sandbox')\n"
               "t = sys.argv[1]\n"
               "os.makedirs(t + '/d/e'); open(t + '/d/e/f', 'w').close(); os.makedirs(t + '/g')\n"
               "for d in ('/d/e', '/d', '/g'): os.chmod(t + d, 0)\nfds = len(os.listdir('/proc/self/fd'))\n"
               "mod._remove_tree(pathlib.Path(t))\nprint(os.path.exists(t), len(os.listdir('/proc/self/fd')) - fds)\n")
     os.makedirs(tree)
     os.chown(tree, 65534, 65534)
-    source = os.path.join(base, "sandbox.py")
-    shutil.copy(sandbox_lib.__file__, source)
-    os.chmod(source, 0o644)
+    for name in ("sandbox", "seccomp", "cgroup"):
+      source = os.path.join(base, f"{name}.py")
+      shutil.copy(os.path.join(os.path.dirname(sandbox_lib.__file__), f"{name}.py"), source)
+      os.chmod(source, 0o644)
     try:
-      r = subprocess.run(["/usr/bin/python3", "-I", "-c", script, tree, source], capture_output=True, text=True,
+      r = subprocess.run(["/usr/bin/python3", "-I", "-c", script, tree, base], capture_output=True, text=True,
                          timeout=60, cwd=base, env={"PATH": "/usr/bin:/bin"}, user=65534, group=65534,
                          extra_groups=[])
     except (OSError, subprocess.SubprocessError) as e:
