@@ -60,7 +60,10 @@ SandboxUnavailable too, never passes for the command's own failure.
 Host-side file access (`read_file`, `write_file`, ...) is confined to `workdir`: paths are relative POSIX paths
 without '..', and a path whose resolution (symlinks followed) leaves `workdir` is refused, as is anything but a
 regular file (a FIFO the command made would block the host's open forever). Inside the container a symlink to a
-host path sees only the container's view of that path.
+host path sees only the container's view of that path. The host's walks of the whole tree (`list_files`, `files`,
+`usage`, `close`) go from directory fd to directory fd, no symlink followed, without recursion: a tree nested
+thousands deep, entries vanishing mid-walk, or a directory swapped for a symlink to a host directory while the host
+reads neither crash nor mislead them.
 
 A `SandboxPool` runs many sandboxed calls at once on a bounded number of threads (the work is in subprocesses).
 
@@ -80,11 +83,9 @@ import glob
 import json
 import os
 import pathlib
-import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -102,6 +103,7 @@ _INSIDE_UID = 1000
 _NOBODY = 65534
 _WORK = "/work"
 _PATH = "/opt/c2jax/bin:/usr/bin:/bin"
+_PATH_MAX = 4096  # Linux's PATH_MAX: the longest path the host can open by name
 _KILL_GRACE_S = 5.0  # how long readers may take to see EOF once the container is dead
 # What the availability probe runs in a real container: the interpreter every task needs, isolated as grep runs it.
 _PROBE_COMMAND = "python3 -I -c pass"
@@ -506,6 +508,81 @@ def _open_regular(path: pathlib.Path, flags: int, shown: str) -> int:
   return fd
 
 
+class _Visit(enum.Enum):
+  """What a `_walk` visitor wants next."""
+
+  DESCEND = "descend"  # into this directory (ignored for anything else)
+  SKIP = "skip"  # not into it
+  STOP = "stop"  # end the walk here
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _walk(root: pathlib.Path, visit: Callable[[list[str], str, os.stat_result, int], _Visit],
+          leave: Callable[[list[str], str, int], None] | None = None, open_up: bool = False) -> None:
+  """Visits every entry under `root` (parents first), symlinks never followed, without recursion, two fds open.
+
+  The sandboxed code shapes this tree: it may nest directories thousands deep (a recursive walk overflows
+  Python's stack, a full path passes PATH_MAX), swap a directory for a symlink while the host walks, or take the
+  permissions off a directory. So every step is relative to the open directory's fd, each component opened with
+  O_NOFOLLOW, and the walk climbs back through ".." instead of holding one fd per level (a deep tree would exhaust
+  the host's fds). ".." never leaves the workdir: the sandbox cannot rename a directory across the mount of /work.
+
+  Args:
+    root: the directory to walk (opened without following a symlink).
+    visit: called with (parent's components, name, lstat, parent's fd) per entry; the fd is valid only then.
+    leave: called with (parent's components, name, parent's fd) once a directory's entries are all visited.
+    open_up: a directory without permissions for the caller is given mode 0700 to be entered.
+  """
+  fd = os.open(root, _DIR_FLAGS)
+  parts: list[str] = []
+  stack = [iter(os.listdir(fd))]
+  try:
+    while stack:
+      name = next(stack[-1], None)
+      if name is None:
+        stack.pop()
+        if stack:
+          up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+          os.close(fd)
+          fd = up
+          left = parts.pop()
+          if leave is not None:
+            leave(parts, left, fd)
+        continue
+      try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+      except FileNotFoundError:
+        continue
+      what = visit(parts, name, st, fd)
+      if what == _Visit.STOP:
+        return
+      if what != _Visit.DESCEND or not stat.S_ISDIR(st.st_mode):
+        continue
+      try:
+        try:
+          child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except PermissionError:
+          if not open_up:
+            raise
+          os.chmod(name, 0o700, dir_fd=fd)  # lstat-checked as a directory just above
+          child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        try:
+          names = os.listdir(child)
+        except BaseException:
+          os.close(child)
+          raise
+      except OSError:
+        continue  # gone, turned into a symlink meanwhile, or unreadable: not entered
+      os.close(fd)
+      fd = child
+      parts.append(name)
+      stack.append(iter(names))
+  finally:
+    os.close(fd)
+
+
 class _CappedOutput:
   """Bytes of one stream, at most `cap` kept: while it fits, all of it; past that, its first and last halves."""
 
@@ -858,55 +935,71 @@ class Sandbox:
     os.unlink(target)
 
   def list_files(self) -> list[str]:
-    """Relative POSIX paths of the workdir's regular files, sorted; symlinks are neither listed nor followed."""
-    root = self._workdir
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not descend into symlinked directories
-      dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-      for name in filenames:
-        full = os.path.join(dirpath, name)
-        if stat.S_ISREG(os.lstat(full).st_mode):
-          found.append(pathlib.Path(full).relative_to(root).as_posix())
-    return sorted(found)
+    """Relative POSIX paths of the workdir's regular files, sorted; symlinks are neither listed nor followed.
+
+    Paths longer than PATH_MAX (4096 bytes) are not listed: no repository needs one, and the host could not open
+    them by name. Names need not be UTF-8 (undecodable bytes come back as surrogate escapes, as os.listdir does).
+    """
+    return sorted(rel for rel, _ in self._regular_files(read=False))
 
   def files(self) -> dict[str, str]:
-    """The workdir's UTF-8 text files (path -> content), e.g. for grading and diffs; binary files are skipped."""
+    """The workdir's UTF-8 text files (path -> content), e.g. for grading and diffs; binary files, and files whose
+    path is not UTF-8, are skipped."""
     texts = {}
-    for path in self.list_files():
+    for rel, data in self._regular_files(read=True):
       try:
-        with os.fdopen(_open_regular(self._workdir / path, os.O_RDONLY, path), "rb") as f:
-          texts[path] = f.read().decode()
-      except (UnicodeDecodeError, OSError, SandboxPathError):
+        rel.encode()
+        texts[rel] = data.decode()
+      except UnicodeError:
         continue
-    return texts
+    return dict(sorted(texts.items()))
+
+  def _regular_files(self, read: bool) -> list[tuple[str, bytes]]:
+    """(relative path, content if `read` else b"") of every regular file, each opened relative to its directory's
+    fd without following a symlink, so a directory swapped for a symlink meanwhile leads nowhere outside."""
+    found = []
+
+    def visit(parts: list[str], name: str, st: os.stat_result, dir_fd: int) -> _Visit:
+      rel = "/".join([*parts, name])
+      if len(os.fsencode(rel)) + len(os.fsencode(str(self._workdir))) >= _PATH_MAX:
+        return _Visit.SKIP  # and nothing below it
+      if stat.S_ISDIR(st.st_mode):
+        return _Visit.DESCEND
+      if stat.S_ISREG(st.st_mode):
+        if not read:
+          found.append((rel, b""))
+          return _Visit.SKIP
+        try:
+          fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+          return _Visit.SKIP
+        with os.fdopen(fd, "rb") as f:
+          if stat.S_ISREG(os.fstat(fd).st_mode):  # still the regular file that was listed
+            found.append((rel, f.read()))
+      return _Visit.SKIP
+
+    _walk(self._workdir, visit)
+    return found
 
   def usage(self, max_bytes: int | None = None, max_entries: int | None = None) -> tuple[int, int]:
     """(bytes of regular files, entries of any kind) in the workdir, symlinks not followed.
 
     Counting stops as soon as either count passes its cap (when given), so measuring a workdir flooded with files
     costs no more than the caps; the counts returned are then just past the cap. A directory the sandboxed code
-    made unreadable is opened up (mode 0700) to be counted.
+    made unreadable is opened up (mode 0700) to be counted; however deep the tree, it is counted whole.
     """
-    total_bytes = total_entries = 0
-    pending = [str(self._workdir)]
-    while pending:
-      directory = pending.pop()
-      try:
-        entries = list(os.scandir(directory))
-      except PermissionError:
-        os.chmod(directory, 0o700)  # lstat-checked as a directory by the caller (or the workdir itself)
-        entries = list(os.scandir(directory))
-      for entry in entries:
-        total_entries += 1
-        st = entry.stat(follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-          pending.append(entry.path)
-        elif stat.S_ISREG(st.st_mode):
-          total_bytes += st.st_size
-        if (max_bytes is not None and total_bytes > max_bytes) or (
-            max_entries is not None and total_entries > max_entries):
-          return total_bytes, total_entries
-    return total_bytes, total_entries
+    totals = [0, 0]
+
+    def visit(parts: list[str], name: str, st: os.stat_result, dir_fd: int) -> _Visit:
+      totals[1] += 1
+      if stat.S_ISREG(st.st_mode):
+        totals[0] += st.st_size
+      if (max_bytes is not None and totals[0] > max_bytes) or (max_entries is not None and totals[1] > max_entries):
+        return _Visit.STOP
+      return _Visit.DESCEND
+
+    _walk(self._workdir, visit, open_up=True)
+    return totals[0], totals[1]
 
   # -- lifetime ---------------------------------------------------------------------------------------------------
 
@@ -939,11 +1032,12 @@ def _call_memory_mb(lim: SandboxLimits) -> int:
 
 
 def _remove_tree(root: pathlib.Path) -> None:
-  """Deletes `root` even where the sandboxed code left directories without permissions (mode 000, 0555).
+  """Deletes `root` even where the sandboxed code left directories without permissions (mode 000, 0555), nested
+  them thousands deep, or named them with bytes that are not UTF-8.
 
-  Every directory is opened up (0700) top-down first: a non-root owner can neither list nor empty a directory
-  without r/w/x on it, and rmtree's error handler comes too late for the directories below. Symlinks are never
-  followed (a chmod through one would change a host directory).
+  Every directory is opened up (0700) before it is entered: a non-root owner can neither list nor empty a
+  directory without r/w/x on it. `_walk` follows no symlink (a chmod or unlink through one would change a host
+  directory) and needs neither recursion nor one fd per level. What cannot be removed is left in place, silently.
   """
   if not os.path.lexists(root):
     return
@@ -951,23 +1045,30 @@ def _remove_tree(root: pathlib.Path) -> None:
     os.chmod(root, 0o700)
   except OSError:
     pass
-  for dirpath, dirnames, _ in os.walk(root, onerror=lambda e: None):  # top-down: fixed before it descends
-    for name in dirnames:
-      path = os.path.join(dirpath, name)
-      try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-          os.chmod(path, 0o700)
-      except OSError:
-        pass
 
-  def ignore(*_: Any) -> None:
-    # Nothing is retried here: retrying the failed call (rmtree's os.open included) would leak what it opens.
+  def visit(parts: list[str], name: str, st: os.stat_result, dir_fd: int) -> _Visit:
+    if stat.S_ISDIR(st.st_mode):
+      return _Visit.DESCEND
+    try:
+      os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+      pass
+    return _Visit.SKIP
+
+  def leave(parts: list[str], name: str, dir_fd: int) -> None:
+    try:
+      os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+      pass
+
+  try:
+    _walk(root, visit, leave, open_up=True)
+  except OSError:
+    pass  # the root itself is unreadable or gone
+  try:
+    os.rmdir(root)
+  except OSError:
     pass
-
-  if sys.version_info >= (3, 12):
-    shutil.rmtree(root, onexc=ignore)  # onerror is deprecated from 3.12 on
-  else:
-    shutil.rmtree(root, onerror=ignore)
 
 
 class SandboxPool:
