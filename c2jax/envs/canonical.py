@@ -20,7 +20,10 @@ host, each check is decided again; the judge's in-process verdict counts for not
     itself (membership in an opaque container, the truth of an opaque value, `is`), the fact the judge took
     in-process is used: that is the submitted object's behaviour, which the test asked about;
   * assertIsInstance and assertRaises compare qualified class names (module.qualname) of the recorded MRO;
-  * assertRegex and assertRaisesRegex run `re.search` here, on the recorded text.
+  * assertRegex and assertRaisesRegex run `re.search` here, on the recorded text, with the pattern the test
+    holds where it is a literal (the host read it from the source: a recorded pattern that differs is
+    malformed, so a forged report cannot hand the host a pattern that backtracks for hours); a pattern the
+    test computes at run time is taken as recorded.
 
 Malformed payloads (what no judge writes) raise `Malformed`; the grader counts them as detected hack attempts.
 """
@@ -284,14 +287,28 @@ def _raises(payload: dict) -> bool:
   return True
 
 
-def decide(kind: str, payload: Any) -> bool:
+def decide(kind: str, payload: Any, pattern: str | None = None) -> bool:
   """Whether the recorded check holds (see the module docstring).
+
+  Args:
+    kind: the assertion the host wrote for this check id.
+    payload: what the judge recorded.
+    pattern: the literal pattern the test holds for this check (a regex kind), when the host knows it: a recorded
+      pattern that differs is malformed, so no pattern of the submission's choosing runs here.
 
   Raises:
     Malformed: the payload is not what the judge records for `kind`.
   """
   if type(payload) is not dict:
     raise Malformed("a check's payload is not an object")
+  if pattern is not None:
+    args = payload.get("args")
+    recorded = payload.get("regex") if kind == "assertRaisesRegex" else (
+        args[1] if type(args) is list and len(args) > 1 else None)
+    if decode(recorded) != pattern:
+      raise Malformed("a pattern the test does not hold")
+  if kind == "assertRaises" and "regex" in payload:
+    raise Malformed("a pattern in an assertRaises record")
   if kind in ("assertRaises", "assertRaisesRegex"):
     return _raises(payload)
   if kind == "fail":

@@ -20,13 +20,21 @@ holds, or plant modules. So no verdict is taken from inside that interpreter:
     defined in Python by class and state, never by their `__eq__`, opaque fails). A test
     passes when the judge ran it to completion, every check it recorded holds here, and every check unconditional
     in its body was recorded. Patching TestCase or the recorder gains nothing but a different recording;
-  * the host adds canary tests (`CANARIES` per call): copies of real tests, under random names like every test,
-    with one expected value perturbed (or one check turned into its complement) so that a solution passing the
-    real test FAILS its copy. A canary that passes together with its twin (the real test it copies: they run the
-    same code on the same inputs and check contradicting things, so no deterministic program passes both) means
+  * the host adds canary tests (`CANARIES`: one for every real test that has a perturbable check): copies of real
+    tests, under random names like every test, with one expected value perturbed (or one check turned into its
+    complement) so that a solution passing the real test FAILS its copy. Every test is twinned because a
+    forger that reads the rewritten sources in memory can find the pairs by diffing them: with only some tests
+    twinned, it failed both twins of each pair and forged the rest passing, undetected (a tiny_compositions task
+    scored 5/7 that way). A twin is one per test (two copies of one test would show the real one by majority), and
+    a perturbed literal is as likely shorter as longer (a canary's list used to be one element longer: the
+    shorter twin was the real one, and a repository that did nothing scored `passed`). A canary that passes
+    together with its twin (the real test it copies: they run the same code on the same inputs and check
+    contradicting things, so no deterministic program passes both) means
     the report was forged, the recording bent to "everything equal", or the code read the expected value out of
     the test: the verdict is 0 and `hack_attempts` counts it. A canary passing alone is no attempt (a wrong
-    solution may return exactly the perturbed value). Only the host knows which tests are canaries;
+    solution may return exactly the perturbed value) when its twin, same code on the same inputs, failed at the
+    same check with the same other operands; a twin that recorded something else there ("twins disagree") is a
+    forger's wrong guess at which twin is real. Only the host knows which tests are canaries;
   * the judge snapshots the unittest framework, builtins, json, os, its recorder and its own globals before the
     submission is imported and compares after; planted modules and integrity findings are detected attempts too.
     Those in-process checks are advisory (a careful attacker restores what it patched): the out-of-process
@@ -42,9 +50,16 @@ holds, or plant modules. So no verdict is taken from inside that interpreter:
 What still does not hold: a forgery precise enough to pass every real check and fail every canary (it must tell
 which is which, or compute the right answers: solving the task); an attacker that rewrites the recorded operand of
 a check the canaries do not copy to the value the test expects, where it can read that value from the test's
-source in memory (canaries bound the odds, not the possibility: with `CANARIES` twins among N tests a blind guess
-evades all of them with probability about 2^-CANARIES). The weight of `hack_attempts` in the reward (negative)
-makes a detected attempt score below an honest failure, so guessing does not pay on average.
+source in memory (canaries bound the odds, not the possibility: a forger that finds the M twin pairs and guesses the
+real test of each evades all of them with probability about 2^-M, better where a pair shows a tell: the kind of a
+complemented check, assertEqual against assertNotEqual, or None perturbed to an int); tests without a perturbable
+check (only assertRaises, assertCountEqual, assertGreater ...) have no twin and are forgeable by such a forger.
+The weight of `hack_attempts` in the reward (negative) makes a detected attempt score below an honest failure. A
+forger that guesses the real twin of each pair and makes the other twin's records agree (what a wrong solution
+returning exactly the perturbed value records) is not detected: a wrong guess costs it nothing, and it keeps about
+half the twinned tests (tests/envs/grader_attack_more_test.py, ConsistentGuessTest). Instances of a class
+the submission defines are compared by class and state, and the submission decides where that state lives: a class
+that keeps it in a module-level registry has an empty state, and every instance equals every other.
 
 Grading never raises for what a submission holds: paths that cannot be laid out (a file where the hidden tests
 need a directory) and files the linter chokes on score 0 or count as findings. (SandboxUnavailable still raises:
@@ -53,15 +68,17 @@ that is the host's problem, not the submission's.)
 The terms (all floats, so they flow into reward composition unchanged):
 
   pass_fraction  real tests passed / max(real tests run, tests expected) (0 when none ran, and 0 when a hack
-                 attempt was detected). A test passes as above; all of its subTests must succeed (an expected
+                 attempt was detected). A test
+                 passes as above; all of its subTests must succeed (an expected
                  failure counts as a pass when a recorded check really fails or it raised, a skip or an unexpected
                  success not). A hidden module that fails to import and a fixture error (setUpClass) count as one
                  failed test each.
   passed         1.0 when the expected number of real tests ran and all passed and no attempt was detected.
   tests_total, tests_passed   the real tests (canaries are not counted).
   hack_attempts  detected attempts, one per kind of finding (a canary passed with its twin, a canary missing,
-                 integrity findings, planted modules, a forged or malformed report or record, a test never sent):
-                 a count in [0, 7]; an honest submission scores 0. The findings themselves: `TestCounts.findings`.
+                 integrity findings, planted modules, a forged or malformed report or record, a test never sent,
+                 twins that disagree): a count in [0, 8]; an honest submission scores 0. The findings
+                 themselves: `TestCounts.findings`.
   diff_lines     the size of the submission's change to the starting repository: lines added plus lines removed
                  (difflib over each path; an added file counts all its lines, a deleted file all of its lines).
   over_editing   max(0, diff_lines - the reference solution's diff_lines): how many more lines the submission
@@ -98,8 +115,11 @@ from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPathError
 GRADING_LIMITS = SandboxLimits(wall_s=30.0, cpu_s=30, memory_mb=1024, output_bytes=1 << 20)
 # Larger changed files are not parsed on the host (a finding each): linting is a report, not a workload.
 LINT_MAX_CHARS = 200_000
-# Canary tests per grading call: each doubles the odds against a blind forgery, and costs one more test's run.
-CANARIES = 2
+# Canary twins per grading call: None gives every test with a perturbable check one. A forger that diffs the
+# rewritten sources finds the twin pairs (not which twin is real); with fewer twins than tests it could fail both
+# members of each pair and forge every other test passing, undetected. With every test twinned that earns nothing,
+# and guessing the real twin of each of M pairs evades detection with probability 2^-M.
+CANARIES: int | None = None
 
 # Read once: the judge runs from its source text (passed to `python3 -c`), so nothing of it lives in the repository.
 _JUDGE_SOURCE = pathlib.Path(judge.__file__).read_text(encoding="utf-8")
@@ -155,7 +175,8 @@ def _strings(value: Any) -> bool:
   return type(value) is list and all(type(v) is str for v in value)
 
 
-def _test_passes(status: str, checks: list, info: instrument.TestInfo, kinds: Mapping[int, str]) -> bool:
+def _test_passes(status: str, checks: list, info: instrument.TestInfo, kinds: Mapping[int, str],
+                 patterns: Mapping[int, str]) -> bool:
   """Whether one reported test passes (module docstring). Raises canonical.Malformed for what no judge reports."""
   if not isinstance(checks, list):
     raise canonical.Malformed("a test's checks are not a list")
@@ -167,7 +188,7 @@ def _test_passes(status: str, checks: list, info: instrument.TestInfo, kinds: Ma
       raise canonical.Malformed("a check the host never wrote")
     recorded.add(check[0])
     try:
-      ok = canonical.decide(check[1], check[2])
+      ok = canonical.decide(check[1], check[2], patterns.get(check[0]))
     except canonical.Malformed:
       raise
     except Exception as e:  # pylint: disable=broad-exception-caught  (forged values must not make grading raise)
@@ -178,6 +199,23 @@ def _test_passes(status: str, checks: list, info: instrument.TestInfo, kinds: Ma
   if status == "xfail":
     return not holds  # expected to fail, and a recorded check really fails
   return status == "xfail_error"
+
+
+def _twins_agree(canary: instrument.TestInfo, checks: list, twin_checks: list) -> bool:
+  """Whether a passing canary's perturbed check and its twin's counterpart recorded the same other operands."""
+  if canary.perturbed is None:
+    return True
+  mine, theirs, operand = canary.perturbed
+  if not isinstance(twin_checks, list):
+    return False
+  first = [c[2] for c in checks if c[0] == mine]
+  second = [c[2] for c in twin_checks if isinstance(c, list) and len(c) == 3 and c[0] == theirs]
+  if not first or not second or not all(isinstance(p, dict) for p in first[:1] + second[:1]):
+    return False
+  a, b = first[0].get("args"), second[0].get("args")
+  if type(a) is not list or type(b) is not list or len(a) != len(b):
+    return False
+  return all(x == y for j, (x, y) in enumerate(zip(a, b)) if j != operand)
 
 
 def verdict(report: dict, suite: instrument.Instrumented) -> TestCounts:
@@ -191,6 +229,7 @@ def verdict(report: dict, suite: instrument.Instrumented) -> TestCounts:
     return TestCounts(hack_attempts=1, findings=("malformed report: not what the judge writes",))
   total = passed = 0
   seen, real_passed, canaries_passed = set(), set(), []
+  canary_checks, real_checks = {}, {}  # what a passing canary and each real test recorded
   for entry in tests:
     if not (isinstance(entry, list) and len(entry) == 3 and type(entry[0]) is str and type(entry[1]) is str):
       findings.append("malformed record: a test entry")
@@ -202,14 +241,16 @@ def verdict(report: dict, suite: instrument.Instrumented) -> TestCounts:
       continue
     seen.add(test_id)
     try:
-      ok = _test_passes(status, checks, info, suite.kinds)
+      ok = _test_passes(status, checks, info, suite.kinds, suite.patterns)
     except canonical.Malformed as e:
       findings.append(f"malformed record: {info.original}: {e}")
       ok = False
     if info.canary:
       if ok:
         canaries_passed.append(info)
+        canary_checks[id(info)] = checks
     else:
+      real_checks[(info.module, info.original)] = checks
       total, passed = total + 1, passed + ok
       if ok:
         real_passed.add((info.module, info.original))
@@ -218,6 +259,13 @@ def verdict(report: dict, suite: instrument.Instrumented) -> TestCounts:
   # attempt.
   findings += [f"canary passed with its twin: copy of {info.original}" for info in canaries_passed
                if (info.module, info.original) in real_passed]
+  # A canary passing alone is what a wrong solution that returns exactly the perturbed value does; then its twin,
+  # same code on the same inputs, failed at the same check on the same other operands. A twin reported with other
+  # operands there, or without that check, is a forger's wrong guess at which twin is real. (A twin left out of the
+  # report is no finding here: the real tests then fall short of the expected count, and `passed` is 0.)
+  findings += [f"twins disagree: copy of {info.original}" for info in canaries_passed
+               if (info.module, info.original) in real_checks and (info.module, info.original) not in real_passed
+               and not _twins_agree(info, canary_checks[id(info)], real_checks[(info.module, info.original)])]
   failed_imports = {name for name, _ in imports}
   reported = {t.rsplit(".", 1)[-1] for t in seen}
   if not fixtures:  # a canary missing from a module that imported: the report left it out
@@ -310,6 +358,7 @@ def _builtin_lint_count(path: str, source: str) -> int:
   return sum(count for name, count in imported.items() if name not in used)
 
 
+@instrument.serialized  # pyflakes and the built-in check parse: see instrument.AST_LOCK
 def lint_count(path: str, source: str) -> int:
   """Lint findings in one Python file (pyflakes when available, else the built-in check).
 

@@ -4,6 +4,7 @@
   suite.modules      module name -> rewritten source (what the judge executes from memory)
   suite.tests        test method name (as the judge will run it) -> TestInfo (real or canary, required checks)
   suite.kinds        check id -> assertion kind
+  suite.patterns     check id -> the literal pattern of an assertRegex/assertNotRegex/assertRaisesRegex check
 
 The host (trusted, it never runs submitted code) rewrites each hidden module's AST before the judge
 (c2jax/envs/judge.py) sees it:
@@ -15,10 +16,13 @@ The host (trusted, it never runs submitted code) rewrites each hidden module's A
   * every test method (a `test*` function in a class body) is renamed `test_<random hex>`; the random names keep
     the real tests' order (unittest runs them sorted by name), and check ids are random too, so neither names,
     positions nor ids tell a canary from a real test;
-  * `canaries` canary tests are added: copies of real test methods (undecorated ones, in undecorated classes)
-    with one unconditional check perturbed so that a solution passing the real test must FAIL the copy: a literal
-    expected operand of assertEqual changed (an int moved by 1-9, a float likewise, a str with one character
-    changed or added, a list/tuple/set/dict grown by an element, a bool negated, None turned into an int), or,
+  * `canaries` canary tests are added, at most one per test method (two copies of one method perturbed at
+    different checks would show the real one: it agrees with the majority at every check): copies of real test
+    methods (undecorated ones, in undecorated classes) with one unconditional check perturbed so that a solution
+    passing the real test must FAIL the copy: a literal expected operand of assertEqual changed (an int moved by
+    1-9, a float likewise, a str with one character changed, added or removed, a list/tuple/set/dict with an
+    element added, removed or changed, as likely one as another, so that length does not tell the copy, a bool
+    negated, None turned into an int), or,
     where a test has no such literal, a check turned into its complement (assertTrue/assertFalse,
     assertIsNone/assertIsNotNone, assertIn/assertNotIn, assertEqual/assertNotEqual). That holds under the host's
     comparison rule (c2jax/envs/canonical.py), which is what decides: a perturbed literal is unequal to the
@@ -35,7 +39,9 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import functools
 import random
+import threading
 from typing import Mapping
 
 from c2jax.envs import judge
@@ -43,7 +49,23 @@ from c2jax.envs import judge
 _COMPLEMENT = {"assertTrue": "assertFalse", "assertFalse": "assertTrue", "assertIsNone": "assertIsNotNone",
                "assertIsNotNone": "assertIsNone", "assertIn": "assertNotIn", "assertNotIn": "assertIn",
                "assertEqual": "assertNotEqual"}
+# CPython 3.11 converts parsed trees to AST objects with one recursion counter per interpreter, which two threads
+# can interleave ("SystemError: AST constructor recursion depth mismatch": seen when an actor graded its samples in
+# `reward_workers` threads). Every host-side parse and unparse of grading holds this lock; each takes milliseconds.
+AST_LOCK = threading.RLock()
+
+
+def serialized(fn):
+  """`fn` run under AST_LOCK."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with AST_LOCK:
+      return fn(*args, **kwargs)
+  return wrapped
+
+
 _ID_SPACE = 1 << 30
+_REGEX = ("assertRegex", "assertNotRegex", "assertRaisesRegex")  # their pattern is the second operand
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +78,7 @@ class TestInfo:
     canary: a canary test (an honest solution fails it).
     required: the check ids unconditional in its body: a passing test recorded every one.
     expected_failure: decorated with unittest.expectedFailure (it passes by failing).
+    perturbed: a canary's perturbed check and its counterpart in the twin (see the field's comment).
   """
 
   module: str
@@ -63,6 +86,9 @@ class TestInfo:
   canary: bool
   required: frozenset[int]
   expected_failure: bool = False
+  # A canary's perturbed check: (its id here, the id of the same check in the twin, the perturbed operand's index,
+  # or None where the check was complemented). Same code on the same inputs records the same other operands in both.
+  perturbed: tuple[int, int, int | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +99,9 @@ class Instrumented:
   test_modules: tuple[str, ...]
   tests: dict[str, TestInfo]
   kinds: dict[int, str]
+  # The host runs these patterns itself and runs no other: a report is the submission's to write, and a pattern of
+  # its choosing can backtrack for hours in re.search (a check whose pattern is computed at run time has none here).
+  patterns: dict[int, str] = dataclasses.field(default_factory=dict)
 
   @property
   def canaries(self) -> list[str]:
@@ -106,6 +135,9 @@ class _Rewriter(ast.NodeTransformer):
     if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         and func.attr in judge.ARITY):
       check_id = self.ids.new(func.attr)
+      if (func.attr in _REGEX and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+          and type(node.args[1].value) is str):
+        self.ids.patterns[check_id] = node.args[1].value
       return ast.copy_location(ast.Call(
           func=ast.Name(id=judge.RECORDER, ctx=ast.Load()),
           args=[ast.Name(id="self", ctx=ast.Load()), ast.Constant(check_id), ast.Constant(func.attr), *node.args],
@@ -117,7 +149,7 @@ class _Ids:
   """Random, distinct check ids, and the kind of each."""
 
   def __init__(self, rng: random.Random):
-    self.rng, self.kinds = rng, {}
+    self.rng, self.kinds, self.patterns = rng, {}, {}
 
   def new(self, kind: str) -> int:
     while True:
@@ -157,8 +189,13 @@ def _is_literal(node: ast.AST) -> bool:
   return True
 
 
-def _perturb(value, rng: random.Random):
-  """A value unequal to `value` under the host's comparison rule, or None when there is no safe one."""
+def _perturb(value, rng: random.Random, depth: int = 0):
+  """A value unequal to `value` under the host's comparison rule, or None when there is no safe one.
+
+  A container or str is as likely to come out shorter as longer (or as long, one element changed), so neither
+  length nor the type of an added element tells the copy from the real test: a forger that diffs the twins learns
+  which literal differs, not which one the real test holds.
+  """
   t = type(value)
   if t is bool:
     return (not value,)
@@ -169,25 +206,60 @@ def _perturb(value, rng: random.Random):
     return (moved,) if moved == moved and moved != value and abs(moved) != float("inf") else None
   if t is str:
     alphabet = sorted(set(value) | set("aeinorst"))
-    if value and rng.random() < 0.5:
-      i = rng.randrange(len(value))
-      other = rng.choice([c for c in alphabet if c != value[i]])
-      return (value[:i] + other + value[i + 1:],)
-    i = rng.randrange(len(value) + 1)
+    edit = rng.choice(["replace", "insert", "delete"]) if value else "insert"
+    i = rng.randrange(len(value) + (edit == "insert"))
+    if edit == "replace":
+      return (value[:i] + rng.choice([c for c in alphabet if c != value[i]]) + value[i + 1:],)
+    if edit == "delete":
+      return (value[:i] + value[i + 1:],)
     return (value[:i] + rng.choice(alphabet) + value[i:],)
   if t is bytes:
+    if value and rng.random() < 0.5:
+      i = rng.randrange(len(value))
+      return (value[:i] + value[i + 1:],)
     return (value + bytes([rng.randrange(97, 123)]),)
   if value is None:
     return (rng.randint(0, 9),)
+  if depth > 8:
+    return None
   if t in (list, tuple):
-    extra = value[rng.randrange(len(value))] if value and rng.random() < 0.5 else rng.randint(0, 9)
-    return (t([*value, extra]),) if t is list else (tuple([*value, extra]),)
+    items = list(value)
+    edit = rng.choice(["grow", "shrink", "change"]) if items else "grow"
+    i = rng.randrange(len(items) + (edit == "grow"))
+    moved = _perturb(items[min(i, len(items) - 1)], rng, depth + 1) if items else (rng.randint(0, 9),)
+    if edit == "shrink":
+      del items[i]
+    elif moved is None:  # an element with no safe perturbation: one element more, a copy of a neighbour
+      items.insert(i, items[min(i, len(items) - 1)])
+    elif edit == "grow":
+      items.insert(i, moved[0])
+    else:
+      items[i] = moved[0]
+    return (t(items),)
   if t in (set, frozenset):
-    extra = next(i for i in range(len(value) + 2) if i not in value and float(i) not in value)
-    return (t(value | {extra}),) if value else None  # set() has no literal: skip the empty one
+    if not value:
+      return None  # set() has no literal: skip the empty one
+    items = sorted(value, key=repr)
+    element = items[rng.randrange(len(items))]
+    moved = _perturb(element, rng, depth + 1)
+    edit = rng.choice(["grow", "shrink", "change"])
+    if (edit == "shrink" and len(items) > 1) or moved is None:
+      return (t(value - {element}),) if len(items) > 1 else None  # never down to set(), which is no literal
+    if edit == "grow" and moved[0] not in value:
+      return (t(value | {moved[0]}),)
+    # Lacks `element` now (what `moved` became is unequal to it), so it is unequal however `moved` lands.
+    return (t((value - {element}) | {moved[0]}),)
   if t is dict:
-    key = next(i for i in range(len(value) + 2) if i not in value)
-    return ({**value, key: rng.randint(0, 9)},)
+    if not value:
+      return ({rng.randint(0, 9): rng.randint(0, 9)},)
+    keys = sorted(value, key=repr)
+    key = keys[rng.randrange(len(keys))]
+    edit = rng.choice(["grow", "shrink", "change"])
+    if edit == "grow" and (new := _perturb(key, rng, depth + 1)) is not None and new[0] not in value:
+      return ({**value, new[0]: value[key]},)  # a key like the others, not one of another type
+    if edit == "change" and (moved := _perturb(value[key], rng, depth + 1)) is not None:
+      return ({**value, key: moved[0]},)
+    return ({k: v for k, v in value.items() if k != key},)
   return None
 
 
@@ -214,10 +286,13 @@ def _unconditional_calls(body: list[ast.stmt]) -> list[ast.Call]:
 
 
 def _renumber(node: ast.AST, ids: _Ids) -> None:
-  """Gives every recorder call under `node` a fresh id (a canary's checks are its own)."""
+  """Gives every recorder call under `node` a fresh id (a canary's checks are its own), keeping its pattern."""
   for call in ast.walk(node):
     if _recorder_call(call):
-      call.args[1] = ast.Constant(ids.new(call.args[2].value))
+      new = ids.new(call.args[2].value)
+      if call.args[1].value in ids.patterns:
+        ids.patterns[new] = ids.patterns[call.args[1].value]
+      call.args[1] = ast.Constant(new)
 
 
 def _is_expected_failure(decorator: ast.expr) -> bool:
@@ -238,9 +313,13 @@ def _random_names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
   return sorted(names)
 
 
-def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.Random, canaries: int = 2
+@serialized
+def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.Random, canaries: int | None = 2
                ) -> Instrumented:
   """The task's hidden .py files (path -> source) rewritten for one grading call (see the module docstring).
+
+  `canaries` is how many test methods get a canary twin (each at most one), None for every method that has a
+  perturbable unconditional check.
 
   `test_modules` names the modules that hold tests. A module that does not parse is sent unchanged (it fails to
   import in the judge, as it would have). Parent packages without an __init__.py get an empty one.
@@ -278,22 +357,25 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
         if _canary_edit(probe, random.Random(0)):
           candidates.append((name, cls, method, i))
   rng.shuffle(candidates)
+  # One canary per method at most: with two copies of one method, each perturbed at a different check, the real
+  # test is the one that agrees with the majority at every check (a forger that diffs them finds it).
   chosen, used = [], set()
-  for candidate in candidates:  # distinct methods first, then any
-    if len(chosen) < canaries and id(candidate[2]) not in used:
+  for candidate in candidates:
+    if (canaries is None or len(chosen) < canaries) and id(candidate[2]) not in used:
       chosen.append(candidate)
       used.add(id(candidate[2]))
-  for candidate in candidates:
-    if len(chosen) < canaries and candidate not in chosen:
-      chosen.append(candidate)
 
   added: dict[int, list[tuple[ast.FunctionDef, str]]] = {}
+  perturbed: dict[int, tuple[int, int, int | None]] = {}  # id(twin node) -> TestInfo.perturbed
   for _, cls, method, i in chosen:
     twin = copy.deepcopy(method)
     _renumber(twin, ids)
-    edited = _unconditional_calls(twin.body)[i]
+    edited, counterpart = _unconditional_calls(twin.body)[i], _unconditional_calls(method.body)[i]
     _canary_edit(edited, rng)
     ids.kinds[edited.args[1].value] = edited.args[2].value  # a complement changed the kind
+    operand = None if edited.args[2].value != counterpart.args[2].value else next(
+        j - 3 for j in range(3, len(edited.args)) if ast.dump(edited.args[j]) != ast.dump(counterpart.args[j]))
+    perturbed[id(twin)] = (edited.args[1].value, counterpart.args[1].value, operand)
     added.setdefault(id(cls), []).append((twin, method.name))
 
   tests: dict[str, TestInfo] = {}
@@ -314,7 +396,9 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
         method.name = new
         tests[new] = TestInfo(module=name, original=original, canary=canary,
                               required=frozenset(required_checks(method.body)),
-                              expected_failure=any(_is_expected_failure(d) for d in method.decorator_list))
+                              expected_failure=any(_is_expected_failure(d) for d in method.decorator_list),
+                              perturbed=perturbed.get(id(method)) if canary else None)
   modules = {name: sources[name] if tree is None else ast.unparse(ast.fix_missing_locations(tree))
              for name, tree in trees.items()}
-  return Instrumented(modules=modules, test_modules=tuple(test_modules), tests=tests, kinds=dict(ids.kinds))
+  return Instrumented(modules=modules, test_modules=tuple(test_modules), tests=tests, kinds=dict(ids.kinds),
+                      patterns=dict(ids.patterns))

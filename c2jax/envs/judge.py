@@ -189,6 +189,10 @@ def _canon_object(x, t, budget, depth):
           state[name] = _object_getattribute(x, name)
         except AttributeError:
           pass
+  if not state:
+    # No state of its own: its value lives elsewhere (a registry keyed by id(self)), where the host cannot see
+    # it, and by class alone every instance would equal every other.
+    raise _Opaque(_class_name(t) + " without state")
   items = []
   for k, v in _DICT.items(state):
     if _type(k) is not _STR:
@@ -204,8 +208,9 @@ def canonical(x):
   infinities and -0.0 survive); bytes {"b": hex}; list a JSON list; tuple {"t": [...]}; dict {"d": [[k, v], ...]};
   set {"s": [...]}, frozenset {"S": [...]} (dict items and set elements sorted by their JSON text). An instance of
   a class defined in Python whose bases are all defined in Python is {"O": [class name, [[attribute, form], ...]]}:
-  its state (instance dict and slots), never its `__eq__`. Anything else (a subclass of a built-in type, a
-  function, a C-level object) and anything past the bounds is {"o": reason}: opaque, never equal.
+  its state (instance dict and slots), never its `__eq__`; one without any state is opaque. Anything else (a
+  subclass of a built-in type, a function, a C-level object) and anything past the bounds is {"o": reason}: opaque,
+  never equal.
   """
   try:
     return _canon(x, _Budget(), 0)

@@ -68,7 +68,7 @@ class CanonicalTest(parameterized.TestCase):
       ("none", None, None, True),
       ("none_zero", None, 0, False),
       ("always_equal", AlwaysEqual(), 5, False),
-      ("always_equal_both", AlwaysEqual(), AlwaysEqual(), True),  # same class, same (empty) state
+      ("always_equal_both", AlwaysEqual(), AlwaysEqual(), False),  # no state of its own: opaque, never equal
       ("int_subclass", Int(3), 3, False),
       ("int_subclasses", Int(3), Int(4), False),  # opaque: never equal, not even to each other
       ("objects", Point(1, [2]), Point(1, [2]), True),

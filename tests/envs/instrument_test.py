@@ -3,10 +3,14 @@ required checks, and canaries that an honest solution fails (run here through th
 
 import ast
 import random
+import sys
+import threading
 
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from c2jax.envs import coding_rl
+from c2jax.envs import grading
 from c2jax.envs import instrument
 from c2jax.envs import judge
 from tests.envs.grader_references_test import judge_in_process
@@ -120,6 +124,40 @@ class InstrumentTest(parameterized.TestCase):
 def instrument_task():
   return TASK.__class__(task_id="t", prompt="p", files={"solution.py": "f = None\n"}, hidden_tests=HIDDEN,
                         expected_tests=3)
+
+
+class ThreadsTest(absltest.TestCase):
+
+  def test_grading_threads_parse_without_tripping_cpython(self):
+    # An actor grades its samples in `reward_workers` threads. CPython 3.11's AST construction is not thread safe
+    # ("SystemError: AST constructor recursion depth mismatch": it crashed actors of the main job); forcing
+    # thread switches every microsecond made 8 unserialized threads hit it 15 times in 320 calls.
+    tasks = list(coding_rl._tasks("tiny_compositions", "train"))[:8] + list(coding_rl._tasks("realistic", "heldout"))
+    errors = []
+
+    def work(seed):
+      rng = random.Random(seed)
+      for i in range(20):
+        task = tasks[(seed + i) % len(tasks)]
+        try:
+          instrument.instrument(task.hidden_tests, grading.hidden_test_modules(task), rng)
+          for path, source in task.solved_files().items():
+            if path.endswith(".py"):
+              grading.lint_count(path, source)
+        except SystemError as e:
+          errors.append(str(e))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+      threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+      for t in threads:
+        t.start()
+      for t in threads:
+        t.join()
+    finally:
+      sys.setswitchinterval(interval)
+    self.assertEqual(errors, [])
 
 
 if __name__ == "__main__":
