@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
-#   make test   installs bubblewrap if missing (root + apt-get), creates .venv, installs c2jax with its test extras,
-#               lints (ruff), runs the whole suite
+#   make test   installs bubblewrap, slurm and munge if missing (root + apt-get), creates .venv, installs c2jax with
+#               its test extras, lints (ruff), runs the whole suite
 #   make demo   creates .venv, installs, runs the tiny pretraining and the main job (SFT -> asynchronous RL on
 #               coding tasks -> held-out evaluation; configs/rl_tiny.py)
 PYTHON ?= python3
