@@ -56,6 +56,25 @@ def _wait(what: str, cond, timeout: float, proc: subprocess.Popen | None = None,
   raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def trained_once(test: absltest.TestCase, work: pathlib.Path, steps: int) -> tuple[list, dict]:
+  """Checks from WORKDIR/consumed.jsonl that steps 1..`steps` each trained (the last record of a step counts: a
+  restart redoes the steps after its checkpoint), no group twice, and per shard a contiguous run of seqs from 0
+  (none skipped). Returns (the trained (shard, seq) pairs, their seqs by shard)."""
+  last = {}
+  for line in (work / "consumed.jsonl").read_text().splitlines():
+    record = json.loads(line)
+    last[record["step"]] = [tuple(g) for g in record["groups"]]
+  test.assertEqual(sorted(last), list(range(1, steps + 1)))
+  trained = [g for step in sorted(last) for g in last[step]]
+  test.assertLen(trained, len(set(trained)), "a group was trained on twice")
+  by_shard = {}
+  for shard, seq in trained:
+    by_shard.setdefault(shard, []).append(seq)
+  for shard, seqs in by_shard.items():
+    test.assertEqual(sorted(seqs), list(range(len(seqs))), f"a committed group of {shard} was skipped")
+  return trained, by_shard
+
+
 class AsyncRLTest(absltest.TestCase):
 
   def test_async_run_survives_actor_and_trainer_sigkill(self):
@@ -116,19 +135,7 @@ class AsyncRLTest(absltest.TestCase):
     self.assertGreater(result["tokens_trained"], 0)
     self.assertTrue((work / "training.png").exists())
 
-    # Each step's groups: the last record of the step counts (a restart redoes the steps after its checkpoint).
-    last = {}
-    for line in (work / "consumed.jsonl").read_text().splitlines():
-      record = json.loads(line)
-      last[record["step"]] = [tuple(g) for g in record["groups"]]
-    self.assertEqual(sorted(last), list(range(1, STEPS + 1)))
-    trained = [g for step in sorted(last) for g in last[step]]
-    self.assertLen(trained, len(set(trained)), "a group was trained on twice")
-    by_shard = {}
-    for shard, seq in trained:
-      by_shard.setdefault(shard, []).append(seq)
-    for shard, seqs in by_shard.items():
-      self.assertEqual(sorted(seqs), list(range(len(seqs))), f"a committed group of {shard} was skipped")
+    trained_once(self, work, STEPS)
 
     # The killed actor re-ran the group it had begun, and no group in the buffer is partial: every row of a group
     # has its task's prompt and tokens stamped with published versions.

@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from c2jax.rollouts.buffer import RolloutReader
+from tests.services.async_rl_test import trained_once
 
 pytestmark = pytest.mark.e2e  # a Slurm cluster, real trainer and actor jobs (`make test-unit` leaves them out)
 
@@ -217,21 +218,9 @@ class SlurmLaunchTest(absltest.TestCase):
     self.assertEqual(result["steps"], STEPS)
     self.assertEqual(result["groups_consumed"], STEPS * GROUPS_PER_STEP)
 
-    # Each step's groups: the last record of the step counts (a restart redoes the steps after its checkpoint).
-    last = {}
-    for line in (work / "consumed.jsonl").read_text().splitlines():
-      record = json.loads(line)
-      last[record["step"]] = [tuple(g) for g in record["groups"]]
-    self.assertEqual(sorted(last), list(range(1, STEPS + 1)))
-    trained = [g for step in sorted(last) for g in last[step]]
+    trained, by_shard = trained_once(self, work, STEPS)
     self.assertLen(trained, STEPS * GROUPS_PER_STEP)
-    self.assertLen(trained, len(set(trained)), "a group was trained on twice")
-    by_shard = {}
-    for shard_name, seq in trained:
-      by_shard.setdefault(shard_name, []).append(seq)
     self.assertEqual(sorted(by_shard), ["actor-0-0", "actor-1-0"])  # ids from the array index, across the requeue
-    for shard_name, seqs in by_shard.items():
-      self.assertEqual(sorted(seqs), list(range(len(seqs))), f"a committed group of {shard_name} was skipped")
 
     # No group in the buffer is partial or corrupt.
     reader = RolloutReader(str(buffer))
