@@ -18,10 +18,24 @@ One loop iteration:
      from its slot, the slot is refilled, and its grading (`AgentEnv.reward`) runs on a tool worker.
 When nothing can run on the device, the loop waits for the first tool worker to finish.
 
-Budgets per episode: `max_turns` model turns, `max_turn_tokens` per turn, `max_episode_tokens` model tokens in all,
-the slot's context (an observation that would overflow it ends the episode), and the environment's own budgets
+Budgets per episode: `max_turns` model turns, `max_turn_tokens` per turn, `max_episode_tokens` model tokens in all
+(summaries not counted: they have their own budget), the slot's context, and the environment's own budgets
 (CodingEnv's tool wall time, workdir caps). A turn that spends a budget still runs its tool calls; then the episode
 ends, recorded as cut (`ledger.EpisodeEnd`).
+
+Self-summaries (`SummaryConfig`, report section 4). Without them an observation that would overflow the slot ends
+the episode (EpisodeEnd.CONTEXT: the truncation baseline). With them, when an observation comes back and the slot
+would hold `trigger_tokens` positions, or the next turn would leave no room for a summary:
+  a. the summary request (`c2jax.envs.self_summary.request`) is appended after the observation (or, if the
+     observation does not fit beside a summary, instead of it: it is carried into the next segment), and the model's
+     next turn is its summary, within `max_tokens` (no tool runs);
+  b. the summary's last token is fed (routing replay) and the segment is read out of the slot as a row;
+  c. the slot is rewound to the task's first observation, whose cache stays (`engine.append` keep), and the new
+     segment appends the summary framed (`self_summary.resume`) and the carried observation; the episode's next turn
+     is drawn there, with its environment (sandbox, repository, budgets) as the agent left it.
+A summary that runs past `max_tokens` ends the episode as cut (SUMMARY_BUDGET), and so does a context that fills
+in the last of `max_segments` segments (SEGMENT_LIMIT). Normal turns end `max_tokens` + the request's length before
+the context's end while a summary may still follow, so one always fits.
 
 A trajectory does not depend on its slot or on the other episodes (each draws with its own key and draw index),
 so a run with S slots equals running each episode alone with the same keys (tests/actors/agent_loop_test.py).
@@ -42,8 +56,9 @@ import numpy as np
 from c2jax.actors import engine as engine_lib
 from c2jax.actors import placement
 from c2jax.actors.engine import EngineConfig
-from c2jax.actors.ledger import EpisodeEnd, Source, Trajectory
+from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs import self_summary
 from c2jax.envs.agent_env import AgentEnv, TurnResult
 from c2jax.model.config import ModelConfig
 from c2jax.model.sharding import Layout
@@ -70,6 +85,32 @@ class Episode:
 
 
 @dataclasses.dataclass(frozen=True)
+class SummaryConfig:
+  """Self-summarization inside the engine (see the module docstring; report section 4).
+
+  Attributes:
+    trigger_tokens: a segment ends with a summary once the slot would hold this many positions after an
+      observation (or sooner, when the next turn would leave no room for one); 0: no summaries (the truncation
+      baseline: an episode whose next observation does not fit its slot is cut).
+    max_tokens: the budget of one summary turn; a summary that does not end within it ends the episode as cut.
+    max_segments: segments per episode (summaries written + 1).
+  """
+
+  trigger_tokens: int = 0
+  max_tokens: int = 128
+  max_segments: int = 4
+
+  def __post_init__(self):
+    if self.trigger_tokens < 0 or self.max_tokens < 1 or self.max_segments < 1:
+      raise ValueError(f"SummaryConfig: trigger_tokens={self.trigger_tokens} must be >= 0 (0: off), "
+                       f"max_tokens={self.max_tokens} and max_segments={self.max_segments} >= 1.")
+
+  @property
+  def enabled(self) -> bool:
+    return self.trigger_tokens > 0 and self.max_segments > 1
+
+
+@dataclasses.dataclass(frozen=True)
 class AgentConfig:
   """Budgets and scheduling of the agent loop.
 
@@ -82,6 +123,7 @@ class AgentConfig:
     tool_cpus: CPUs of the tool workers and the sandboxes they start, e.g. "1" or "4-7" (`placement.parse_cpus`);
       empty: wherever this process runs. On a host whose cores also run the model, tools on their own cores are
       what a cluster does with sandboxes on other machines.
+    summary: self-summarization (off by default).
   """
 
   max_turns: int = 8
@@ -90,6 +132,7 @@ class AgentConfig:
   chunk_steps: int = 16
   tool_workers: int = 4
   tool_cpus: str = ""
+  summary: SummaryConfig = SummaryConfig()
 
   def __post_init__(self):
     for name in ("max_turns", "max_turn_tokens", "max_episode_tokens", "chunk_steps", "tool_workers"):
@@ -111,6 +154,7 @@ class RunStats:
 
   episodes: int = 0
   model_tokens: int = 0
+  summaries: int = 0
   positions: int = 0
   positions_fed: int = 0
   appends: int = 0
@@ -157,15 +201,21 @@ def overlap_fraction(spans: Sequence[tuple[float, float]], cover: Sequence[tuple
 
 @dataclasses.dataclass
 class _Run:
-  """Host bookkeeping of one episode in a slot."""
+  """Host bookkeeping of one episode in a slot (tokens, source, turn and observations: its current segment)."""
 
   index: int
   env: AgentEnv
   tokens: list = dataclasses.field(default_factory=list)
   source: list = dataclasses.field(default_factory=list)
   turn: list = dataclasses.field(default_factory=list)
-  observations: list = dataclasses.field(default_factory=list)  # texts, for a script
-  turns: int = 0
+  observations: list = dataclasses.field(default_factory=list)  # texts of the segment, for a script
+  turns: int = 0  # model turns, summaries included (the ledger's turn index)
+  summaries: int = 0  # summary turns written
+  summarizing: bool = False  # the running (or next) model turn is a summary
+  carried: list = dataclasses.field(default_factory=list)  # [(ids, Source)] held back for the next segment
+  segments: list = dataclasses.field(default_factory=list)  # finished segments (`Segment`), oldest first
+  summary_text: str = ""  # the last summary's text (without its stop token)
+  kept: int = 0  # positions of the segment reused from the slot's cache (a later segment's task prompt)
   model_tokens: int = 0
   end: EpisodeEnd | None = None
   retokenized: int = 0
@@ -219,16 +269,18 @@ class AgentRunner:
 
   # -- device calls ---------------------------------------------------------------------------------------------
 
-  def _append(self, params, version, pieces: dict[int, tuple[list[int], bool, bool, int, jax.Array]],
+  def _append(self, params, version, pieces: dict[int, tuple[list[int], bool, bool, int, jax.Array, int]],
               forced_turns: dict[int, np.ndarray], longest: int):
-    """One append call: pieces[slot] = (ids, reset, draw, turn_end, key); forced_turns[slot] = a forced turn's
-    ids; longest: the largest new length of a slot taking part (the attention window's bound).
+    """One append call: pieces[slot] = (ids, reset, draw, turn_end, key, keep) (keep >= 0: rewind the slot to its
+    first keep positions first, -1: no rewind); forced_turns[slot] = a forced turn's ids; longest: the largest new
+    length of a slot taking part (the attention window's bound).
 
     Only the taking-part slots are computed (`engine.append` rows, padded with idle slots to a power of two), so
     an observation arriving alone costs its own slot, not all S; under a mesh every slot is."""
     s = self.engine.slots
     pending = self._host_pending
-    need = max(len(ids) + (0 if reset else pending[slot]) for slot, (ids, reset, _, _, _) in pieces.items())
+    need = max(len(ids) + (0 if reset or keep >= 0 else pending[slot])
+               for slot, (ids, reset, _, _, _, keep) in pieces.items())
     c = self.engine.bucket(max(need, 1))
     subset = self._rows(sorted(pieces))
     rows = list(range(s)) if subset is None else [int(i) for i in subset]
@@ -239,18 +291,19 @@ class AgentRunner:
     draw = np.zeros((k,), bool)
     turn_end = np.zeros((k,), np.int32)
     take_part = np.zeros((k,), bool)
+    keep = np.full((k,), -1, np.int32)
     keys = self._keys
     for i, slot in enumerate(rows):
       if slot not in pieces:
         continue
-      ids, r, d, end, key = pieces[slot]
+      ids, r, d, end, key, kp = pieces[slot]
       take_part[i] = True
       chunk[i, :len(ids)] = ids
       lengths[i] = len(ids)
-      reset[i], draw[i], turn_end[i] = r, d, end
+      reset[i], draw[i], turn_end[i], keep[i] = r, d, end, kp
       if r:
         keys = keys.at[slot].set(key)
-      self.stats.positions_fed += len(ids) + (0 if r else pending[slot])
+      self.stats.positions_fed += len(ids) + (0 if r or kp >= 0 else pending[slot])
     self._keys = keys
     forced = forced_len = None
     if self.engine.max_forced:
@@ -265,7 +318,7 @@ class AgentRunner:
       raise ValueError("An episode's script forces a turn, but EngineConfig.max_forced is 0.")
     self._state = engine_lib.append(params, self._state, chunk, lengths, take_part=take_part, reset=reset, draw=draw,
                                     turn_end=turn_end, keys=keys if subset is None else keys[subset],
-                                    version=version, forced=forced, forced_len=forced_len,
+                                    version=version, forced=forced, forced_len=forced_len, keep=keep,
                                     window=self.engine.window(longest), rows=subset, **self._kw)
     self.stats.appends += 1
 
@@ -293,10 +346,15 @@ class AgentRunner:
     """
     t_run = time.perf_counter()
     agent, s_slots, context = self.agent, self.engine.slots, self.engine.context
+    summary = agent.summary
+    request_ids = self._encode(self_summary.request(summary.max_tokens)) if summary.enabled else np.zeros(0, int)
+    # Positions a summary needs after a segment's last one: the request and the summary's budget.
+    reserve = len(request_ids) + summary.max_tokens if summary.enabled else 0
     for i, ep in enumerate(episodes):
-      if len(ep.prompt) < 1 or len(ep.prompt) >= context:
-        raise ValueError(f"Episode {i} has a {len(ep.prompt)}-token prompt; it needs 1 to {context - 1} tokens "
-                         f"(the engine's context is {context}).")
+      if len(ep.prompt) < 1 or len(ep.prompt) + reserve >= context:
+        raise ValueError(f"Episode {i} has a {len(ep.prompt)}-token prompt; it needs 1 to {context - 1 - reserve} "
+                         f"tokens (the engine's context is {context}"
+                         + (f", {reserve} of them kept for a summary)." if reserve else ")."))
     queue = collections.deque(range(len(episodes)))
     results: list[Trajectory | None] = [None] * len(episodes)
     slot_run: list[_Run | None] = [None] * s_slots
@@ -304,8 +362,9 @@ class AgentRunner:
     host_len = np.zeros(s_slots, np.int64)
     known_len = np.zeros(s_slots, np.int64)  # each slot's length as of the last device call (the window's bound)
     self._host_pending = np.zeros(s_slots, np.int64)
-    waiting: dict[int, list] = {}  # slot -> pieces still to append [(ids, reset)]; the last one starts a turn
+    waiting: dict[int, list] = {}  # slot -> pieces still to append [(ids, reset, keep)]; the last starts a turn
     finishing: set[int] = set()  # slots whose pending token is fed for routing, then released
+    closing: set[int] = set()  # slots whose summary's pending token is fed, then a new segment starts
     tools: dict[concurrent.futures.Future, int] = {}
     grading: dict[concurrent.futures.Future, dict] = {}  # -> the trajectory's fields read from its slot
     decoding = np.zeros(s_slots, bool)
@@ -323,9 +382,20 @@ class AgentRunner:
           self.stats.tool_intervals.append((t0, t1))
       return call
 
+    def can_summarize(run: _Run) -> bool:
+      return summary.enabled and len(run.segments) + 1 < summary.max_segments
+
     def turn_end(slot: int, run: _Run, start: int) -> int:
+      if run.summarizing:
+        return int(min(start + summary.max_tokens, context))
       left = min(agent.max_turn_tokens, agent.max_episode_tokens - run.model_tokens)
-      return int(min(start + left, context))
+      # While a summary may follow, a turn leaves room for it (the request and the summary's budget).
+      return int(min(start + left, context - (reserve if can_summarize(run) else 0)))
+
+    def pieces_of(ids, keep: int = -1) -> list:
+      """Appends of at most max_piece tokens; the first rewinds the slot to `keep` (-1: no rewind)."""
+      return [(ids[k:k + max_piece], False, keep if k == 0 else -1) for k in range(0, len(ids), max_piece)] or \
+          [([], False, keep)]
 
     pool = concurrent.futures.ThreadPoolExecutor(
         agent.tool_workers, thread_name_prefix="agent-tools",
@@ -351,35 +421,37 @@ class AgentRunner:
             run.add(prompt, Source.PROMPT, 0)
             if episodes[i].script is not None:
               run.observations.append(self.tokenizer.decode(prompt))
-            waiting[slot] = [(prompt[k:k + max_piece], k == 0) for k in range(0, len(prompt), max_piece)]
+            waiting[slot] = [(prompt[k:k + max_piece], k == 0, -1) for k in range(0, len(prompt), max_piece)]
             host_len[slot] = 0
             self._host_pending[slot] = 0
         # 2. One append for everything waiting (each slot's next piece).
         pieces, forced_turns = {}, {}
         for slot, chunks in waiting.items():
-          ids, reset = chunks[0]
+          ids, reset, keep = chunks[0]
           last = len(chunks) == 1
           run = slot_run[slot]
-          start = (0 if reset else host_len[slot]) + len(ids)
+          start = (0 if reset else keep if keep >= 0 else host_len[slot]) + len(ids)
           end = turn_end(slot, run, start) if last else 0
           key = episodes[run.index].key
           key = jax.random.key(key) if isinstance(key, int) else key
-          pieces[slot] = (ids, reset, last, end, key)
+          pieces[slot] = (ids, reset, last, end, key, keep)
           script = episodes[run.index].script
           if last and script is not None:
             text = script(run.turns, run.observations)
             if text is not None:
               forced_turns[slot] = np.asarray(self.tokenizer.encode(text, bos=False, eos=True), np.int32)
-        for slot in finishing:
-          pieces[slot] = ([], False, False, 0, None)
+        for slot in finishing | closing:
+          pieces[slot] = ([], False, False, 0, None, -1)
         if pieces:
           params, version = weights()
           self.stats.weight_swaps += last_version is not None and version != last_version
           last_version = version
-          longest = max((0 if reset else host_len[slot]) + len(ids) for slot, (ids, reset, *_) in pieces.items())
+          base = lambda slot, reset, keep: 0 if reset else keep if keep >= 0 else host_len[slot]
+          longest = max(base(slot, p[1], p[5]) + len(p[0]) + (0 if p[1] or p[5] >= 0 else self._host_pending[slot])
+                        for slot, p in pieces.items())
           self._append(params, version, pieces, forced_turns, longest)
-          for slot, (ids, reset, draw, _, _) in pieces.items():
-            host_len[slot] = (0 if reset else host_len[slot]) + len(ids)
+          for slot, (ids, reset, draw, _, _, keep) in pieces.items():
+            host_len[slot] = base(slot, reset, keep) + len(ids)
             known_len[slot] = host_len[slot] + draw
             self._host_pending[slot] = 0
             if slot in waiting:
@@ -392,6 +464,26 @@ class AgentRunner:
             slot_run[slot] = None
             grading[pool.submit(timed(self._grade, run), run)] = self._release(slot, run)
           finishing.clear()
+          for slot in sorted(closing):  # a new segment: the summary framed, after the task's first observation
+            run = slot_run[slot]
+            prompt = [int(t) for t in episodes[run.index].prompt]
+            head = self._segment_head(run)
+            more = summary.enabled and len(run.segments) + 2 < summary.max_segments  # may the new one summarize?
+            if len(prompt) + sum(len(ids) for ids, _ in head) + 1 + (reserve if more else 0) > context:
+              run.end = EpisodeEnd.CONTEXT  # the summary and what it carries leave no room to go on
+              finishing.add(slot)  # the episode ends with the segment just summarized
+              continue
+            run.segments.append(self._segment(slot, run))
+            run.tokens, run.source, run.turn, run.carried = [], [], [], []
+            run.add(prompt, Source.PROMPT, run.turns - 1)
+            for ids, src in head:
+              run.add(ids, src, run.turns - 1)
+            if episodes[run.index].script is not None:
+              texts = [self.tokenizer.decode(ids) for ids, _ in head]
+              run.observations = [self.tokenizer.decode(prompt) + texts[0]] + ["".join(texts[1:])] * (len(head) > 1)
+            run.summarizing, run.kept = False, len(prompt)
+            waiting[slot] = pieces_of([int(t) for ids, _ in head for t in ids], keep=len(prompt))
+          closing.clear()
         # 3. Decode every running turn.
         if decoding.any():
           params, version = weights()
@@ -421,8 +513,21 @@ class AgentRunner:
             host_len[slot] = int(length[slot])
             self._host_pending[slot] = 1 if len(ids) else 0
             if not len(ids):  # no budget was left to draw (the checks below end such an episode first)
-              run.end = EpisodeEnd.TOKEN_BUDGET
+              run.end = EpisodeEnd.SUMMARY_BUDGET if run.summarizing else EpisodeEnd.TOKEN_BUDGET
               finishing.add(slot)
+              continue
+            if run.summarizing:  # the summary: no tool runs; the segment ends (or the episode, if it overran)
+              run.add(ids, Source.SUMMARY, run.turns)
+              run.turns += 1
+              run.summaries += 1
+              self.stats.summaries += 1
+              stop = len(ids) and int(ids[-1]) in self.sampling.stop_tokens
+              run.summary_text = self.tokenizer.decode(ids[:-1] if stop else ids)
+              if stopped[slot]:
+                closing.add(slot)
+              else:
+                run.end = EpisodeEnd.SUMMARY_BUDGET
+                finishing.add(slot)
               continue
             run.add(ids, Source.MODEL, run.turns)
             run.model_tokens += len(ids)
@@ -442,21 +547,45 @@ class AgentRunner:
           end = self._episode_end(run, result)
           obs_ids = self._encode(result.observation)
           notice_ids = self._encode(result.notice)
-          # host_len counts the turn's pending last token; the next turn needs room for at least one token.
-          if end is None and host_len[slot] + len(obs_ids) + len(notice_ids) + 1 > context:
+          # host_len counts the turn's pending last token; the next turn needs room for at least one token (and,
+          # while a summary may follow it, for the summary).
+          grown = int(host_len[slot]) + len(obs_ids) + len(notice_ids)
+          summarize = False
+          if end is None and not summary.enabled and grown + 1 > context:
             end = EpisodeEnd.CONTEXT
           if end is None and run.model_tokens >= agent.max_episode_tokens:
             end = EpisodeEnd.TOKEN_BUDGET
+          if end is None and summary.enabled and (grown >= summary.trigger_tokens or grown + 1 + reserve > context):
+            summarize = can_summarize(run)
+            end = None if summarize else EpisodeEnd.SEGMENT_LIMIT
           if end is not None:
             run.end = end
             finishing.add(slot)
             continue
-          if episodes[run.index].script is not None:
-            run.observations.append(result.observation + result.notice)
-          run.add(obs_ids, Source.OBSERVATION, run.turns - 1)
-          run.add(notice_ids, Source.NOTICE, run.turns - 1)
-          ids = [int(t) for t in obs_ids] + [int(t) for t in notice_ids]
-          waiting[slot] = [(ids[k:k + max_piece], False) for k in range(0, len(ids), max_piece)] or [([], False)]
+          script = episodes[run.index].script is not None
+          ids, appended = [], False
+          if summarize and grown + reserve > context:
+            # The observation does not fit beside a summary: the summary comes first, the observation opens the
+            # next segment (nothing the environment said is lost).
+            run.carried = [(obs_ids, Source.OBSERVATION), (notice_ids, Source.NOTICE)]
+          else:
+            if script:
+              run.observations.append(result.observation + result.notice)
+            run.add(obs_ids, Source.OBSERVATION, run.turns - 1)
+            run.add(notice_ids, Source.NOTICE, run.turns - 1)
+            ids = [int(t) for t in obs_ids] + [int(t) for t in notice_ids]
+            appended = True
+          if summarize:
+            if script:
+              text = self_summary.request(summary.max_tokens)
+              if appended:
+                run.observations[-1] += text
+              else:
+                run.observations.append(text)
+            run.add(request_ids, Source.SUMMARY_REQUEST, run.turns - 1)
+            ids += [int(t) for t in request_ids]
+            run.summarizing = True
+          waiting[slot] = pieces_of(ids)
         if not tools and not decoding.any() and not waiting and not finishing and grading:
           concurrent.futures.wait(list(grading), return_when=concurrent.futures.FIRST_COMPLETED)
         for fut in [f for f in grading if f.done()]:
@@ -502,21 +631,33 @@ class AgentRunner:
       end = EpisodeEnd.from_env(result.reason or "finish")
       # An episode whose last turn ran out of tokens was cut, whatever the environment made of the cut text.
       return EpisodeEnd.TOKEN_BUDGET if end is EpisodeEnd.FINISHED and not run.last_stopped else end
-    if run.turns >= self.agent.max_turns:
+    if run.turns - run.summaries >= self.agent.max_turns:
       return EpisodeEnd.TURN_BUDGET
     return None
 
-  def _release(self, slot: int, run: _Run) -> dict:
-    """Reads a finished episode's positions out of its slot (after its final feed)."""
+  def _segment(self, slot: int, run: _Run) -> Segment:
+    """The slot's current segment (after its final feed), with the host's ledger of it."""
     n = len(run.tokens)
     tokens, logprobs, versions, ids = jax.device_get(_slot_rows(self._state, slot))
     tokens, logprobs, versions, ids = tokens[:n], logprobs[:n], versions[:n], ids[:, :n]
     ledger = np.asarray(run.tokens, np.int32)
-    self.stats.positions += n
+    self.stats.positions += n - run.kept  # a later segment's prompt was fed once, by the first
+    action = np.isin(np.asarray(run.source), [int(Source.MODEL), int(Source.SUMMARY)])
+    return Segment(tokens=ledger, source=np.asarray(run.source, np.int8), turn=np.asarray(run.turn, np.int32),
+                   logprobs=np.where(action, logprobs, 0.0).astype(np.float32),
+                   versions=np.where(action, versions, 0).astype(np.int32), expert_ids=np.asarray(ids, np.int32),
+                   drift=int(np.sum(np.asarray(tokens) != ledger)))
+
+  def _segment_head(self, run: _Run) -> list[tuple[np.ndarray, Source]]:
+    """What a new segment appends after the task's first observation: the summary framed, then any observation
+    carried over from the segment before."""
+    return [(self._encode(self_summary.resume(run.summary_text)), Source.RESUME)] + \
+        [(ids, src) for ids, src in run.carried if len(ids)]
+
+  def _release(self, slot: int, run: _Run) -> dict:
+    """Reads a finished episode's last segment out of its slot (after its final feed), with the earlier ones."""
+    last = self._segment(slot, run)
     self.stats.model_tokens += run.model_tokens
-    model = np.asarray(run.source) == int(Source.MODEL)
-    return {"index": run.index, "tokens": ledger, "source": np.asarray(run.source, np.int8),
-            "turn": np.asarray(run.turn, np.int32), "logprobs": np.where(model, logprobs, 0.0).astype(np.float32),
-            "versions": np.where(model, versions, 0).astype(np.int32), "expert_ids": np.asarray(ids, np.int32),
-            "turns": run.turns, "end": run.end, "drift": int(np.sum(np.asarray(tokens) != ledger)),
-            "retokenized_turns": run.retokenized}
+    return {"index": run.index, **{f.name: getattr(last, f.name) for f in dataclasses.fields(Segment)},
+            "turns": run.turns, "end": run.end, "retokenized_turns": run.retokenized,
+            "earlier": tuple(run.segments)}

@@ -17,7 +17,9 @@ observation costs exactly its own tokens and nothing cached is ever prefilled ag
           feeds positions fed .. new length - 1; then, where `draw`, starts a model turn: draws the token at the new
           end from the last fed position's logits. `reset` empties a slot first (a new episode: its prompt is the
           chunk). A slot with chunk_lengths 0 and draw False only feeds its pending token (an episode's end: the
-          trainer's forward replays the routing of every position, the last one included).
+          trainer's forward replays the routing of every position, the last one included). `keep` rewinds a slot
+          to its first keep positions first (a new segment of a self-summary chain: the task's first observation
+          stays cached, the rest is written over), keeping the episode's key and draw count.
   decode: for every slot with a running turn, feeds its newest token and draws the next, until a stop token or
           stop sequence (`SamplingConfig`) or the turn's end position `turn_end` (its token budget); at most
           `steps` steps, fewer once no turn is running. Other slots' caches are untouched.
@@ -221,8 +223,8 @@ def _turn_over(tokens, end, start, st: SlotState, was_forced, count, sampling: S
 
 def append(params: Params, state: SlotState, chunk: jax.Array, chunk_lengths: jax.Array, *, take_part: jax.Array,
            reset: jax.Array, draw: jax.Array, turn_end: jax.Array, keys: jax.Array, version: int | jax.Array,
-           forced: jax.Array | None = None, forced_len: jax.Array | None = None, window: int | None = None,
-           rows: jax.Array | None = None, cfg: ModelConfig, sampling: SamplingConfig,
+           forced: jax.Array | None = None, forced_len: jax.Array | None = None, keep: jax.Array | None = None,
+           window: int | None = None, rows: jax.Array | None = None, cfg: ModelConfig, sampling: SamplingConfig,
            layout: Layout | None = None) -> SlotState:
   """Appends chunk [S, c] (chunk_lengths [S] tokens per slot) and feeds every unfed position; see the module
   docstring.
@@ -241,6 +243,9 @@ def append(params: Params, state: SlotState, chunk: jax.Array, chunk_lengths: ja
     version: the weights version stamped on drawn tokens.
     forced: [S, F] int the started turn's forced tokens (EngineConfig.max_forced = F > 0), forced_len [S] how many
       (0: the turn samples). A forced turn ends after its last forced token.
+    keep: [S] int, where >= 0: rewind the slot to its first keep positions (at most those in its cache) before
+      the chunk, dropping the rest, a pending token included; the episode's key and draw count go on (a new
+      segment of the same episode: `agent_loop`'s self-summaries). -1 or None: no rewind.
     window: attend to the first `window` positions only (a bucket of `EngineConfig.window`, static): must exceed
       every position this call feeds (the taking-part slots' new lengths); None: the whole context.
     rows: [k] distinct slot indices (k < S, one program per k): the call computes only these slots, and every
@@ -252,12 +257,14 @@ def append(params: Params, state: SlotState, chunk: jax.Array, chunk_lengths: ja
   s, f = (state.forced.shape[0] if rows is None else len(rows)), state.forced.shape[1]
   forced = jnp.zeros((s, f), jnp.int32) if forced is None else jnp.asarray(forced, jnp.int32)
   forced_len = jnp.zeros((s,), jnp.int32) if forced_len is None else jnp.asarray(forced_len, jnp.int32)
+  keep = jnp.full((s,), -1, jnp.int32) if keep is None else jnp.asarray(keep, jnp.int32)
   if forced.shape != (s, f):
     raise ValueError(f"append: forced has shape {forced.shape}; expected [S, F] = ({s}, {f}) "
                      "(EngineConfig.max_forced).")
   args = (jnp.asarray(chunk, jnp.int32), jnp.asarray(chunk_lengths, jnp.int32) * take_part,
           jnp.asarray(reset, bool) & take_part, jnp.asarray(draw, bool) & take_part, take_part,
-          jnp.asarray(turn_end, jnp.int32), keys, forced, forced_len, jnp.asarray(version, jnp.int32))
+          jnp.asarray(turn_end, jnp.int32), keys, forced, forced_len, jnp.where(take_part, keep, -1),
+          jnp.asarray(version, jnp.int32))
   static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=window, layout=layout)
   if rows is None:
     return _append(params, state, *args, **static)
@@ -308,13 +315,16 @@ def _append(params, state: SlotState, *args, cfg, sampling, mode, window):
 
 
 def _append_body(params, state: SlotState, chunk, chunk_lengths, reset, draw_mask, take_part, turn_end, keys, forced,
-                 forced_len, version, *, cfg, sampling, mode, window):
+                 forced_len, keep, version, *, cfg, sampling, mode, window):
   s, c = chunk.shape
   context = state.tokens.shape[1]
   slots = jnp.arange(s)
   turn_end = jnp.minimum(turn_end, context)
-  fed = jnp.where(reset, 0, state.fed)
-  length = jnp.where(reset, 0, state.length)
+  # A rewind keeps cached positions only; the positions after them are written over before anything attends to
+  # them (attention is causal over positions, so what the earlier segment left there is never read).
+  rewound = jnp.minimum(keep, state.fed)
+  fed = jnp.where(reset, 0, jnp.where(keep >= 0, rewound, state.fed))
+  length = jnp.where(reset, 0, jnp.where(keep >= 0, rewound, state.length))
   st = dataclasses.replace(state, keys=jnp.where(reset, keys, state.keys), drawn=jnp.where(reset, 0, state.drawn),
                            forced=jnp.where(draw_mask[:, None], forced, state.forced),
                            forced_len=jnp.where(draw_mask, forced_len, state.forced_len))
