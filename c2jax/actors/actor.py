@@ -24,6 +24,12 @@ With `episodes=MULTI_TURN` step 4 runs each row as a multi-turn episode of the s
 batching, tools on host workers, the same in-flight weight swaps between device calls; a row is the whole
 trajectory (prompt, turns, observations) with its token ledger, and the buffer stores the ledger's source and turn
 of every token. Admission, tickets and restarts are the same: a killed actor re-runs the groups it had begun.
+
+With self-summaries (`summary`, `c2jax.actors.agent_loop.SummaryConfig`) an episode is a chain of segments and a
+group holds one row per segment: G chains, rows ordered by chain then segment, each row with its `chain_id` (the
+episode's index in the group) and `segment`; the episode's reward terms and its `truncated` are on every segment of
+its chain (the update counts the chain once in its group and gives each segment the chain's advantage, see
+`c2jax.rl.update`). `summary_tokens` says whether summary turns are in the rows' loss mask.
 """
 
 from __future__ import annotations
@@ -34,16 +40,16 @@ import functools
 import hashlib
 import random
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from absl import logging
 import jax
 import numpy as np
 
 from c2jax.actors import sampler as sampler_lib
-from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.engine import EngineConfig
-from c2jax.actors.ledger import Trajectory
+from c2jax.actors.ledger import SummaryTokens, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.agent_env import agent_env
@@ -104,6 +110,8 @@ class ActorConfig:
     slots: trajectories decoded together (0: groups_per_call * group_size).
     chunk_sizes: the engine's append buckets.
     tool_workers: threads running the episodes' environments.
+    summary: self-summarization in the engine (off by default: an episode is cut when its context is full).
+    summary_tokens: TRAINED (the report) or MASKED: whether summary turns are in the rows' loss mask.
   """
 
   group_size: int = 8
@@ -127,6 +135,8 @@ class ActorConfig:
   slots: int = 0
   chunk_sizes: tuple[int, ...] = (16, 64, 256)
   tool_workers: int = 4
+  summary: SummaryConfig = SummaryConfig()
+  summary_tokens: SummaryTokens = SummaryTokens.TRAINED
 
   def __post_init__(self):
     for name in ("group_size", "groups_per_call", "prompt_len", "max_new_tokens", "chunk_steps"):
@@ -142,6 +152,9 @@ class ActorConfig:
     object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
     object.__setattr__(self, "episodes", EpisodeKind(self.episodes))
     object.__setattr__(self, "chunk_sizes", tuple(int(c) for c in self.chunk_sizes))
+    object.__setattr__(self, "summary_tokens", SummaryTokens(self.summary_tokens))
+    if self.summary.enabled and self.episodes is not EpisodeKind.MULTI_TURN:
+      raise ValueError("ActorConfig.summary needs episodes=multi_turn: self-summaries chain agent episodes.")
     if self.episodes is EpisodeKind.MULTI_TURN:
       for name in ("context", "max_turns", "max_episode_tokens", "tool_workers"):
         if getattr(self, name) < 1:
@@ -159,6 +172,11 @@ class ActorConfig:
       return self.context
     return self.prompt_len + self.max_new_tokens
 
+  @property
+  def max_group_rows(self) -> int:
+    """Rows one group may hold: G, or G x max_segments with self-summaries (a row per segment)."""
+    return self.group_size * (self.summary.max_segments if self.summary.enabled else 1)
+
   def engine_config(self) -> EngineConfig:
     """The agent engine's shapes (multi-turn)."""
     return EngineConfig(slots=self.slots or self.groups_per_call * self.group_size, context=self.context,
@@ -168,7 +186,7 @@ class ActorConfig:
     """The agent loop's budgets (multi-turn)."""
     return AgentConfig(max_turns=self.max_turns, max_turn_tokens=self.max_new_tokens,
                        max_episode_tokens=self.max_episode_tokens, chunk_steps=self.chunk_steps,
-                       tool_workers=self.tool_workers)
+                       tool_workers=self.tool_workers, summary=self.summary)
 
 
 def buffer_spec(model: ModelConfig, actor: ActorConfig,
@@ -202,6 +220,36 @@ def _seed(*parts) -> int:
   """A stable 63-bit seed from strings and ints (Python's hash() is salted per process)."""
   digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
   return int.from_bytes(digest, "little") >> 1
+
+
+def episode_group(trajectories: Sequence[Trajectory], *, seq_len: int, reward_terms: Sequence[str],
+                  summary_tokens: SummaryTokens = SummaryTokens.TRAINED, expert_ids: bool = True) -> dict:
+  """The buffer record of one group of multi-turn trajectories: a row per segment, chain by chain (the module
+  docstring), in the layout of `c2jax.rollouts.schema`.
+
+  Args:
+    trajectories: the group's G episodes.
+    seq_len: T of the rows (the slot's context).
+    reward_terms: the buffer's reward terms (each trajectory reports them).
+    summary_tokens: whether summary turns are in the loss mask.
+    expert_ids: store the routed experts (a model with MoE layers).
+  """
+  segs = [(c, k, seg) for c, tr in enumerate(trajectories) for k, seg in enumerate(tr.segments)]
+  rows = [seg.row(seq_len, summary_tokens) for _, _, seg in segs]
+  chain = [trajectories[c] for c, _, _ in segs]  # the chain's fields repeat on each of its segments
+  stack = lambda f: np.stack([r[f] for r in rows])
+  group = {f: stack(f) for f in ("tokens", "loss_mask", "behaviour_logprobs", "policy_version", "source", "turn")}
+  group.update({
+      "reward_terms": {n: np.array([tr.reward_terms[n] for tr in chain], np.float32) for n in reward_terms},
+      "truncated": np.array([tr.cut for tr in chain], np.float32),
+      "chain_id": np.array([c for c, _, _ in segs], np.int32),
+      "segment": np.array([k for _, k, _ in segs], np.int32),
+      "prompt_length": np.array([seg.prompt_length for _, _, seg in segs], np.int32),
+      "length": np.array([len(seg.tokens) - seg.prompt_length for _, _, seg in segs], np.int32),
+  })
+  if expert_ids:
+    group["expert_ids"] = np.stack([r["expert_ids"] for r in rows], axis=1)
+  return group
 
 
 @dataclasses.dataclass
@@ -379,26 +427,13 @@ class Actor:
                              on_chunk=lambda: self.writer.heartbeat(self.cfg.pending_lease_s / 4))
 
   def _episode_group(self, trajectories: list[Trajectory]) -> dict:
-    """The buffer record of one group of multi-turn trajectories (one row each)."""
-    t = self.cfg.seq_len
-    rows = [traj.row(t) for traj in trajectories]
+    """The buffer record of one group of multi-turn trajectories (`episode_group`)."""
     names = self.writer.spec.reward_terms
     missing = [n for n in names if n not in trajectories[0].reward_terms]
     if missing:
       raise ValueError(f"Suite {self.suite.name!r} returned no reward term(s) {missing} the buffer expects.")
-    stack = lambda f: np.stack([r[f] for r in rows])
-    group = {f: stack(f) for f in ("tokens", "loss_mask", "behaviour_logprobs", "policy_version", "source", "turn")}
-    group.update({
-        "reward_terms": {n: np.array([tr.reward_terms[n] for tr in trajectories], np.float32) for n in names},
-        "truncated": np.array([tr.cut for tr in trajectories], np.float32),
-        "chain_id": np.arange(len(rows), dtype=np.int32),
-        "segment": np.zeros(len(rows), np.int32),
-        "prompt_length": np.array([tr.prompt_length for tr in trajectories], np.int32),
-        "length": np.array([len(tr.tokens) - tr.prompt_length for tr in trajectories], np.int32),
-    })
-    if self.model.n_moe_layers:
-      group["expert_ids"] = np.stack([r["expert_ids"] for r in rows], axis=1)
-    return group
+    return episode_group(trajectories, seq_len=self.cfg.seq_len, reward_terms=names,
+                         summary_tokens=self.cfg.summary_tokens, expert_ids=self.model.n_moe_layers > 0)
 
   def _group(self, out, g: int, task: Task) -> dict:
     """The buffer record of group g of a sampler output (rows g*G .. (g+1)*G - 1)."""
@@ -456,7 +491,7 @@ class Actor:
     self.writer.commit_many(groups, metas, ticket_ids=[ticket_id for ticket_id, _ in tickets])
     self.stats.groups += len(groups)
     self.stats.resumed_groups += sum(ticket_id in self._unfinished for ticket_id, _ in tickets)
-    self.stats.rows += len(groups) * self.cfg.group_size
+    self.stats.rows += sum(int(g["tokens"].shape[0]) for g in groups)
     self.stats.tokens += int(sum(g["loss_mask"].sum() for g in groups))
     return len(tickets)
 

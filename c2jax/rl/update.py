@@ -14,6 +14,20 @@ What one step does, in order:
      filter, the per-token policy loss and the KL loss term; gradients summed over micro-batches
   7. AdamW (`c2jax.optim`); the reference params are carried unchanged.
 
+Self-summary chains (report section 4: the final reward is applied to every token of the chain). An episode that
+summarized is a chain c of segments s = 1..S_c, one row each, sharing its `chain_id` within group g. With the
+defaults (dr_grpo, token_sum_constant) the update computes
+
+  R_c  = sum_j w_j term_j(c) - lambda C_{k,q}(sum_s |y_{c,s}| / scale)    the chain's reward, on each of its rows
+  A_c  = R_c - (1 / n_g) sum_{c' in g} R_{c'}                              n_g = chains in g, not rows
+  loss = -(1 / C) sum_c sum_s sum_t m_{c,s,t} min(rho A_c, clip(rho) A_c)  C = B x T, a constant
+
+so every token of every segment, summaries included (unless `SummaryTokens.MASKED` left them out of m), carries the
+chain's advantage; a chain with more segments weighs more by its tokens only, never by its count of rows, and the
+baseline is the mean over the group's episodes (tests/rl/summary_chain_test.py checks these against the actor's
+rows). Other estimators and aggregations replace A_c and 1 / C as `advantages` and `policy_loss` state, always over
+chains (`SequenceUnit.CHAIN`) or rows as configured.
+
 The step is a function of (state, batch) only: under a mesh (`c2jax.rl.sharded`) it runs unchanged with
 FSDP/EP/CP-sharded params and a batch sharded over rows and sequence.
 """

@@ -31,16 +31,20 @@ CFG = ActorConfig(group_size=2, groups_per_call=2, prompt_len=32, max_new_tokens
 
 
 class _Echo:
-  """Observations name the turn; the episode finishes after `turns` turns; outcome = turns / 4."""
+  """Observations name the turn; the episode finishes after `turns` turns; outcome = turns / 4. With `marker`, a
+  turn numbered `marker_turn` or later creates that file (a test waits for it)."""
 
-  def __init__(self, turns, step_s=0.0):
+  def __init__(self, turns, step_s=0.0, marker="", marker_turn=0):
     self.turns, self.t, self.step_s = turns, 0, step_s
+    self.marker, self.marker_turn = marker, marker_turn
 
   def reset(self):
     pass
 
   def step(self, ids, text):
     self.t += 1
+    if self.marker and self.t >= self.marker_turn:
+      open(self.marker, "a").close()
     time.sleep(self.step_s)
     return TurnResult(observation=f"<saw {len(ids)}>", notice=f"[{self.t}]", done=self.t >= self.turns,
                       reason="finish")
@@ -58,6 +62,9 @@ class EchoSuite:
 
   step_s: float = 0.0  # each turn's tools take this long
   name: str = "echo"
+  marker: str = ""  # see _Echo
+  marker_turn: int = 0
+  turns: int = 0  # turns of every episode (0: 1 + i % 3 for task i)
 
   def size(self, split):
     return 5
@@ -67,7 +74,8 @@ class EchoSuite:
     return Task(task_id=f"echo/{split}/{index}", prompt=tuple(TOK.encode(f"echo task {index}:", eos=False)))
 
   def agent_env(self, task):
-    return _Echo(1 + int(task.task_id.rsplit("/", 1)[1]) % 3, self.step_s)
+    turns = self.turns or 1 + int(task.task_id.rsplit("/", 1)[1]) % 3
+    return _Echo(turns, self.step_s, self.marker, self.marker_turn)
 
   def text_tokenizer(self):
     return TOK
