@@ -11,6 +11,11 @@ honest (report section 5: an evaluation is only as good as its checks).
   explorer       the reference solution over several turns, as an agent works: looks around (1-3 turns), writes the
                  solution, checks it (1-2 turns), finishes: 5-8 tool calls in 4-7 turns, fixed per task (the agent
                  loop's benchmark and tests force it through the engine).
+  reader         tiny_long_horizon: reads one note per turn, then writes the solution from the steps its observations
+                 show; its summaries say nothing, so it passes only when the episode fits one context;
+  summarizing_reader   the same reading, but its summaries list the steps found and the next note: it passes across
+                 summaries;
+  never_read     tiny_long_horizon: writes f(x) = x unread and finishes: must fail.
 
 A model is evaluated through the agent loop instead (`c2jax.eval.harness.evaluate_model`).
 """
@@ -19,11 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import shlex
 from typing import Protocol, Sequence
 
+from c2jax.envs import self_summary
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.protocol import ToolCall, ToolName, render
+from c2jax.envs.suites import long_horizon
 from c2jax.registry import Registry
 
 
@@ -109,3 +117,106 @@ class ExplorerPolicy:
     if turn <= reads + checks:
       return _calls(*verify[turn - reads - 1])
     return _calls(ToolCall(ToolName.FINISH, {}))
+
+
+# ---------------------------------------------------------------------------------------------------- long horizon
+# Policies of the tiny_long_horizon suite (c2jax/envs/suites/long_horizon.py). They parse steps ONLY from the
+# observations they are given, never from `task`: their scores are the proof that the agent loop's context (and its
+# summaries) carried the steps, and that nothing else did.
+
+_NOTE_PATH = re.compile(r"notes/step_(\d+)\.txt")
+_SUMMARY_STEPS = re.compile(r"steps so far: (.*?)(?:; next: |$)", re.M)
+_SUMMARY_ITEM = re.compile(r"^\s*(\d+): (.+?)\s*$")
+
+
+def _num_notes(observations: Sequence[str]) -> int:
+  """K, the last note the first observation (the listing and the prompt) names."""
+  indices = [int(i) for i in _NOTE_PATH.findall(observations[0])] if observations else []
+  if not indices:
+    raise ValueError("The first observation names no notes/step_<i>.txt file; this policy plays tiny_long_horizon.")
+  return max(indices)
+
+
+def _resumed_summaries(observation: str) -> list[str]:
+  """The summaries framed by self_summary.resume in one observation (to its end where the end mark is cut)."""
+  out = []
+  for part in observation.split(self_summary.RESUME_MARK)[1:]:
+    out.append(part.split(self_summary.RESUME_END, 1)[0])
+  return out
+
+
+def _visible_steps(observations: Sequence[str]) -> dict[int, long_horizon.Step]:
+  """Step index -> step, from the note lines in the observations and the step lists of resumed summaries."""
+  steps = {}
+  for observation in observations:
+    for summary in _resumed_summaries(observation):
+      for listing in _SUMMARY_STEPS.findall(summary):
+        for item in listing.split(";"):
+          m = _SUMMARY_ITEM.match(item)
+          step = m and long_horizon.parse_step(m.group(2))
+          if step is not None:
+            steps[int(m.group(1))] = step
+    steps.update(long_horizon.find_steps(observation))
+  return steps
+
+
+def _next_note(observations: Sequence[str], steps: dict[int, long_horizon.Step]) -> int | None:
+  """The first note whose step is not known yet, or None when all K are."""
+  return next((i for i in range(1, _num_notes(observations) + 1) if i not in steps), None)
+
+
+def _read_or_write(observations: Sequence[str]) -> str:
+  """One note read per turn, in order; once every step is known, solution.py from them and finish."""
+  steps = _visible_steps(observations)
+  index = _next_note(observations, steps)
+  if index is not None:
+    return _calls(ToolCall(ToolName.READ_FILE, {"path": long_horizon.note_path(index)}))
+  source = long_horizon.solution_source([steps[i] for i in sorted(steps)])
+  return _calls(ToolCall(ToolName.WRITE_FILE, {"path": long_horizon.STUB_PATH, "content": source}),
+                ToolCall(ToolName.FINISH, {}))
+
+
+def long_horizon_summary(observations: Sequence[str]) -> str:
+  """What summarizing_reader writes when asked to summarize: the steps it can see and what it does next,
+  "steps so far: 1: add 3; 2: multiply by 2; next: read notes/step_3.txt"."""
+  steps = _visible_steps(observations)
+  listing = "; ".join(f"{i}: {steps[i].words}" for i in sorted(steps)) or "none"
+  index = _next_note(observations, steps)
+  todo = f"read {long_horizon.note_path(index)}" if index is not None else f"write {long_horizon.STUB_PATH}"
+  return f"steps so far: {listing}; next: {todo}"
+
+
+@POLICIES.register("reader")
+@dataclasses.dataclass(frozen=True)
+class ReaderPolicy:
+  """tiny_long_horizon: reads one note per turn in order, then writes solution.py from the steps its observations
+  show and finishes. Asked for a summary it writes none worth the name, so a resumed segment starts over: it passes
+  only when the whole episode fits one context."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    if observations and self_summary.is_request(observations[-1]):
+      return "working on it"
+    return _read_or_write(observations)
+
+
+@POLICIES.register("summarizing_reader")
+@dataclasses.dataclass(frozen=True)
+class SummarizingReaderPolicy:
+  """tiny_long_horizon: reader's reading, but asked for a summary it lists the steps found so far (its window's
+  notes and any earlier summary) and the next note (`long_horizon_summary`); a resumed segment continues from it."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    if observations and self_summary.is_request(observations[-1]):
+      return long_horizon_summary(observations)
+    return _read_or_write(observations)
+
+
+@POLICIES.register("never_read")
+@dataclasses.dataclass(frozen=True)
+class NeverReadPolicy:
+  """tiny_long_horizon: writes f(x) = x without reading a note and finishes (a guess: must fail)."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    return _calls(ToolCall(ToolName.WRITE_FILE, {"path": long_horizon.STUB_PATH,
+                                                 "content": long_horizon.solution_source([])}),
+                  ToolCall(ToolName.FINISH, {}))
