@@ -14,7 +14,9 @@ sections 4 and 6: trainer and rollout workers run independently and meet only in
 No coordinator: each writer owns one append-only shard (layout in c2jax/rollouts/schema.py). A commit writes the
 group's rows into the shard's zarr3 arrays first and its commit record last; a commit record is one atomic object
 (a renamed file locally, one PUT on S3/GCS), so a reader sees a group whole or not at all. Rows written by a writer
-that died before its commit record are invisible, and the restarted writer (same id) overwrites them.
+that died before its commit record are invisible, and the restarted writer (same id) overwrites them, after it has
+removed what the dead one's unfinished writes left in a local shard (tensorstore would reuse it untruncated and
+store garbage: see `storage.remove_unfinished_write`).
 
 Ownership: each shard has one live writer at a time, since two processes with the same writer id would overwrite
 each other's rows and records. On a local (or network) filesystem a writer holds an exclusive lock on the shard's
@@ -49,6 +51,7 @@ import numpy as np
 import tensorstore as ts
 
 from c2jax.rollouts import schema as schema_lib
+from c2jax.rollouts import storage
 from c2jax.rollouts.schema import BufferSpec
 from c2jax.rollouts.storage import Store, join
 
@@ -184,7 +187,8 @@ class RolloutWriter:
 
   Opening an existing shard resumes it: the next sequence number and row offset come from its last commit record,
   pending tickets are kept, and rows written after the last commit (an actor killed mid-group) are overwritten by
-  the next commit.
+  the next commit. The unfinished writes of a killed writer in a local shard are removed first
+  (`storage.remove_unfinished_writes`).
   """
 
   def __init__(self, url: str, writer_id: str, spec: BufferSpec, *, chunk_rows: int = TOKEN_CHUNK_ROWS,
@@ -221,6 +225,14 @@ class RolloutWriter:
 
   def _open(self, chunk_rows: int, shard_rows: int) -> None:
     url, writer_id, spec, durability = self.url, self.writer_id, self.spec, self.durability
+    if self._store.spec["driver"] == "file":
+      # Before this writer writes anything: the next write of a key a killed writer was writing (its head.json, the
+      # commit record of the group it re-runs, the zarr shards of the rows it overwrites) would otherwise come out
+      # as garbage (see storage.remove_unfinished_write).
+      stale = storage.remove_unfinished_writes(self._store.spec["path"])
+      if stale:
+        logging.warning("Shard %r: removed %d write(s) that a killed writer left unfinished (%s).", writer_id,
+                        len(stale), ", ".join(stale[:5]) + (", ..." if len(stale) > 5 else ""))
     self._owner = {"token": secrets.token_hex(16), "pid": os.getpid(), "host": socket.gethostname(),
                    "time": time.time()}
     self._store.write_json("owner.json", self._owner)
@@ -654,6 +666,7 @@ class RolloutReader:
     self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "lost_groups": 0, "skipped_shards": 0,
                    "bytes_read": 0, "transient_errors": 0}
     self._retries: dict[tuple[str, int], int] = {}  # (shard, seq) -> transient read failures so far
+    self._progress_written = False  # by this reader (see publish_progress)
 
   @property
   def cursor(self) -> dict:
@@ -716,6 +729,11 @@ class RolloutReader:
     if groups_per_step < 1:
       raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}.")
     cursor = dict(self._cursor if cursor is None else cursor)
+    if not self._progress_written and self._root.spec["driver"] == "file":
+      # A trainer killed while it wrote trainer.json leaves the write unfinished, and the next one would come out as
+      # garbage (storage.remove_unfinished_write) that admission reads as damaged: no actor would start a group.
+      storage.remove_unfinished_write(os.path.join(self._root.spec["path"], "trainer.json"))
+    self._progress_written = True
     self._root.write_json("trainer.json", {"version": int(version), "groups_consumed": sum(cursor.values()),
                                            "cursor": cursor, "groups_per_step": int(groups_per_step),
                                            "time": time.time()})

@@ -16,6 +16,7 @@ URL and `AWS_REGION` if it is not us-east-1; credentials come from the usual AWS
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from typing import Any
@@ -113,3 +114,53 @@ def _prefix_end(prefix: str) -> str:
   """The exclusive end of the key range of all keys starting with `prefix`."""
   last = prefix[-1]
   return prefix[:-1] + chr(ord(last) + 1)
+
+
+# tensorstore's file kvstore writes an object into `<key>.__lock` (under an open-file-description lock on it), then
+# renames that file over the key. A process killed between the two leaves the file behind, and tensorstore 0.1.86
+# reuses it for the next write of the key without truncating it: a shorter new value keeps the old one's tail, and
+# the object renamed into place is garbage (a commit record that does not parse, a zarr shard whose index at its end
+# is not its own, a manifest that does not parse). A writer that takes over keys a killed process was writing
+# removes such leftovers first.
+TS_LOCK_SUFFIX = ".__lock"
+
+
+def remove_unfinished_write(path: str) -> bool:
+  """Removes what a killed process's unfinished tensorstore write of the local file `path` left (its
+  `path + TS_LOCK_SUFFIX`), unless a write in flight holds it; True if it removed one.
+
+  Safe beside live writers of the key: it follows tensorstore's own rule (only the holder of the lock, while the
+  file still has its canonical path, may remove it). A POSIX record lock (lockf) conflicts with the
+  open-file-description lock tensorstore takes, in this process too, so a write in flight keeps its file.
+  """
+  lock_path = path if path.endswith(TS_LOCK_SUFFIX) else path + TS_LOCK_SUFFIX
+  try:
+    fd = os.open(lock_path, os.O_RDWR)
+  except FileNotFoundError:
+    return False
+  try:
+    try:
+      fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      return False  # a write in flight holds it
+    try:
+      same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+    except FileNotFoundError:
+      return False  # renamed or removed by its holder meanwhile
+    if same:
+      os.unlink(lock_path)
+    return same
+  finally:
+    os.close(fd)  # also releases the record lock
+
+
+def remove_unfinished_writes(directory: str) -> list[str]:
+  """`remove_unfinished_write` for every leftover under the local `directory`; returns the removed files' paths
+  relative to it."""
+  removed = []
+  for parent, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(parent, name)
+      if name.endswith(TS_LOCK_SUFFIX) and remove_unfinished_write(path):
+        removed.append(os.path.relpath(path, directory))
+  return sorted(removed)

@@ -2,9 +2,11 @@
 admission arithmetic, collation and staleness."""
 
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
+import struct
 import tempfile
 import time
 from unittest import mock
@@ -19,6 +21,7 @@ from c2jax.rollouts import admission
 from c2jax.rollouts import buffer as buffer_lib
 from c2jax.services import collate
 from c2jax.rollouts import schema
+from c2jax.rollouts import storage as storage_lib
 from c2jax.rollouts.buffer import Group, RolloutReader, RolloutWriter
 from c2jax.rollouts.storage import Store
 
@@ -258,6 +261,85 @@ class BufferTest(parameterized.TestCase):
     (got,) = reader.poll()
     self.assertEqual(got.meta["row0"], 3)
     assert_group_equal(self, make_group(1, rows=2), got.data)
+
+  def leave_unfinished_writes(self, directory, keys):
+    """What a process SIGKILLed inside tensorstore file writes leaves: `<key>.__lock` files, never renamed over
+    their keys, each longer than the key's next value (here: the key's current bytes, or a record, then padding)."""
+    for key in keys:
+      path = os.path.join(directory, key)
+      old = b'{"seq": 1, "meta": {}}'
+      if os.path.exists(path):
+        with open(path, "rb") as f:
+          old = f.read()
+      with open(path + storage_lib.TS_LOCK_SUFFIX, "wb") as f:
+        f.write(old + b"\x07" * 4096)
+
+  @parameterized.named_parameters(
+      # The async RL job's flake (groups_consumed one past the groups trained): an actor SIGKILLed while its commit
+      # record was being written; the re-run group's record came out as garbage and the reader skipped its seq.
+      ("commit_record", "record"),
+      ("array_objects", "arrays"),  # the zarr shards the re-run's rows go to (and the committed rows beside them)
+      ("head_and_owner", "head"),
+  )
+  def test_reopened_writer_is_not_corrupted_by_writes_a_killed_writer_left_unfinished(self, what):
+    w = RolloutWriter(self.url, "w", SPEC)
+    w.commit(make_group(0), {"task_id": "t0"})
+    ticket = w.begin({"task_id": "t1"})
+    w._write_rows([schema.normalize_group(make_group(99, rows=5), SPEC)], 3)
+    shard = os.path.join(self.url, "shards", "w")
+    objects = [os.path.relpath(os.path.join(d, n), shard) for d, _, names in os.walk(os.path.join(shard, "arrays"))
+               for n in names if n != "zarr.json"]
+    self.assertNotEmpty(objects)
+    keys = {"record": [buffer_lib.commit_key(1)], "arrays": objects, "head": ["head.json", "owner.json"]}[what]
+    self.leave_unfinished_writes(shard, keys)
+    reader = RolloutReader(self.url, SPEC)
+    self.assertLen(reader.poll(), 1)
+
+    w2 = RolloutWriter(self.url, "w", SPEC)  # the restarted actor (w stands for the killed one)
+    self.assertEqual([t for t, _ in w2.pending()], [ticket])
+    self.assertEqual(w2.commit(make_group(1, rows=2), {"task_id": "t1"}, ticket), 1)
+    w2.commit(make_group(2), {"task_id": "t2"})
+    got = reader.poll()
+    self.assertEqual([g.meta["seq"] for g in got], [1, 2])
+    assert_group_equal(self, make_group(1, rows=2), got[0].data)
+    self.assertEqual(reader.stats["corrupt_groups"], 0)
+    self.assertEqual(reader.cursor, {"w": 3})  # the cursor counts exactly the groups handed out
+    fresh = RolloutReader(self.url, SPEC)
+    for want, g in zip((make_group(0), make_group(1, rows=2), make_group(2)), fresh.poll()):
+      assert_group_equal(self, want, g.data)
+    self.assertEqual((fresh.cursor, fresh.stats["corrupt_groups"]), ({"w": 3}, 0))
+    self.assertEqual(Store(shard).read_json("head.json")["committed"], 3)
+    left = [n for _, _, names in os.walk(shard) for n in names if n.endswith(storage_lib.TS_LOCK_SUFFIX)]
+    self.assertEmpty(left)
+
+  def test_trainer_progress_is_not_corrupted_by_a_write_a_killed_trainer_left_unfinished(self):
+    w = RolloutWriter(self.url, "w", SPEC)
+    w.commit(make_group(0), {"task_id": "t0"})
+    self.leave_unfinished_writes(self.url, ["trainer.json"])
+    reader = RolloutReader(self.url, SPEC)
+    reader.take(1)
+    reader.publish_progress(version=3, groups_per_step=1)
+    self.assertEqual(Store(self.url).read_json("trainer.json")["cursor"], {"w": 1})
+    status = admission.read_status(self.url)
+    self.assertFalse(status.trainer_damaged)
+    self.assertEqual((status.trainer_version, status.consumed), (3, 1))
+
+  @absltest.skipUnless(hasattr(fcntl, "F_OFD_SETLK"), "open-file-description locks are Linux-only")
+  def test_a_write_in_flight_keeps_its_lock_file(self):
+    # tensorstore holds an open-file-description lock on `<key>.__lock` while it writes (in this process too).
+    path = os.path.join(self.url, "k.json" + storage_lib.TS_LOCK_SUFFIX)
+    with open(path, "wb") as f:
+      f.write(b"partial")
+    fd = os.open(path, os.O_RDWR)
+    try:
+      fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+      self.assertFalse(storage_lib.remove_unfinished_write(path))
+      self.assertTrue(os.path.exists(path))
+    finally:
+      os.close(fd)
+    self.assertTrue(storage_lib.remove_unfinished_write(path))
+    self.assertFalse(os.path.exists(path))
+    self.assertFalse(storage_lib.remove_unfinished_write(path))
 
   def test_pending_of_a_silent_writer_expires_from_admission(self):
     gone, alive = RolloutWriter(self.url, "gone", SPEC), RolloutWriter(self.url, "alive", SPEC)

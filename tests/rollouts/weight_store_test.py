@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import tensorstore as ts
 
+from c2jax.rollouts import storage
 from c2jax.rollouts import weight_store
 from c2jax.rollouts.weight_store import WeightStore, WeightStoreError
 
@@ -115,6 +116,22 @@ class WeightStoreTest(parameterized.TestCase):
       self.assertEqual(got_v, 6)
       _assert_bit_exact(got, history[6])
     self.assertIsNone(reader.update(6, history[6]))
+
+  def test_a_publish_is_not_corrupted_by_writes_a_killed_publisher_left_unfinished(self):
+    # A publisher killed mid-publish of version 2 leaves tensorstore's unfinished writes (`<key>.__lock`, longer
+    # than what the resumed publisher writes there, which tensorstore would reuse untruncated:
+    # `storage.remove_unfinished_write`); the resumed one clears the version's debris first, so 2 loads.
+    first = WeightStore(self.url, full_every=4, keep=10)
+    history, _ = self._publish_sequence(first, [1])
+    manifest = os.path.join(self.url, weight_store._manifest_key(2))
+    os.makedirs(os.path.dirname(manifest), exist_ok=True)
+    with open(manifest + storage.TS_LOCK_SUFFIX, "wb") as f:
+      f.write(b"x" * 1_000_000)  # the tail a reused, untruncated lock file would keep
+    resumed = WeightStore(self.url, full_every=4, keep=10)
+    params = _adamw_step(history[1], self.rng)
+    resumed.publish(2, params)
+    _assert_bit_exact(WeightStore(self.url).load(2)[1], params)
+    self.assertFalse(os.path.exists(manifest + storage.TS_LOCK_SUFFIX))
 
   def test_update_reads_only_the_deltas(self):
     store = WeightStore(self.url, full_every=4, keep=10)

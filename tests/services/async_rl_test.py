@@ -56,6 +56,23 @@ def _wait(what: str, cond, timeout: float, proc: subprocess.Popen | None = None,
   raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+# What a miscounted run says in its logs: groups the reader skipped (void, corrupt or lost records), records a
+# reopened writer voided or marked lost, unfinished writes a restarted writer removed, and where the resume began.
+_DIAGNOSTIC_WORDS = ("skipping", "void", "lost", "unfinished", "resumed from")
+
+
+def diagnostics(resumed_stderr: str, work: pathlib.Path) -> str:
+  """The lines of the resumed run's stderr, the killed run's trainer.log and the actors' logs that hold one of
+  _DIAGNOSTIC_WORDS, for assertion messages."""
+  logs = [("resumed run", resumed_stderr)]
+  for path in [work / "trainer.log", *sorted((work / "logs").glob("*.log"))]:
+    if path.exists():
+      logs.append((path.name, path.read_text(errors="replace")))
+  lines = [f"  [{name}] {line.strip()}" for name, text in logs for line in text.splitlines()
+           if any(w in line for w in _DIAGNOSTIC_WORDS)]
+  return "\nwarnings of the runs:\n" + ("\n".join(lines) if lines else "  (none)")
+
+
 def trained_once(test: absltest.TestCase, work: pathlib.Path, steps: int) -> tuple[list, dict]:
   """Checks from WORKDIR/consumed.jsonl that steps 1..`steps` each trained (the last record of a step counts: a
   restart redoes the steps after its checkpoint), no group twice, and per shard a contiguous run of seqs from 0
@@ -123,8 +140,9 @@ class AsyncRLTest(absltest.TestCase):
     result = json.loads(resumed.stdout.strip().splitlines()[-1])
     resumed_at = int(resumed.stderr.split("resumed from step ")[1].split()[0])
     self.assertLess(resumed_at, STEPS)  # the second run really trained the rest
-    self.assertEqual(result["steps"], STEPS)
-    self.assertEqual(result["groups_consumed"], STEPS * GROUPS_PER_STEP)
+    diag = diagnostics(resumed.stderr, work)
+    self.assertEqual(result["steps"], STEPS, diag)
+    self.assertEqual(result["groups_consumed"], STEPS * GROUPS_PER_STEP, diag)
     # The end of the run: the before/after table on stdout, then the JSON with the figures it shows, and the plot.
     self.assertIn("pass@1", resumed.stdout)
     self.assertEqual(result["k"], 4)
@@ -135,7 +153,10 @@ class AsyncRLTest(absltest.TestCase):
     self.assertGreater(result["tokens_trained"], 0)
     self.assertTrue((work / "training.png").exists())
 
-    trained_once(self, work, STEPS)
+    try:
+      trained_once(self, work, STEPS)
+    except AssertionError as e:
+      raise AssertionError(f"{e}{diag}") from e
 
     # The killed actor re-ran the group it had begun, and no group in the buffer is partial: every row of a group
     # has its task's prompt and tokens stamped with published versions.
@@ -143,7 +164,7 @@ class AsyncRLTest(absltest.TestCase):
     reader = RolloutReader(str(buffer))
     groups = reader.poll()
     self.assertGreaterEqual(len(groups), STEPS * GROUPS_PER_STEP)
-    self.assertEqual(reader.stats["corrupt_groups"], 0)
+    self.assertEqual(reader.stats["corrupt_groups"], 0, diag)
     for g in groups:
       self.assertLen(g.data["tokens"], GROUP)
       plen = int(g.data["prompt_length"][0])
