@@ -8,7 +8,6 @@ policies see only what the engine shows them (the current segment's observations
 import functools
 
 from absl.testing import absltest
-import jax
 import numpy as np
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
