@@ -13,7 +13,9 @@ A sweep file (configs/sweeps/<name>.py) defines `get_sweep()` returning
    "seeds": [0, 1, 2],                                   # `--config.seed` of each run
    "metrics": [...],                                     # the table's columns (see below)
    "curves": [...],                                      # optional: metrics.jsonl keys plotted over steps
-   "max_parallel": int}                                  # optional: cap on --parallel (timing-sensitive sweeps)
+   "max_parallel": int,                                  # optional: cap on --parallel (timing-sensitive sweeps)
+   "config": str}                                        # optional: the base config it is written for (the
+                                                         # default of --config; configs/rl_char_class.py if none)
 
 Every (cell, seed) is its own rl_main process with its own workdir `<workdir>/<cell>/seed_<seed>`; rl_main gets
 the base config with the overrides applied, as `configs/from_json.py:<run>/sweep_config.json` (the same JSON path
@@ -81,6 +83,7 @@ RUN_CONFIG = "sweep_config.json"  # the resolved config a run was started with
 RUN_STATUS = "sweep_status.json"  # the exit of the run's last process
 RUN_LOG = "sweep.log"  # rl_main's stdout + stderr (its actors log under <run>/logs)
 AGGREGATIONS = ("first", "last", "mean", "max", "delta")
+DEFAULT_CONFIG = "configs/rl_char_class.py"  # the base config of a sweep file that names none
 WINDOW = 5  # steps averaged by @first / @last, as rl_main's reward_first / reward_last
 _CELL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -101,6 +104,7 @@ class Sweep:
   metrics: tuple[str, ...]
   curves: tuple[str, ...] = ("reward/mean",)
   max_parallel: int | None = None
+  config: str = DEFAULT_CONFIG
 
 
 def _load_module(path: str | os.PathLike, what: str):
@@ -121,7 +125,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     raise ValueError(f"Sweep file {str(path)!r} defines no get_sweep(); see configs/sweeps/__init__.py.")
   d = dict(module.get_sweep())
   required = {"name", "description", "cells", "seeds", "metrics"}
-  optional = {"curves", "max_parallel"}
+  optional = {"curves", "max_parallel", "config"}
   missing, unknown = sorted(required - set(d)), sorted(set(d) - required - optional)
   if missing or unknown:
     raise ValueError(f"Sweep file {str(path)!r}: get_sweep() lacks {missing} / has unknown keys {unknown}; it returns "
@@ -141,7 +145,8 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
   max_parallel = d.get("max_parallel")
   return Sweep(name=str(d["name"]), description=str(d["description"]).strip(), cells=cells, seeds=seeds,
                metrics=metrics, curves=tuple(d.get("curves", Sweep.curves)),
-               max_parallel=None if max_parallel is None else int(max_parallel))
+               max_parallel=None if max_parallel is None else int(max_parallel),
+               config=str(d.get("config", DEFAULT_CONFIG)))
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
@@ -609,7 +614,9 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   try:
     sweep = load_sweep(f.sweep)
-    base = load_config(f.config)
+    # The sweep's own base config, from the repository, unless --config names another.
+    config = f.config or (sweep.config if os.path.exists(sweep.config.split(":")[0]) else str(REPO / sweep.config))
+    base = load_config(config)
     common = parse_set(f.set or [])
     workdir = pathlib.Path(f.workdir or os.path.join("runs", "sweeps", sweep.name)).absolute()
     runs = plan_runs(sweep, base, workdir, seeds=_seeds(f.seeds, sweep), common=common)
@@ -623,15 +630,15 @@ def main(argv: list[str]) -> None:
     for r in runs:
       print(f"[{status(r).value}] {r.name}: {' '.join(r.command())}")
       overrides = {**common, **sweep.cells[r.cell], "seed": r.seed}
-      print(f"    overrides of {f.config}: {json.dumps(overrides)}")
+      print(f"    overrides of {config}: {json.dumps(overrides)}")
     print(f"{len(runs)} runs, {parallel} at a time, in {workdir}")
     return
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / "sweep.json").write_text(json.dumps({**dataclasses.asdict(sweep), "config": f.config,
+  (workdir / "sweep.json").write_text(json.dumps({**dataclasses.asdict(sweep), "config": config,
                                                   "set": common, "parallel": parallel}, indent=1, default=list))
   statuses = execute(runs, parallel)
   results = collect(runs, sweep.metrics)
-  paths = write_report(sweep, results, workdir, base=f.config, common=common, parallel=parallel)
+  paths = write_report(sweep, results, workdir, base=config, common=common, parallel=parallel)
   print(results_table(sweep, results))
   print(f"\n{paths['md']}\n{paths['csv']}\n{paths['png']}\n{paths['curves']}")
   counts = collections.Counter(s.value for s in statuses.values())
@@ -644,8 +651,8 @@ if __name__ == "__main__":
   from absl import app
   from absl import flags
 
-  flags.DEFINE_string("config", "configs/rl_char_class.py", "Base run config (path[:arg]); the sweep files' keys "
-                      "are its fields (configs/rl_tiny.py, the coding main job, holds most of them).")
+  flags.DEFINE_string("config", "", "Base run config (path[:arg]); empty: the sweep file's \"config\" "
+                      f"({DEFAULT_CONFIG} if it names none). The sweep's keys are its fields.")
   flags.DEFINE_string("sweep", None, "Sweep file (configs/sweeps/<name>.py).", required=True)
   flags.DEFINE_string("seeds", "", "N (seeds 0..N-1) or a comma list; empty: the sweep file's seeds.")
   flags.DEFINE_integer("parallel", 0, "Runs at once; 0: max(1, cores // processes per run).")

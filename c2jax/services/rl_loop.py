@@ -54,7 +54,7 @@ from c2jax.rollouts.buffer import RolloutReader
 from c2jax.rollouts.prefetch import Prefetcher
 from c2jax.rollouts.storage import Store
 from c2jax.rollouts.weight_store import WeightStore
-from c2jax.services import rl_report
+from c2jax.services import chain_metrics, rl_report
 from c2jax.services.collate import empty_batch, groups_to_batch
 from c2jax.services.held_out import held_out_evaluation
 from c2jax.services.rl_run_config import RUN_CONFIG_KEY, RLRunConfig, to_json
@@ -148,7 +148,8 @@ class _Trainer:
     self.buffer_url, weights_url = cfg.urls(str(self.work))
     self.spec = buffer_spec(cfg.model_config, actor_cfg, tasks_lib.reward_terms(cfg.task_suite()))
     self.gps = cfg.trainer.groups_per_step
-    self.rows = self.gps * actor_cfg.group_size
+    self.rows = self.gps * actor_cfg.max_group_rows  # a row per segment with self-summaries (padding otherwise)
+    self.max_compactions = actor_cfg.max_group_rows // actor_cfg.group_size - 1
     self.primary = jax.process_index() == 0  # of a multi-host trainer: reads the buffer, publishes, logs
     if self.primary:
       (self.work / "config.json").write_text(to_json(cfg))
@@ -289,6 +290,7 @@ class _Trainer:
               "buffer/corrupt_groups": self.reader.stats.get("corrupt_groups", 0),
               "buffer/lost_groups": self.reader.stats.get("lost_groups", 0),
               "buffer/skipped_shards": self.reader.stats.get("skipped_shards", 0)})
+    m.update(chain_metrics.batch_metrics(groups))
     self.log_step(m, groups)
     bar.update(1)
     bar.set_postfix(reward=f"{m['reward/mean']:.3f}", lag=f"{m['staleness/mean']:.2f}", depth=m["buffer/depth"])
@@ -339,6 +341,7 @@ class _Trainer:
         "tokens_per_s": history[-1]["tokens_per_s"] if history else None,
         "samples_per_s": history[-1]["samples_per_s"] if history else None,
         "wait_fraction": history[-1]["time/wait_fraction"] if history else None,
+        **chain_metrics.run_metrics(history, self.max_compactions),
     }
     for name, r in (("before", before), ("after", after)):
       self.log.scalars(f"eval_{name}", {key: v for key, v in r.items() if isinstance(v, float)}, int(self.state.step))

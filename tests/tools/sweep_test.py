@@ -81,7 +81,8 @@ class SweepFilesTest(parameterized.TestCase):
     self.assertEqual(sweep.name, path.stem)
     self.assertGreaterEqual(len(sweep.cells), 2)
     self.assertNotEmpty(sweep.description)
-    runs = sweep_lib.plan_runs(sweep, rl_char_class.get_config(), tempfile.mkdtemp(), seeds=(0,))
+    base = sweep_lib.load_config(str(_REPO / sweep.config))  # the config the sweep is written for
+    runs = sweep_lib.plan_runs(sweep, base, tempfile.mkdtemp(), seeds=(0,))
     self.assertLen(runs, len(sweep.cells))
     configs = [ml_collections.ConfigDict(json.loads(r.config)) for r in runs]
     for c in configs:
