@@ -28,7 +28,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from c2jax.data.sources import Document
+from c2jax.data.sources import Document, TokenDocument
 from c2jax.data.tokenizer import Tokenizer
 
 BATCH_KEYS = ("tokens", "positions", "segment_ids", "loss_mask")
@@ -39,7 +39,14 @@ def tokenize(doc: Document, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
 
   Plain text: BOS + text + EOS, weight 1. Chat parts ((text, weight), ...): each part tokenized on its own (BOS
   before the first, EOS after the last, which takes the last part's weight: the sampler stops by emitting it).
+  A `TokenDocument` is taken as it is (its ids must be in the tokenizer's vocabulary).
   """
+  if isinstance(doc, TokenDocument):
+    tokens = np.asarray(doc.tokens, np.int32)
+    if tokens.min() < 0 or tokens.max() >= tokenizer.vocab_size:
+      raise ValueError(f"A token document holds ids in [{tokens.min()}, {tokens.max()}], outside the tokenizer's "
+                       f"{tokenizer.vocab_size} ids; it was recorded with another tokenizer.")
+    return {"tokens": tokens, "weights": np.asarray(doc.weights, np.float32)}
   if isinstance(doc, str):
     tokens = tokenizer.encode(doc, bos=True, eos=True)
     return {"tokens": tokens, "weights": np.ones(tokens.shape, np.float32)}

@@ -21,6 +21,7 @@ Kinds live in the `SOURCES` registry; a new kind is one decorated function retur
 
 from __future__ import annotations
 
+import dataclasses
 import glob as glob_lib
 import inspect
 import json
@@ -33,7 +34,29 @@ from c2jax.data import stdlib_corpus
 from c2jax.registry import Registry
 
 Parts = tuple[tuple[str, float], ...]
-Document = str | Parts
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenDocument:
+  """A document already in token ids, with the loss weight of each (a recorded agent episode's segment: its ledger
+  as it was fed to the model, EOS tokens between turns included, which text could not carry). The pipeline adds no
+  BOS or EOS.
+
+  Attributes:
+    tokens: [N] int token ids.
+    weights: [N] float loss weight of predicting each token from those before it.
+  """
+
+  tokens: tuple[int, ...]
+  weights: tuple[float, ...]
+
+  def __post_init__(self):
+    if len(self.tokens) != len(self.weights) or not self.tokens:
+      raise ValueError(f"A token document needs as many weights as tokens (>= 1); got {len(self.tokens)} tokens and "
+                       f"{len(self.weights)} weights.")
+
+
+Document = str | Parts | TokenDocument
 
 SOURCES: Registry[Callable[..., grain.MapDataset]] = Registry("data source kind")
 
@@ -42,7 +65,9 @@ PIPELINE_KEYS = ("kind", "weight")
 
 
 def document_bytes(doc: Document) -> int:
-  """UTF-8 size of a document (all parts of a chat document together)."""
+  """UTF-8 size of a document (all parts of a chat document together; a token document's token count)."""
+  if isinstance(doc, TokenDocument):
+    return len(doc.tokens)
   if isinstance(doc, str):
     return len(doc.encode("utf-8", errors="replace"))
   return sum(len(text.encode("utf-8", errors="replace")) for text, _ in doc)
@@ -191,6 +216,27 @@ def jsonl(path: str | Sequence[str], field: str = "text", min_bytes: int = 0) ->
         if len(text.encode("utf-8", errors="replace")) >= min_bytes:
           texts.append(text)
   return grain.MapDataset.source(texts)
+
+
+@SOURCES.register("token_docs")
+def token_docs(path: str | Sequence[str], min_bytes: int = 0) -> grain.MapDataset:
+  """JSON lines of token documents, {"tokens": [ids], "weights": [loss weights]} per line (e.g. recorded agent
+  episodes, `c2jax.services.teacher_traces`); `min_bytes` counts tokens here."""
+  docs = []
+  for p in _as_paths(path, "path"):
+    with open(p, encoding="utf-8") as f:
+      for i, line in enumerate(f, 1):
+        if not line.strip():
+          continue
+        try:
+          record = json.loads(line)
+          doc = TokenDocument(tuple(int(t) for t in record["tokens"]), tuple(float(w) for w in record["weights"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+          raise ValueError(f"{p}:{i} is not a token document ({e}); each line holds {{\"tokens\": [...], "
+                           f"\"weights\": [...]}} of equal length.") from None
+        if len(doc.tokens) >= min_bytes:
+          docs.append(doc)
+  return grain.MapDataset.source(docs)
 
 
 class _ArrayRecordText:

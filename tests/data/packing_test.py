@@ -8,6 +8,7 @@ import grain
 import numpy as np
 
 from c2jax.data import packing
+from c2jax.data import sources
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.data.pipeline import eval_batches, lm_dataset
 from tests.data import batches as batch_checks
@@ -25,6 +26,14 @@ class PackingTest(parameterized.TestCase):
     chat = packing.tokenize((("q?", 0.0), ("a", 1.0)), TOK)
     np.testing.assert_array_equal(chat["tokens"], [TOK.BOS, 113, 63, 97, TOK.EOS])
     np.testing.assert_array_equal(chat["weights"], [0, 0, 0, 1, 1])
+
+  def test_tokenize_token_documents_as_they_are(self):
+    doc = sources.TokenDocument((TOK.BOS, 97, TOK.EOS, 98), (0.0, 1.0, 1.0, 0.0))  # an EOS mid-document stays
+    out = packing.tokenize(doc, TOK)
+    np.testing.assert_array_equal(out["tokens"], [TOK.BOS, 97, TOK.EOS, 98])
+    np.testing.assert_array_equal(out["weights"], [0, 1, 1, 0])
+    with self.assertRaisesRegex(ValueError, "outside the tokenizer's 259 ids"):
+      packing.tokenize(sources.TokenDocument((1, 300), (0.0, 1.0)), TOK)
 
   def test_rows_by_hand(self):
     # Documents of 3, 12 and 1 tokens with T = 8: the 12-token one becomes pieces of 8 and 4.

@@ -10,6 +10,7 @@ from array_record.python.array_record_module import ArrayRecordWriter
 import grain
 
 from c2jax.data import sources
+import c2jax.envs.demonstrations  # noqa: F401  (registers the "sft" kind: the tests do not depend on their order)
 from c2jax.data.sources import SOURCES, open_source
 from tests.data import corpora
 
@@ -63,6 +64,20 @@ class SourcesTest(parameterized.TestCase):
                      [t for t in texts if len(t) >= 30] * 2)
     with self.assertRaisesRegex(ValueError, "has no field 'text'; set 'field'"):
       open_source({"kind": "jsonl", "path": path})
+
+  def test_token_docs(self):
+    path = os.path.join(tempfile.mkdtemp(), "docs.jsonl")
+    with open(path, "w") as f:
+      f.write(json.dumps({"tokens": [1, 5, 6, 258, 7], "weights": [0, 0, 1, 1, 0]}) + "\n\n")
+      f.write(json.dumps({"tokens": [1, 9], "weights": [0, 1]}) + "\n")
+    docs = list(open_source({"kind": "token_docs", "path": path}))
+    self.assertEqual(docs, [sources.TokenDocument((1, 5, 6, 258, 7), (0.0, 0.0, 1.0, 1.0, 0.0)),
+                            sources.TokenDocument((1, 9), (0.0, 1.0))])
+    self.assertLen(list(open_source({"kind": "token_docs", "path": path, "min_bytes": 3})), 1)
+    with open(path, "a") as f:
+      f.write(json.dumps({"tokens": [1, 2], "weights": [1]}) + "\n")
+    with self.assertRaisesRegex(ValueError, "docs.jsonl:4 is not a token document"):
+      open_source({"kind": "token_docs", "path": path})
 
   @parameterized.parameters(None, "body")
   def test_array_record(self, field):
