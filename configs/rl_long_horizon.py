@@ -12,10 +12,11 @@ segment (c2jax/actors/agent_loop.py). Tokens are bytes (259, the suite's BPE nev
 else is configs/rl_tiny.py's recipe; the trainer's batch holds a row per segment (groups_per_step x group_size x
 max_segments rows, padding where chains are shorter).
 
-The tiny model starts from a random init here: the suite's SFT demonstrations are single-turn (the reference
-solution written in one turn without reading a note), which would teach guessing, so `sft.enabled` is off until a
-multi-turn teacher exists; from a random init the policy rarely writes a valid tool call, and this config is the
-harness of the ablation rather than a result (docs/experiments/self_summary.md says what has been run).
+The SFT warm start is multi-turn: the scripted `summarizing_reader`'s episodes on the first `sft.teacher.max_tasks`
+tasks of each split, recorded through the agent loop with these actor settings (summaries included) and cached
+(c2jax/services/teacher_traces.py), one token document per segment, the loss on the teacher's turns and summaries.
+(The suite's single-turn demonstrations write the reference solution without reading a note: they would teach
+guessing.) docs/experiments/self_summary.md says what has been run.
 """
 
 import ml_collections
@@ -31,18 +32,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = rl_tiny.get_config()
   c.model_overrides.vocab_size = 259
   c.init_checkpoint = ""
-  c.sft.enabled = False
+  # SFT on recorded multi-turn episodes: a row holds one segment (<= actors.context tokens).
+  c.sft.update(enabled=True, steps=300, seq_len=1024, batch_size=4, learning_rate=3e-3, warmup_steps=20)
+  c.sft.teacher.update(policy="summarizing_reader", max_tasks=64, copies=1, flawed=0)
   c.task = rl_run_config.task_defaults("coding", coding_suite="tiny_long_horizon", max_turns=12, max_tokens=8192,
                                        instructions="none", tokenizer="byte", reward_workers=4,
                                        suite_options={"num_files": 3, "filler_lines": 2})
   c.actors.update(
       episodes="multi_turn", group_size=4, groups_per_call=2, prompt_len=512, stop_tokens=(EOS,),
       context=1024,  # the first observation (~300) and about two notes (~300 each with the read call) per segment
-      max_turns=12, max_new_tokens=192, max_episode_tokens=4096, chunk_steps=16, tool_workers=4)
+      max_turns=12, max_new_tokens=256, max_episode_tokens=4096, chunk_steps=16, tool_workers=4)
   # The report's self-summaries: a segment ends at 700 positions (or sooner when an observation would not fit
   # beside a summary); a summary of at most 128 tokens; 4 segments per episode.
   c.actors.summary.update(trigger_tokens=700, max_tokens=128, max_segments=4)
   c.actors.summary_tokens = "trained"
+  c.sft.teacher.summary.update(trigger_tokens=700, max_tokens=128, max_segments=4)  # the teacher's: as the actors'
   c.trainer.update(steps=20, groups_per_step=2, checkpoint_every=10)
   c.eval.update(tasks=8, samples=4, best_of=4, process=False)
   c.rl.pass_k = (1, 4)

@@ -20,6 +20,7 @@ from c2jax.services import suite_eval
 from configs import eval_realistic
 from configs import pretrain_tiny
 from configs import rl_char_class
+from configs import rl_long_horizon
 from configs import rl_tiny
 
 _GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
@@ -56,6 +57,7 @@ SNAPSHOTS = {
     "configs/pretrain_tiny.py": lambda: _pretrain(pretrain_tiny),
     "configs/rl_tiny.py": lambda: _rl(rl_tiny),
     "configs/rl_char_class.py": lambda: _rl(rl_char_class),
+    "configs/rl_long_horizon.py": lambda: _rl(rl_long_horizon),
     "configs/eval_realistic.py": lambda: _eval(eval_realistic),
     **{f"preset {name}": (lambda name=name: _lines(typed_config.to_plain(presets.MODEL_PRESETS.get(name)())))
        for name in presets.MODEL_PRESETS.names()},

@@ -94,7 +94,8 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, 
   """`evaluate` with every sample a whole episode of the agent loop (the runner the multi-turn actors use, so what
   is evaluated is what is trained): multi-turn where the suite has an environment, one turn otherwise.
 
-  Returns `evaluate`'s figures plus "turns/mean" and "cut/fraction" (episodes ended by a budget).
+  Returns `evaluate`'s figures plus "turns/mean", "cut/fraction" (episodes ended by a budget) and
+  "compactions/mean" (self-summaries that started a new segment, per episode).
   """
   chosen = [suite.task(split, i) for i in range(tasks)]
   episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, suite, task),
@@ -105,4 +106,5 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, 
   result = summary(outcome, success_threshold, pass_k)
   result["turns/mean"] = float(np.mean([traj.turns for traj in out]))
   result["cut/fraction"] = float(np.mean([traj.cut for traj in out]))
+  result["compactions/mean"] = float(np.mean([traj.compactions for traj in out]))
   return result

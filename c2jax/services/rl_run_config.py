@@ -35,6 +35,7 @@ import ml_collections
 from c2jax import typed_config
 from c2jax.actors import placement
 from c2jax.actors.actor import ActorConfig, EpisodeKind, WeightUpdates
+from c2jax.actors.agent_loop import SummaryConfig
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.tasks import TASK_SUITES, TaskSuite
@@ -114,18 +115,36 @@ class TrainerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TeacherConfig:
-  """`sft.teacher`: an imperfect teacher (`c2jax.envs.demonstrations`): exactly `flawed` of every task's `copies`
-  demonstrations carry the flaw `flaw` (a `FLAWS` name); flawed=0 is a perfect teacher."""
+  """`sft.teacher`: who demonstrates.
+
+  Attributes:
+    copies, flawed, flaw: the suite's single-turn demonstrations (`c2jax.envs.demonstrations`), an imperfect teacher:
+      exactly `flawed` of every task's `copies` carry the flaw `flaw` (a `FLAWS` name); flawed=0 is a perfect one.
+    policy: a scripted policy (`c2jax.envs.scripted_policies.POLICIES`) whose multi-turn episodes, recorded through
+      the agent loop with the run's actor settings (self-summaries included), are the demonstrations instead
+      (`c2jax.services.teacher_traces`); empty: the single-turn ones.
+    max_tasks: record the first this many tasks of each split (0: all).
+    summary: the self-summaries of the recorded episodes (the teacher's own, not `actors.summary`: an ablation of
+      the RL run's summaries starts from the same SFT).
+  """
 
   copies: int = 1
   flawed: int = 0
   flaw: str = "incomplete_call"
+  policy: str = ""
+  max_tasks: int = 0
+  summary: SummaryConfig = SummaryConfig()
 
   def __post_init__(self):
     from c2jax.envs.demonstrations import FLAWS  # pylint: disable=g-import-not-at-top  (imports the suites)
+    from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
     if self.copies < 1 or not 0 <= self.flawed <= self.copies:
       raise ValueError(f"copies={self.copies} must be >= 1 and flawed={self.flawed} in [0, copies].")
     FLAWS.get(self.flaw)
+    if self.policy:
+      POLICIES.get(self.policy)
+    if self.max_tasks < 0:
+      raise ValueError(f"max_tasks={self.max_tasks} must be >= 0 (0: every task).")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,7 @@ from c2jax.envs import suite_tokenizer
 from c2jax.optim import Decay
 from c2jax.pretrain.step import MtpTarget
 from c2jax.services.pretrain_run_config import CheckpointConfig, PhaseConfig, PretrainEvalConfig, PretrainRunConfig
+from c2jax.services import teacher_traces
 from c2jax.services.rl_run_config import RLRunConfig
 
 
@@ -37,13 +38,11 @@ def sft_config(cfg: RLRunConfig) -> PretrainRunConfig:
   if task["suite"] != "coding":
     raise ValueError(f"sft.enabled needs a coding task suite (task.suite='coding'), not {task['suite']!r}: the SFT "
                      "data are the coding suite's demonstrations.")
-  source = {"kind": "sft", "suite": task["coding_suite"], "split": "train", "weight": 1.0,
-            "instructions": task["instructions"], "max_turns": task["max_turns"], "max_tokens": task["max_tokens"],
-            # The SFT may see more of the suite than RL samples from (e.g. every difficulty, then RL on the easy
-            # tasks): sft.suite_options when given, else the task's.
-            "suite_options": dict(s.suite_options or task["suite_options"] or {}),
-            # An imperfect teacher (c2jax/envs/demonstrations.py): `flawed` of every task's `copies` carry `flaw`.
-            "copies": s.teacher.copies, "flawed": s.teacher.flawed, "flaw": s.teacher.flaw}
+  if s.teacher.policy:  # recorded multi-turn episodes (c2jax/services/teacher_traces.py)
+    source = {"kind": "token_docs", "path": teacher_traces.traces_path(cfg, "train")}
+    eval_source = {"kind": "token_docs", "path": teacher_traces.traces_path(cfg, "heldout")}
+  else:
+    source, eval_source = _demonstrations_sources(cfg)
   every = max(s.steps // 4, 1)
   return PretrainRunConfig(
       model=cfg.model, model_overrides=dict(cfg.model_overrides), seed=cfg.seed, mesh=cfg.mesh,
@@ -54,10 +53,23 @@ def sft_config(cfg: RLRunConfig) -> PretrainRunConfig:
           steps=s.steps, seq_len=s.seq_len, batch_size=s.batch_size, rope={}, sources={"tasks": source},
           learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, decay=Decay.COSINE, final_lr_fraction=0.1,
           mtp_weight=s.mtp_weight, mtp_target=MtpTarget.SELF_DISTILL)},
-      # Held-out loss on the reference's own turns (not the teacher's flawed ones).
+      # Held-out loss on the teacher's held-out tasks (the reference's own turns, not a flawed teacher's).
       eval=PretrainEvalConfig(every=every, batches=2, batch_size=s.batch_size, seq_len=s.seq_len,
-                              source={**source, "split": "heldout", "copies": 1, "flawed": 0}),
+                              source=eval_source),
       log_every=10, checkpoint=CheckpointConfig(every=every, keep=1))
+
+
+def _demonstrations_sources(cfg: RLRunConfig) -> tuple[dict, dict]:
+  """The SFT's train and held-out sources of the suite's single-turn demonstrations."""
+  s, task = cfg.sft, cfg.task
+  source = {"kind": "sft", "suite": task["coding_suite"], "split": "train", "weight": 1.0,
+            "instructions": task["instructions"], "max_turns": task["max_turns"], "max_tokens": task["max_tokens"],
+            # The SFT may see more of the suite than RL samples from (e.g. every difficulty, then RL on the easy
+            # tasks): sft.suite_options when given, else the task's.
+            "suite_options": dict(s.suite_options or task["suite_options"] or {}),
+            # An imperfect teacher (c2jax/envs/demonstrations.py): `flawed` of every task's `copies` carry `flaw`.
+            "copies": s.teacher.copies, "flawed": s.teacher.flawed, "flaw": s.teacher.flaw}
+  return source, {**source, "split": "heldout", "copies": 1, "flawed": 0}
 
 
 def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
@@ -72,6 +84,11 @@ def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
     with open(p.tokenizer, "rb") as f:
       h.update(f.read())
   source = dict(p.phases["sft"].sources["tasks"])
+  if cfg.sft.teacher.policy:  # the recorded traces themselves (recorded here on first use)
+    for split in ("train", "heldout"):
+      with open(teacher_traces.ensure_traces(cfg, split), "rb") as f:
+        h.update(f.read())
+    return os.path.join(os.path.abspath(root), f"sft-{h.hexdigest()[:16]}")
   for prompt, response in demonstrations.sft_examples(
       source["suite"], source["split"], max_turns=source["max_turns"], max_tokens=source["max_tokens"],
       instructions=source["instructions"], suite_options=dict(source["suite_options"]), copies=source["copies"],

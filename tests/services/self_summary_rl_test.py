@@ -22,9 +22,10 @@ from c2jax.rollouts.buffer import RolloutReader
 pytestmark = pytest.mark.e2e  # a real trainer with an actor process and sandboxes (`make test-unit` leaves it out)
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
-# An untrained model: its turns are noise, its context fills within a few turns, and some of its summaries end
+# An untrained model (no SFT): its turns are noise, its context fills within a few turns, and some of its summaries end
 # (on EOS) within their budget, so episodes chain; nothing here depends on what it learns.
-FLAGS = ["--config.trainer.steps=2", "--config.trainer.groups_per_step=2", "--config.actors.group_size=2",
+FLAGS = ["--config.sft.enabled=False", "--config.trainer.steps=2", "--config.trainer.groups_per_step=2",
+         "--config.actors.group_size=2",
          "--config.actors.num=1", "--config.actors.max_new_tokens=96", "--config.actors.max_turns=6",
          "--config.task.max_turns=6", "--config.actors.summary.trigger_tokens=400",
          "--config.actors.summary.max_tokens=160", "--config.actors.summary.max_segments=3",
@@ -87,6 +88,9 @@ class SelfSummaryRLTest(absltest.TestCase):
           self.assertEqual(int(d["source"][r, last]), Source.SUMMARY)
           self.assertEqual(float(d["loss_mask"][r, last]), 1.0)
     self.assertGreaterEqual(chained, 1)
+    # The held-out evaluation runs the same chains and counts them.
+    evals = [json.loads(x) for x in (work / "eval.jsonl").read_text().splitlines()]
+    self.assertTrue(all(e["compactions/mean"] >= 0 for e in evals), evals)
     steps = [json.loads(x) for x in (work / "metrics.jsonl").read_text().splitlines()]
     self.assertIn("summary/compactions_per_episode", steps[-1])
     tags = _tb_tags(work / "tb")

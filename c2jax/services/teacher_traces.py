@@ -1,0 +1,126 @@
+"""Multi-turn SFT demonstrations: a scripted teacher's episodes recorded through the agent loop, one token document
+per segment (report sections 3-4: SFT on agent traces before RL; self-summaries chain segments).
+
+  path = ensure_traces(cfg, "train")      # records once (cached by its settings), then returns the JSONL's path
+  {"kind": "token_docs", "path": path}    # the SFT's data source (c2jax/data/sources.py)
+
+The teacher is a scripted policy (`sft.teacher.policy`, e.g. tiny_long_horizon's `summarizing_reader`) forced through
+the same engine, environment and budgets the RL actors use (the run's `actors` section: context, turn budgets),
+with the teacher's own self-summaries (`sft.teacher.summary`), so a demonstration is exactly what the policy would
+be trained on: every segment's ledger as the model is fed it (prompt, turns, observations, the summary request,
+the summary, the resumed segment's head), its EOS tokens included, with loss weight 1 on the teacher's turns and
+summaries and 0 elsewhere. Only episodes the teacher FINISHED with outcome 1 are kept (a teacher's cut or failed
+episode is no demonstration). The forced turns carry the model's log-probs of them, which SFT does not use, so the
+weights that run them are a random init of the run's model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import json
+import os
+
+from absl import logging
+import jax
+import numpy as np
+
+from c2jax import typed_config
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.ledger import ACTIONS, EpisodeEnd
+from c2jax.actors.sampling import SamplingConfig
+from c2jax.data import bpe
+from c2jax.envs.scripted_policies import POLICIES
+from c2jax.model.params import init_params
+from c2jax.services.rl_run_config import RLRunConfig
+
+# What the recording depends on besides the policy: bump when the recording itself changes.
+FORMAT = 1
+
+
+def _agent(cfg: RLRunConfig) -> AgentConfig:
+  """The actors' agent loop settings with the teacher's own self-summaries."""
+  return dataclasses.replace(cfg.actor_config.agent_config(), summary=cfg.sft.teacher.summary)
+
+
+def _settings(cfg: RLRunConfig, split: str) -> dict:
+  actor = cfg.actor_config
+  return {"format": FORMAT, "policy": cfg.sft.teacher.policy, "split": split, "task": typed_config.to_plain(cfg.task),
+          "agent": typed_config.to_plain(_agent(cfg)), "context": actor.context,
+          "stop_tokens": list(actor.stop_tokens), "vocab_size": cfg.model_config.vocab_size,
+          "max_tasks": cfg.sft.teacher.max_tasks}
+
+
+def traces_path(cfg: RLRunConfig, split: str) -> str:
+  """Where the traces of `cfg`'s teacher on `split` are kept: <cache>/traces-<hash of the settings>.jsonl."""
+  h = hashlib.sha256(json.dumps(_settings(cfg, split), sort_keys=True, default=str).encode()).hexdigest()[:16]
+  root = cfg.sft.cache_dir or bpe.default_cache_dir()
+  return os.path.join(os.path.abspath(root), f"traces-{h}.jsonl")
+
+
+def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
+  """Runs the teacher on every task of `split` (the first `sft.teacher.max_tasks` when > 0); returns (token documents
+  {"tokens", "weights"} of the kept episodes' segments, stats)."""
+  policy_name = cfg.sft.teacher.policy
+  act = POLICIES.get(policy_name)()
+  suite = cfg.task_suite()
+  coding_task = getattr(suite, "coding_task", None)
+  if coding_task is None:
+    raise ValueError(f"sft.teacher.policy={policy_name!r} needs a coding task suite (task.suite='coding'): scripted "
+                     "policies act on coding tasks.")
+  actor = cfg.actor_config
+  agent = _agent(cfg)
+  # Forced turns up to a turn's and a summary's budget.
+  engine = dataclasses.replace(actor.engine_config(),
+                               max_forced=max(agent.max_turn_tokens, agent.summary.max_tokens))
+  tok = suite.text_tokenizer()
+  sampling = SamplingConfig(max_new_tokens=1, temperature=actor.temperature, stop_tokens=actor.stop_tokens)
+  runner = AgentRunner(cfg.model_config, engine, sampling, agent, tok)
+  params = jax.device_get(jax.jit(init_params, static_argnums=0)(cfg.model_config, jax.random.key(cfg.seed)))
+  n = suite.size(split)
+  if cfg.sft.teacher.max_tasks:
+    n = min(n, cfg.sft.teacher.max_tasks)
+  episodes = []
+  for i in range(n):
+    task = suite.task(split, i)
+    episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task), key=i,
+                            script=lambda turn, obs, c=coding_task(task): act.act(c, obs)))
+  trajectories = runner.run(episodes, weights=lambda: (params, 0))
+  docs, kept, ends = [], 0, {}
+  for traj in trajectories:
+    ends[traj.end.value] = ends.get(traj.end.value, 0) + 1
+    if traj.end is not EpisodeEnd.FINISHED or traj.reward_terms.get("outcome") != 1.0:
+      continue
+    kept += 1
+    for seg in traj.segments:
+      weights = np.isin(seg.source, ACTIONS).astype(np.float32)
+      docs.append({"tokens": [int(t) for t in seg.tokens], "weights": [float(w) for w in weights]})
+  stats = {"policy": policy_name, "split": split, "episodes": n, "kept": kept, "segments": len(docs), "ends": ends,
+           "compactions_per_episode": float(np.mean([t.compactions for t in trajectories])) if n else 0.0}
+  return docs, stats
+
+
+def ensure_traces(cfg: RLRunConfig, split: str) -> str:
+  """The traces' JSONL (recorded on first use, under a lock: parallel runs with the same settings record once)."""
+  path = traces_path(cfg, split)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(f"{path}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.exists(path):
+      return path
+    logging.warning("SFT: recording %s's episodes on the %s split into %s", cfg.sft.teacher.policy, split, path)
+    docs, stats = record(cfg, split)
+    if not docs:
+      raise ValueError(f"The teacher {cfg.sft.teacher.policy!r} finished no episode of the {split} split with outcome "
+                       f"1 ({stats['ends']}); it demonstrates nothing under these budgets.")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+      for d in docs:
+        f.write(json.dumps(d) + "\n")
+    os.replace(tmp, path)
+    with open(f"{path}.stats.json", "w") as f:
+      json.dump(stats, f, indent=1)
+    logging.warning("SFT: %s", json.dumps(stats))
+  return path

@@ -1,0 +1,76 @@
+"""Multi-turn SFT demonstrations recorded through the agent loop (c2jax/services/teacher_traces.py): the scripted
+teacher's chains on tiny_long_horizon as token documents, cached, and the SFT's data source over them."""
+
+import json
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.data.pipeline import lm_dataset
+from c2jax.envs import sandbox as sandbox_lib
+from c2jax.envs import self_summary
+from c2jax.services import rl_run_config, teacher_traces, warm_start
+from configs import rl_long_horizon
+
+TOK = ByteTokenizer()
+
+
+def _cfg(cache: str):
+  c = rl_long_horizon.get_config()
+  c.sft.enabled = True
+  c.sft.cache_dir = cache
+  c.sft.seq_len = 1024
+  c.sft.teacher.policy = "summarizing_reader"
+  c.sft.teacher.max_tasks = 2
+  return rl_run_config.parse(c)
+
+
+class TeacherTracesTest(absltest.TestCase):
+
+  def test_recorded_chains_are_the_sft_data(self):
+    reason = sandbox_lib.unavailable_reason()
+    if reason:
+      self.skipTest(reason)
+    cache = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
+    cfg = _cfg(cache)
+    path = teacher_traces.ensure_traces(cfg, "train")
+    stats = json.load(open(f"{path}.stats.json"))
+    self.assertEqual((stats["episodes"], stats["kept"]), (2, 2))
+    self.assertGreaterEqual(stats["compactions_per_episode"], 1)  # no episode fits the 1024-position window
+    docs = [json.loads(line) for line in open(path)]
+    self.assertLen(docs, stats["segments"])
+    self.assertGreater(len(docs), 2)
+    suite = cfg.task_suite()
+    prompts = [suite.task("train", i).prompt for i in range(2)]
+    for doc in docs:
+      tokens, weights = np.asarray(doc["tokens"]), np.asarray(doc["weights"])
+      self.assertLessEqual(len(tokens), cfg.actors.context)
+      self.assertTrue(any(np.array_equal(tokens[:len(p)], p) for p in prompts))  # each segment opens with its task
+      trained = TOK.decode(tokens[weights > 0])
+      self.assertIn("<tool ", trained)
+      self.assertNotIn("<result", trained)  # observations are never trained on
+      self.assertNotIn(self_summary.REQUEST_MARK, trained)
+    # The chains' summaries are trained: every segment that ends in a summary has it among its weighted tokens.
+    with_summary = sum("steps so far: " in TOK.decode(np.asarray(d["tokens"])[np.asarray(d["weights"]) > 0])
+                       for d in docs)
+    self.assertEqual(with_summary, round(stats["compactions_per_episode"] * 2))
+
+    # Cached: a second call records nothing.
+    mtime = os.path.getmtime(path)
+    self.assertEqual(teacher_traces.ensure_traces(cfg, "train"), path)
+    self.assertEqual(os.path.getmtime(path), mtime)
+    # The SFT reads them as token documents; its batches train exactly the teacher's tokens.
+    source = warm_start.sft_config(cfg).phases["sft"].sources["tasks"]
+    self.assertEqual(dict(source), {"kind": "token_docs", "path": path})
+    ds = lm_dataset([dict(source)], TOK, seq_len=1024, batch_size=len(docs), seed=0, num_epochs=1)
+    batch = next(iter(ds))
+    self.assertEqual(float(batch["loss_mask"].sum()), sum(sum(d["weights"][1:]) for d in docs))
+
+
+if __name__ == "__main__":
+  absltest.main()
