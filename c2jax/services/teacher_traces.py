@@ -26,6 +26,7 @@ import os
 from absl import logging
 import jax
 import numpy as np
+import tqdm
 
 from c2jax import typed_config
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
@@ -87,7 +88,13 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
     task = suite.task(split, i)
     episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task), key=i,
                             script=lambda turn, obs, c=coding_task(task): act.act(c, obs)))
-  trajectories = runner.run(episodes, weights=lambda: (params, 0))
+  with tqdm.tqdm(total=n, desc=f"record {policy_name} ({split})", unit="episode") as bar:
+
+    def progress():
+      bar.update(runner.stats.episodes - bar.n)
+
+    trajectories = runner.run(episodes, weights=lambda: (params, 0), on_chunk=progress)
+    progress()
   docs, kept, ends = [], 0, {}
   for traj in trajectories:
     ends[traj.end.value] = ends.get(traj.end.value, 0) + 1
