@@ -3,11 +3,15 @@ teacher's chains on tiny_long_horizon as token documents, cached, and the SFT's 
 
 import json
 import os
+import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.data.pipeline import lm_dataset
@@ -16,7 +20,10 @@ from c2jax.envs import self_summary
 from c2jax.services import rl_run_config, teacher_traces, warm_start
 from configs import rl_long_horizon
 
+pytestmark = pytest.mark.e2e  # records in a child process with real sandboxes (`make test-unit` leaves it out)
+
 TOK = ByteTokenizer()
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _cfg(cache: str):
@@ -38,7 +45,16 @@ class TeacherTracesTest(absltest.TestCase):
     cache = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
     cfg = _cfg(cache)
-    path = teacher_traces.ensure_traces(cfg, "train")
+    # Recorded in a process of its own, as a run records them (its programs compile there, not in this one).
+    code = ("import sys; from tests.services.teacher_traces_test import _cfg; from c2jax.services import "
+            "teacher_traces; print(teacher_traces.ensure_traces(_cfg(sys.argv[1]), 'train'))")
+    env = dict(os.environ, PYTHONPATH=str(_ROOT))
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
+    proc = subprocess.run([sys.executable, "-c", code, cache], cwd=_ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    path = proc.stdout.strip().splitlines()[-1]
+    self.assertEqual(path, teacher_traces.traces_path(cfg, "train"))
     stats = json.load(open(f"{path}.stats.json"))
     self.assertEqual((stats["episodes"], stats["kept"]), (2, 2))
     self.assertGreaterEqual(stats["compactions_per_episode"], 1)  # no episode fits the 1024-position window
