@@ -199,22 +199,27 @@ def _field(record: Any, field: str, where: str) -> str:
   return value
 
 
-@SOURCES.register("jsonl")
-def jsonl(path: str | Sequence[str], field: str = "text", min_bytes: int = 0) -> grain.MapDataset:
-  """JSON lines files (one object per line, blank lines skipped), the text in `field`; read into memory."""
-  texts = []
+def _json_lines(path: str | Sequence[str]):
+  """(where, record) of each non-blank line of JSON lines files, where = "<file>:<line>"."""
   for p in _as_paths(path, "path"):
     with open(p, encoding="utf-8") as f:
       for i, line in enumerate(f, 1):
         if not line.strip():
           continue
         try:
-          record = json.loads(line)
+          yield f"{p}:{i}", json.loads(line)
         except json.JSONDecodeError as e:
           raise ValueError(f"{p}:{i} is not valid JSON ({e.msg}); each line must hold one JSON object.") from None
-        text = _field(record, field, f"{p}:{i}")
-        if len(text.encode("utf-8", errors="replace")) >= min_bytes:
-          texts.append(text)
+
+
+@SOURCES.register("jsonl")
+def jsonl(path: str | Sequence[str], field: str = "text", min_bytes: int = 0) -> grain.MapDataset:
+  """JSON lines files (one object per line, blank lines skipped), the text in `field`; read into memory."""
+  texts = []
+  for where, record in _json_lines(path):
+    text = _field(record, field, where)
+    if len(text.encode("utf-8", errors="replace")) >= min_bytes:
+      texts.append(text)
   return grain.MapDataset.source(texts)
 
 
@@ -223,19 +228,14 @@ def token_docs(path: str | Sequence[str], min_bytes: int = 0) -> grain.MapDatase
   """JSON lines of token documents, {"tokens": [ids], "weights": [loss weights]} per line (e.g. recorded agent
   episodes, `c2jax.services.teacher_traces`); `min_bytes` counts tokens here."""
   docs = []
-  for p in _as_paths(path, "path"):
-    with open(p, encoding="utf-8") as f:
-      for i, line in enumerate(f, 1):
-        if not line.strip():
-          continue
-        try:
-          record = json.loads(line)
-          doc = TokenDocument(tuple(int(t) for t in record["tokens"]), tuple(float(w) for w in record["weights"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-          raise ValueError(f"{p}:{i} is not a token document ({e}); each line holds {{\"tokens\": [...], "
-                           f"\"weights\": [...]}} of equal length.") from None
-        if len(doc.tokens) >= min_bytes:
-          docs.append(doc)
+  for where, record in _json_lines(path):
+    try:
+      doc = TokenDocument(tuple(int(t) for t in record["tokens"]), tuple(float(w) for w in record["weights"]))
+    except (KeyError, TypeError, ValueError) as e:
+      raise ValueError(f"{where} is not a token document ({e}); each line holds {{\"tokens\": [...], "
+                       f"\"weights\": [...]}} of equal length.") from None
+    if len(doc.tokens) >= min_bytes:
+      docs.append(doc)
   return grain.MapDataset.source(docs)
 
 
