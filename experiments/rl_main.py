@@ -23,6 +23,7 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # run from a checkout
 
+import jax  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
@@ -36,6 +37,9 @@ from c2jax.services import rl_run_config  # noqa: E402
 _CONFIG = cli.define_config_file(os.path.join(_ROOT, "configs", "rl_tiny.py"), "Run config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/rl", "Checkpoints, logs, TensorBoard (and, by default, the buffer "
                                "and the weights).")
+_RESULT_FILE = flags.DEFINE_string("result_file", "", "Also write the JSON result line to this file (a scheduler's "
+                                   "batch script reads it there: a signalled step's stdout may arrive late or not at "
+                                   "all).")
 
 _stop_requests = 0
 
@@ -60,7 +64,13 @@ def main(argv):
     result = rl_job.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
   if "pass_at_1_after" in result:
     print("\n" + rl_report.summary_table(result) + "\n", flush=True)
-  print(json.dumps(result))
+  line = json.dumps(result)
+  if _RESULT_FILE.value and jax.process_index() == 0:
+    tmp = _RESULT_FILE.value + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.write(line + "\n")
+    os.replace(tmp, _RESULT_FILE.value)
+  print(line, flush=True)
   if result.get("interrupted"):
     sys.exit(130)  # so that schedulers (Slurm --requeue, Kubernetes) see an unfinished run
 

@@ -102,8 +102,9 @@ class SlurmCluster:
 
 
 def _result(out: pathlib.Path) -> dict:
-  """rl_main's result: the last line of one attempt's stdout."""
-  return json.loads(out.read_text().strip().splitlines()[-1])
+  """rl_main's result for one attempt's stdout file `out`: the JSON line rl_main wrote to `<out>.json`
+  (--result_file; what trainer.sbatch decides on)."""
+  return json.loads(out.with_name(out.name + ".json").read_text())
 
 
 def _steps(work: pathlib.Path) -> list[int]:
