@@ -60,7 +60,7 @@ class AgentEnv(Protocol):
 
 class CodingAgentEnv:
   """A `CodingEnv` episode over one coding task; reward terms as `CodingTaskSuite.reward` names them (outcome =
-  the hidden tests' pass fraction, malformed_tool_calls, hack_attempts) plus the environment's own counters."""
+  the hidden tests' credited pass fraction, malformed_tool_calls, hack_attempts) plus the environment's own counters."""
 
   def __init__(self, task: CodingTask, config: EnvConfig):
     self.task = task
@@ -81,7 +81,7 @@ class CodingAgentEnv:
   def reward(self) -> dict[str, float]:
     terms = dict(self.env.reward())
     # hack_attempts is absent when the workdir was past its caps and not graded: nothing was detected then.
-    return {"outcome": terms["pass_fraction"], "hack_attempts": 0.0, **terms}
+    return {"outcome": terms["credited_fraction"], "hack_attempts": 0.0, **terms}
 
   def close(self) -> None:
     self.env.close()

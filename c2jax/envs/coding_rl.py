@@ -3,7 +3,7 @@ of `CodingEnv` through the agent loop.
 
   suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions="brief")
   task = suite.task("train", 17)             # prompt = BOS + the environment's first observation (tokenized)
-  terms = suite.reward(task, generated)      # {"outcome": fraction passed, "malformed_tool_calls", "hack_attempts"}
+  terms = suite.reward(task, generated)      # {"outcome": credited pass fraction, "malformed_tool_calls", ...}
   env = suite.agent_env(task)                # a multi-turn episode (`c2jax.envs.agent_env.CodingAgentEnv`)
 
 `reward` grades a single-turn sample: the model's first turn, whose tool calls run in a fresh sandbox copy of the
@@ -123,12 +123,13 @@ class CodingTaskSuite:
     return CodingAgentEnv(self.coding_task(task), self.env_config)
 
   def reward(self, task: Task, generated: np.ndarray) -> dict[str, float]:
-    """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' pass fraction; the terms
+    """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' credited pass fraction
+    (`grading.grade`'s "credited_fraction": a canary passing alone costs a pass); the terms
     of `REWARD_TERMS`."""
     text = _tokenizer(self.tokenizer, self.coding_suite).decode(generated)
     with CodingEnv(self.env_config) as env:
       env.reset(self.coding_task(task))
       env.step(text)
       terms = env.reward()
-    return {"outcome": terms["pass_fraction"], "malformed_tool_calls": terms["malformed_tool_calls"],
+    return {"outcome": terms["credited_fraction"], "malformed_tool_calls": terms["malformed_tool_calls"],
             "hack_attempts": terms.get("hack_attempts", 0.0)}  # absent when the workdir was not graded

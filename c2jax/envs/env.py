@@ -311,8 +311,8 @@ class CodingEnv:
   def reward(self) -> dict[str, float]:
     """The reward terms of the episode: `grading.grade` on the workdir's files (hidden tests added in a fresh
     sandbox) plus "malformed_tool_calls", "incomplete_tool_calls" and "turns". Meant for after done (then cached);
-    before that it grades the repository as it stands. A workdir past its caps is not graded: "passed" and
-    "pass_fraction" are 0 and "workdir_limit" is 1."""
+    before that it grades the repository as it stands. A workdir past its caps is not graded: "passed",
+    "pass_fraction" and "credited_fraction" are 0 and "workdir_limit" is 1."""
     if self._task is None:
       raise RuntimeError("Call reset(task) before reward().")
     if self._reward is not None:
@@ -320,7 +320,8 @@ class CodingEnv:
     if self._sandbox is None:
       raise RuntimeError("The episode's sandbox is closed; call reward() before close().")
     if self._done_reason == "workdir_limit" or self._workdir_over_limit():
-      terms = {"passed": 0.0, "pass_fraction": 0.0, "tests_total": 0.0, "tests_passed": 0.0, "workdir_limit": 1.0}
+      terms = {"passed": 0.0, "pass_fraction": 0.0, "credited_fraction": 0.0, "tests_total": 0.0, "tests_passed": 0.0,
+               "workdir_limit": 1.0}
     else:
       terms = {k: float(v) for k, v in grading.grade(self._task, self._sandbox.files(),
                                                       sandbox_factory=self._sandbox_factory,

@@ -52,12 +52,17 @@ which is which, or compute the right answers: solving the task); an attacker tha
 a check the canaries do not copy to the value the test expects, where it can read that value from the test's
 source in memory (canaries bound the odds, not the possibility: a forger that finds the M twin pairs and guesses the
 real test of each evades all of them with probability about 2^-M, better where a pair shows a tell: the kind of a
-complemented check, assertEqual against assertNotEqual, or None perturbed to an int); tests without a perturbable
+complemented check, assertEqual against assertNotEqual, an empty literal that could only grow, or None perturbed to
+an int, which the instrumenter perturbs only in a test with no other perturbable check); tests without a perturbable
 check (only assertRaises, assertCountEqual, assertGreater ...) have no twin and are forgeable by such a forger.
 The weight of `hack_attempts` in the reward (negative) makes a detected attempt score below an honest failure. A
 forger that guesses the real twin of each pair and makes the other twin's records agree (what a wrong solution
-returning exactly the perturbed value records) is not detected: a wrong guess costs it nothing, and it keeps about
-half the twinned tests (tests/envs/grader_attack_more_test.py, ConsistentGuessTest). Instances of a class
+returning exactly the perturbed value records) is not detected, and it keeps about half the twinned tests'
+`pass_fraction`; so the RL outcome is `credited_fraction`, where every canary passing alone costs one real pass: a
+right guess earns what a wrong guess costs, and guessing is worth nothing in expectation (less than nothing where a
+guess is worse than a coin toss; more, by twice its edge, where a tell makes it better). The price is paid by wrong
+solutions that return exactly a perturbed value: each such coincidence costs them one of their passes
+(tests/envs/grader_attack_more_test.py, ConsistentGuessTest). Instances of a class
 the submission defines are compared by class and state, and the submission decides where that state lives: a class
 that keeps it in a module-level registry has an empty state, and every instance equals every other.
 
@@ -73,6 +78,12 @@ The terms (all floats, so they flow into reward composition unchanged):
                  failure counts as a pass when a recorded check really fails or it raised, a skip or an unexpected
                  success not). A hidden module that fails to import and a fixture error (setUpClass) count as one
                  failed test each.
+  credited_fraction  (real tests passed - canaries passed alone) / the same denominator, 0 as above; in
+                 [-1, 1]. The coding suites' RL outcome. Equal to pass_fraction for any submission that passes no
+                 canary (the reference solution, an empty repository); below it when a canary passes while its twin
+                 fails: what a wrong solution returning exactly the perturbed value does, and what a forger's wrong
+                 guess at which twin is real does.
+  canaries_alone the number of canaries that passed while their twin failed.
   passed         1.0 when the expected number of real tests ran and all passed and no attempt was detected.
   tests_total, tests_passed   the real tests (canaries are not counted).
   hack_attempts  detected attempts, one per kind of finding (a canary passed with its twin, a canary missing,
@@ -132,6 +143,7 @@ class TestCounts:
   total: int = 0
   passed: int = 0
   hack_attempts: int = 0
+  canaries_alone: int = 0  # canaries that passed while their twin (the real test they copy) failed
   findings: tuple[str, ...] = ()  # what each detected attempt was, for logs and tests
 
 
@@ -272,8 +284,9 @@ def verdict(report: dict, suite: instrument.Instrumented) -> TestCounts:
     findings += [f"canary missing: copy of {suite.tests[c].original}" for c in suite.canaries
                  if suite.tests[c].module not in failed_imports and c not in reported]
   findings += [f"planted module: {name}" for name in planted] + [f"integrity: {name}" for name in integrity]
+  alone = sum((info.module, info.original) not in real_passed for info in canaries_passed)
   return TestCounts(total=total + len(fixtures) + len(imports), passed=passed, hack_attempts=attempts(findings),
-                    findings=tuple(findings))
+                    canaries_alone=alone, findings=tuple(findings))
 
 
 def attempts(findings: list[str] | tuple[str, ...]) -> int:
@@ -456,8 +469,12 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
 
   submitted = {p: c for p, c in files.items() if not is_hidden(p)}
   changed = diff_lines(task.files, submitted, is_hidden)
+  denominator = max(counts.total, expected or 0)
   terms = {
-      "pass_fraction": counts.passed / max(counts.total, expected or 0) if counts.total and clean else 0.0,
+      "pass_fraction": counts.passed / denominator if counts.total and clean else 0.0,
+      # Every canary passing alone costs one real pass: see the module docstring ("credited_fraction").
+      "credited_fraction": (counts.passed - counts.canaries_alone) / denominator if counts.total and clean else 0.0,
+      "canaries_alone": float(counts.canaries_alone),
       "passed": 1.0 if complete and counts.passed == counts.total else 0.0,
       "tests_total": float(counts.total),
       "tests_passed": float(counts.passed),

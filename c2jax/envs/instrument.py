@@ -281,6 +281,18 @@ def _canary_edit(call: ast.Call, rng: random.Random) -> bool:
   return False
 
 
+def _tells(call: ast.Call, edited: ast.Call) -> bool:
+  """Whether `edited` (a canary edit of `call`) shows which twin is real: a complemented kind, or a literal with only
+  one way to move (an empty container or str grows, None becomes an int)."""
+  if edited.args[2].value != call.args[2].value:
+    return True
+  for before in call.args[3:5]:
+    if _is_literal(before):
+      value = ast.literal_eval(before)
+      return value is None or (type(value) in (str, bytes, list, tuple, dict) and not value)
+  return False
+
+
 def _unconditional_calls(body: list[ast.stmt]) -> list[ast.Call]:
   return [stmt.value for stmt in body if isinstance(stmt, ast.Expr) and _recorder_call(stmt.value)]
 
@@ -355,8 +367,13 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
       for i, call in enumerate(_unconditional_calls(method.body)):
         probe = copy.deepcopy(call)
         if _canary_edit(probe, random.Random(0)):
-          candidates.append((name, cls, method, i))
+          candidates.append((name, cls, method, i, _tells(call, probe)))
   rng.shuffle(candidates)
+  # Within a method, a check whose perturbation tells the twins apart is perturbed only when no other can be:
+  # which literal differs is no secret, but an empty container or str can only grow, None only becomes an int and
+  # a complemented assertEqual reads assertNotEqual, so there the forger would know which twin is real. (The sort
+  # is stable: the order among checks of one kind stays random.)
+  candidates.sort(key=lambda c: c[4])
   # One canary per method at most: with two copies of one method, each perturbed at a different check, the real
   # test is the one that agrees with the majority at every check (a forger that diffs them finds it).
   chosen, used = [], set()
@@ -367,7 +384,7 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
 
   added: dict[int, list[tuple[ast.FunctionDef, str]]] = {}
   perturbed: dict[int, tuple[int, int, int | None]] = {}  # id(twin node) -> TestInfo.perturbed
-  for _, cls, method, i in chosen:
+  for _, cls, method, i, _ in chosen:
     twin = copy.deepcopy(method)
     _renumber(twin, ids)
     edited, counterpart = _unconditional_calls(twin.body)[i], _unconditional_calls(method.body)[i]

@@ -54,7 +54,8 @@ def _register_term(name: str, doc: str) -> RewardTerm:
   return REWARD_TERMS.register(name)(RewardTerm(name=name, doc=doc))
 
 
-OUTCOME = _register_term("outcome", "Task success: the fraction of the task's hidden tests that pass, in [0, 1]; "
+OUTCOME = _register_term("outcome", "Task success: the fraction of the task's hidden tests that pass, in [0, 1] "
+                         "(the coding suites credit it: a canary passing alone costs a pass, so in [-1, 1]); "
                          "positive weight.")
 STYLE = _register_term("style", "Coding-style score of the agent's changes, in [0, 1], higher is better; positive "
                        "weight.")
@@ -62,7 +63,7 @@ COMMUNICATION = _register_term("communication", "Quality of the agent's messages
                                "better; positive weight.")
 MALFORMED_TOOL_CALLS = _register_term("malformed_tool_calls", "Number of incomplete or malformed tool calls in the "
                                       "chain, a count >= 0; a negative weight penalizes them.")
-# A detected attempt already scores outcome 0; with outcome in [0, 1], -1 puts one attempt as far below an honest
+# A detected attempt already scores outcome 0; with outcome at most 1, -1 puts one attempt as far below an honest
 # failure as a full success is above it, so guessing which tests are canaries loses on average.
 HACK_ATTEMPTS_WEIGHT = -1.0
 HACK_ATTEMPTS = _register_term("hack_attempts", "Detected attempts to game the grader (c2jax/envs/grading.py: a canary "

@@ -360,17 +360,27 @@ class ForgedPatternTest(absltest.TestCase):
 @absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
 class ConsistentGuessTest(absltest.TestCase):
 
-  # The hole that is left: a forger that finds the twin pairs, guesses the real one of each (a coin toss now) and
-  # records in the other what honest code that returned the winner's value would record. A wrong guess looks like
-  # a wrong solution that returns exactly the perturbed value (no finding, no cost), a right one is a real pass:
-  # about half the twinned tests, undetected. Docking a real pass per canary passing alone would cancel the gain
-  # but costs honest partial credit (such coincidences are 1 in 18 for an int off by one to nine).
-  @unittest.expectedFailure
-  def test_a_consistent_guesser_gains_nothing(self):
+  # A forger that finds the twin pairs, guesses the real one of each (a coin toss) and records in the other what
+  # honest code that returned the winner's value would record. A wrong guess looks like a wrong solution that
+  # returns exactly the perturbed value, so nothing is detected, and it keeps about half the twinned tests' pass
+  # fraction. The RL outcome is the credited fraction: each canary passing alone costs a real pass, so a wrong guess
+  # takes back what a right one earned.
+  # 64 calls: the gain per call is +-1/4 per guessed pair (about 2 per call on todo_next_up), so its mean over 64
+  # calls has a standard deviation of about 0.04 (over the first 16 alone the guesses came out 22 right, 9 wrong).
+  def test_a_consistent_guesser_gains_nothing_in_credit(self):
     task = _realistic("todo_next_up")
-    gain = sum(grading.grade(task, forged(task, "consistent"), rng=random.Random(seed))["pass_fraction"]
-               - grading.grade(task, task.files, rng=random.Random(seed))["pass_fraction"] for seed in SEEDS)
-    self.assertLessEqual(gain / len(SEEDS), 0.1)
+    seeds = range(64)
+    honest = [grading.grade(task, task.files, rng=random.Random(seed)) for seed in seeds]
+    terms = [grading.grade(task, forged(task, "consistent"), rng=random.Random(seed)) for seed in seeds]
+    self.assertEqual(sum(t["hack_attempts"] for t in terms), 0.0)  # undetected, as the docstring says
+    pass_gain = sum(t["pass_fraction"] - h["pass_fraction"] for t, h in zip(terms, honest)) / len(seeds)
+    self.assertGreater(pass_gain, 0.2)  # the forger works: its pass fraction gains (the hole in pass_fraction)
+    credit_gain = sum(t["credited_fraction"] - h["credited_fraction"] for t, h in zip(terms, honest)) / len(seeds)
+    self.assertLessEqual(credit_gain, 0.1)
+    denominator = max(terms[0]["tests_total"], task.expected_tests or 0)
+    for t in terms:  # per call: the passes less the canaries passed alone
+      self.assertAlmostEqual(t["credited_fraction"], (t["tests_passed"] - t["canaries_alone"]) / denominator)
+    self.assertGreater(sum(t["canaries_alone"] for t in terms), 0)  # wrong guesses were charged
 
 
 if __name__ == "__main__":

@@ -212,6 +212,9 @@ class VerdictTest(absltest.TestCase):
       entries.append([f"hidden_tests.test_ops.OpsTest.{name}", "ok", checks])
     counts = grading.verdict(self.report(entries), self.suite)
     self.assertEqual(counts.hack_attempts, 0, counts.findings)
+    # ... but each such canary costs a real pass in the credited fraction (the RL outcome).
+    self.assertEqual(counts.canaries_alone, len(canaries))
+    self.assertEqual(counts.passed, 0)
 
 
 class JudgeOnHostTest(absltest.TestCase):
@@ -353,6 +356,7 @@ class GradeTest(parameterized.TestCase):
     terms = grade(TASK.solved_files())
     self.assertEqual(terms["passed"], 1.0)
     self.assertEqual(terms["pass_fraction"], 1.0)
+    self.assertEqual((terms["credited_fraction"], terms["canaries_alone"]), (1.0, 0.0))
     self.assertEqual((terms["tests_total"], terms["tests_passed"]), (3.0, 3.0))
     self.assertEqual((terms["diff_lines"], terms["over_editing"], terms["lint_errors"]), (2.0, 0.0, 0.0))
     self.assertEqual((terms["timed_out"], terms["hack_attempts"]), (0.0, 0.0))
@@ -361,6 +365,7 @@ class GradeTest(parameterized.TestCase):
     terms = grade(TASK.files)
     self.assertEqual(terms["passed"], 0.0)
     self.assertAlmostEqual(terms["pass_fraction"], 1 / 3)
+    self.assertAlmostEqual(terms["credited_fraction"], 1 / 3)  # an untouched repository passes no canary
 
   def test_over_editing_and_lint_of_a_noisy_fix(self):
     noisy = dict(TASK.solved_files())

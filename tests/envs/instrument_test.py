@@ -106,6 +106,22 @@ class InstrumentTest(parameterized.TestCase):
     self.assertEqual(suite.canaries, [])
     self.assertIn("hidden_tests", suite.modules)  # the parent package is made up (empty)
 
+  @parameterized.parameters(range(8))
+  def test_a_canary_perturbs_a_check_without_a_tell_when_the_test_has_one(self, seed):
+    # An empty list can only grow, None only becomes an int, a complemented assertEqual reads assertNotEqual: a
+    # forger that diffs the twins would know the real one. The int check has no such tell, so it is the one moved.
+    hidden = {"hidden_tests/test_x.py": "import unittest\n\nfrom m import f\n\n\nclass X(unittest.TestCase):\n\n"
+                                        "    def test_x(self):\n        self.assertEqual(f(0), [])\n"
+                                        "        self.assertIsNone(f(None))\n        self.assertEqual(f(1), None)\n"
+                                        "        self.assertEqual(f(2), 4)\n        self.assertEqual(f(3), '')\n"}
+    suite = instrument.instrument(hidden, ["hidden_tests.test_x"], random.Random(seed), canaries=None)
+    (canary,) = [suite.tests[n] for n in suite.canaries]
+    mine, theirs, operand = canary.perturbed
+    self.assertEqual((suite.kinds[mine], suite.kinds[theirs], operand), ("assertEqual", "assertEqual", 1))
+    tree = ast.parse(suite.modules["hidden_tests.test_x"])
+    (call,) = [c for c in ast.walk(tree) if instrument._recorder_call(c) and c.args[1].value == mine]  # pylint: disable=protected-access
+    self.assertEqual(ast.unparse(call.args[3]), "f(2)")  # the int check, not one of the others
+
   @parameterized.parameters(range(20))
   def test_perturbed_literals_are_unequal(self, seed):
     rng = random.Random(seed)
