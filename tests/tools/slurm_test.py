@@ -98,7 +98,10 @@ class SlurmCluster:
   def release(self, job: str, timeout: float = 60):
     """Waits for `job` to be pending again after a requeue, and lets it start now (Slurm's requeue delay)."""
     _wait(f"job {job} to be requeued", lambda: self.job(job)["JobState"] == "PENDING", timeout)
-    self("scontrol", "update", f"JobId={job}", "StartTime=now")
+    # Not "now": a requeue revokes the job's credential on the node, and slurmd compares the new credential's time
+    # with the revocation's in whole seconds, so a start in the same second fails ("Job credential revoked", the
+    # job FAILED). Slurm's own requeue delay (~120 s) is what normally avoids it.
+    self("scontrol", "update", f"JobId={job}", "StartTime=now+2")
 
 
 def _result(out: pathlib.Path) -> dict:
