@@ -67,6 +67,17 @@ def demonstration(task: CodingTask, config: EnvConfig = EnvConfig()) -> tuple[st
   return prompt, ReferencePolicy().act(task, [prompt])
 
 
+def suite_tasks(suite: str, split: str, suite_options: Mapping | None = None) -> list[CodingTask]:
+  """The tasks of `suite` / `split` (every task, in suite order), with `suite_options` overriding the suite's
+  fields."""
+  import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+  check_split(split)
+  suite_obj = CODING_SUITES.get(suite)
+  if suite_options:
+    suite_obj = suite_obj(**dict(suite_options))
+  return list(suite_obj.tasks(split))
+
+
 def sft_examples(suite: str, split: str = "train", *, max_examples: int | None = None,
                  max_turns: int | None = None, max_tokens: int | None = None, instructions: str = "full",
                  suite_options: Mapping | None = None, copies: int = 1, flawed: int = 0,
@@ -90,15 +101,10 @@ def sft_examples(suite: str, split: str = "train", *, max_examples: int | None =
   Returns:
     [(prompt_text, response_text)]; tokenize as BOS + prompt (loss weight 0), response + EOS (loss weight 1).
   """
-  import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
-  check_split(split)
   if copies < 1 or not 0 <= flawed <= copies:
     raise ValueError(f"sft_examples: copies={copies} must be >= 1 and flawed={flawed} in [0, copies].")
   make_flawed: Callable[[CodingTask], str] = FLAWS.get(flaw)
-  suite_obj = CODING_SUITES.get(suite)
-  if suite_options:
-    suite_obj = suite_obj(**dict(suite_options))
-  tasks = suite_obj.tasks(split)
+  tasks = suite_tasks(suite, split, suite_options)
   if max_examples is not None:
     tasks = tasks[:max_examples]
   defaults = EnvConfig()

@@ -36,6 +36,28 @@ class SuiteTokenizerTest(absltest.TestCase):
     self.assertEqual(os.stat(path).st_mtime_ns, stamp)
     self.assertNotEqual(suite_tokenizer.resolve("bpe:420", "tiny_functions", cache_dir=self.tmp), path)
 
+  def test_spec_names_the_text_and_refuses_others(self):
+    for bad in ("bpe:512:notes", "bpe:512:repository:x", "bpe::repository"):
+      with self.assertRaisesRegex(ValueError, "bpe:<vocab_size>\\[:<text>\\] with <text> one of"):
+        suite_tokenizer.resolve(bad, "tiny_long_horizon", cache_dir=self.tmp)
+    plain = suite_tokenizer.resolve("bpe:1024", "tiny_long_horizon", cache_dir=self.tmp)
+    self.assertEqual(suite_tokenizer.resolve("bpe:1024:demonstrations", "tiny_long_horizon", cache_dir=self.tmp),
+                     plain)
+    with_files = suite_tokenizer.resolve("bpe:1024:repository", "tiny_long_horizon", cache_dir=self.tmp)
+    self.assertNotEqual(with_files, plain)
+    # The notes' words are in the repository text only: with it each step's words are one token per word, without it
+    # the operation words stay split (the demonstrations write code, never "subtract").
+    def pieces(path):
+      tok = make_tokenizer(path)
+      return [tok.decode([i]) for i in tok.encode("step 2: subtract 5", bos=False, eos=False)]
+    self.assertEqual(pieces(with_files), ["step", " 2", ":", " subtract", " 5"])
+    self.assertNotIn(" subtract", pieces(plain))
+    texts = suite_tokenizer.suite_texts("tiny_long_horizon", text=suite_tokenizer.TokenizerText.REPOSITORY)
+    heldout_notes = {t.files["notes/step_1.txt"]
+                     for t in demonstrations.suite_tasks("tiny_long_horizon", "heldout")}
+    self.assertTrue(heldout_notes)
+    self.assertFalse(heldout_notes & set(texts))  # held-out repositories never shape the vocabulary
+
   def test_coding_suite_encodes_prompts_and_decodes_samples_with_it(self):
     with mock.patch.dict(os.environ, {"C2JAX_CACHE_DIR": self.tmp}):
       suite = TASK_SUITES.get("coding")(instructions="none", tokenizer="bpe:512")
