@@ -119,6 +119,18 @@ class SuiteTest(parameterized.TestCase):
       for i, step in enumerate(steps):
         self.assertGreaterEqual(trained[(i, step)], 1, f"{task.task_id}: {step.words} at {i + 1}")
 
+  def test_a_larger_pool_extends_the_draw(self):
+    small, large = lh.pool(3), lh.pool(3, 4000)
+    self.assertLen(small, lh.POOL_SIZE)
+    self.assertLen(large, 4000)
+    self.assertEqual(large[:lh.POOL_SIZE], small)
+    self.assertLen({tuple(lh.compose(s, v) for v in lh.PROBES) for s in large}, 4000)  # still distinct functions
+    suite = lh.TinyLongHorizonSuite(num_files=3, pool_size=4000)
+    self.assertBetween(suite.size("train"), 3000, 3400)
+    self.assertEmpty({t.task_id for t in suite.tasks("train")} & {t.task_id for t in suite.tasks("heldout")})
+    with self.assertRaisesRegex(ValueError, "pool_size must be >= 2"):
+      lh.TinyLongHorizonSuite(pool_size=1)
+
   def test_every_step_is_used(self):
     suite = lh.TinyLongHorizonSuite()
     used = {s for t in suite.tasks("train") for s in _steps(t)}

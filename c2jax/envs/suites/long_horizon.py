@@ -162,8 +162,9 @@ def _forbidden_pairs() -> frozenset[tuple[Step, Step]]:
 
 
 @functools.lru_cache(maxsize=8)
-def pool(num_files: int) -> tuple[tuple[Step, ...], ...]:
-  """The fixed draw of up to `POOL_SIZE` step sequences of length `num_files`, distinct functions, in draw order."""
+def pool(num_files: int, size: int = POOL_SIZE) -> tuple[tuple[Step, ...], ...]:
+  """The fixed draw of up to `size` step sequences of length `num_files`, distinct functions, in draw order (a
+  larger `size` extends a smaller one's draw)."""
   if num_files < 2:
     raise ValueError(f"tiny_long_horizon needs num_files >= 2 (got {num_files}): a held-out task is a new sequence "
                      "of trained steps.")
@@ -172,11 +173,11 @@ def pool(num_files: int) -> tuple[tuple[Step, ...], ...]:
     candidates = list(itertools.product(STEPS, repeat=num_files))
     rng.shuffle(candidates)
   else:
-    candidates = (tuple(rng.choice(STEPS) for _ in range(num_files)) for _ in range(200 * POOL_SIZE))
+    candidates = (tuple(rng.choice(STEPS) for _ in range(num_files)) for _ in range(200 * size))
   forbidden = _forbidden_pairs()
   out, seen = [], set()
   for steps in candidates:
-    if len(out) == POOL_SIZE:
+    if len(out) == size:
       break
     if any(pair in forbidden for pair in zip(steps, steps[1:])):
       continue
@@ -190,8 +191,9 @@ def pool(num_files: int) -> tuple[tuple[Step, ...], ...]:
 
 
 @functools.lru_cache(maxsize=16)
-def _splits(seed: int, heldout_fraction: float, num_files: int) -> dict[str, tuple[tuple[Step, ...], ...]]:
-  sequences = list(pool(num_files))
+def _splits(seed: int, heldout_fraction: float, num_files: int,
+            pool_size: int) -> dict[str, tuple[tuple[Step, ...], ...]]:
+  sequences = list(pool(num_files, pool_size))
   random.Random(seed).shuffle(sequences)
   n_heldout = int(round(len(sequences) * heldout_fraction))
   heldout, train = sequences[:n_heldout], sequences[n_heldout:]
@@ -301,12 +303,15 @@ class TinyLongHorizonSuite:
     heldout_fraction: the share of the pool drawn for "heldout" (a few move to train; see the module docstring).
     num_files: K, the steps of a task and its note files (>= 2).
     filler_lines: lines of project notes around each note's step line (4: a note of about 150-300 bytes).
+    pool_size: step sequences drawn (`pool`), at most; more train tasks than a model can memorize make it read
+      its notes instead (K = 3 holds 4,341 distinct functions, K = 2 370).
   """
 
   seed: int = 0
   heldout_fraction: float = 0.2
   num_files: int = 4
   filler_lines: int = 4
+  pool_size: int = POOL_SIZE
   name: str = "tiny_long_horizon"
 
   def __post_init__(self):
@@ -314,10 +319,12 @@ class TinyLongHorizonSuite:
       raise ValueError(f"tiny_long_horizon: filler_lines must be >= 0, got {self.filler_lines}.")
     if not 0.0 <= self.heldout_fraction < 1.0:
       raise ValueError(f"tiny_long_horizon: heldout_fraction must be in [0, 1), got {self.heldout_fraction}.")
+    if self.pool_size < 2:
+      raise ValueError(f"tiny_long_horizon: pool_size must be >= 2, got {self.pool_size}.")
 
   def _sequences(self, split: str) -> tuple[tuple[Step, ...], ...]:
     check_split(split)
-    return _splits(self.seed, self.heldout_fraction, self.num_files)[split]
+    return _splits(self.seed, self.heldout_fraction, self.num_files, self.pool_size)[split]
 
   def size(self, split: str) -> int:
     return len(self._sequences(split))
