@@ -44,11 +44,13 @@ flags.DEFINE_integer("summary_tokens", 120, "SummaryConfig.max_tokens.")
 flags.DEFINE_integer("segments", 6, "SummaryConfig.max_segments.")
 flags.DEFINE_integer("max_turns", 16, "Tool turns per episode.")
 flags.DEFINE_integer("slots", 4, "Engine slots.")
+flags.DEFINE_string("tokenizer", "byte", "Tokenizer spec: byte, bpe:<vocab_size>[:repository], a tokenizer.json.")
+flags.DEFINE_string("suite_options", "{}", "JSON object of suite fields, e.g. '{\"num_files\": 3}'.")
 
 
 def run_policy(policy: str, summary: SummaryConfig, suite: CodingTaskSuite, n: int) -> dict:
   tok = suite.text_tokenizer()
-  model = presets.model_config("tiny", {"vocab_size": 259, "n_layers": 2, "num_mtp_layers": 0})
+  model = presets.model_config("tiny", {"vocab_size": tok.vocab_size, "n_layers": 2, "num_mtp_layers": 0})
   params = jax.device_get(jax.jit(init_params, static_argnums=0)(model, jax.random.key(0)))
   engine = EngineConfig(slots=FLAGS.slots, context=FLAGS.context, chunk_sizes=(16, 64, 256), max_forced=512)
   agent = AgentConfig(max_turns=FLAGS.max_turns, max_turn_tokens=512, max_episode_tokens=1 << 16, chunk_steps=32,
@@ -73,7 +75,8 @@ def run_policy(policy: str, summary: SummaryConfig, suite: CodingTaskSuite, n: i
 
 def main(argv):
   del argv
-  suite = CodingTaskSuite(coding_suite=FLAGS.suite, instructions="none", max_turns=FLAGS.max_turns, tokenizer="byte")
+  suite = CodingTaskSuite(coding_suite=FLAGS.suite, instructions="none", max_turns=FLAGS.max_turns,
+                          tokenizer=FLAGS.tokenizer, suite_options=json.loads(FLAGS.suite_options))
   with_summaries = SummaryConfig(trigger_tokens=FLAGS.trigger, max_tokens=FLAGS.summary_tokens,
                                  max_segments=FLAGS.segments)
   rows = [run_policy(p, s, suite, FLAGS.tasks) for p in FLAGS.policies for s in (with_summaries, SummaryConfig())]
@@ -81,8 +84,9 @@ def main(argv):
   for r in rows:
     print(f"{r['policy']:<20} {str(r['summaries']):<9} {r['pass_rate']:5.2f} {r['outcome']:7.2f} "
           f"{r['compactions']:7.2f} {r['summary_tokens']:7.1f}  {r['ends']}")
-  print(json.dumps({"suite": FLAGS.suite, "split": FLAGS.split, "context": FLAGS.context, "trigger": FLAGS.trigger,
-                    "rows": rows}))
+  print(json.dumps({"suite": FLAGS.suite, "split": FLAGS.split, "tokenizer": FLAGS.tokenizer,
+                    "suite_options": json.loads(FLAGS.suite_options), "context": FLAGS.context,
+                    "trigger": FLAGS.trigger, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -123,7 +123,8 @@ class TeacherConfig:
     policy: a scripted policy (`c2jax.envs.scripted_policies.POLICIES`) whose multi-turn episodes, recorded through
       the agent loop with the run's actor settings (self-summaries included), are the demonstrations instead
       (`c2jax.services.teacher_traces`); empty: the single-turn ones.
-    max_tasks: record the first this many tasks of each split (0: all).
+    max_tasks: record the first this many train tasks (0: all).
+    heldout_tasks: record the first this many held-out tasks (0: all): they give the SFT's held-out loss only.
     summary: the self-summaries of the recorded episodes (the teacher's own, not `actors.summary`: an ablation of
       the RL run's summaries starts from the same SFT).
   """
@@ -133,6 +134,7 @@ class TeacherConfig:
   flaw: str = "incomplete_call"
   policy: str = ""
   max_tasks: int = 0
+  heldout_tasks: int = 64
   summary: SummaryConfig = SummaryConfig()
 
   def __post_init__(self):
@@ -143,8 +145,9 @@ class TeacherConfig:
     FLAWS.get(self.flaw)
     if self.policy:
       POLICIES.get(self.policy)
-    if self.max_tasks < 0:
-      raise ValueError(f"max_tasks={self.max_tasks} must be >= 0 (0: every task).")
+    if self.max_tasks < 0 or self.heldout_tasks < 0:
+      raise ValueError(f"max_tasks={self.max_tasks} and heldout_tasks={self.heldout_tasks} must be >= 0 (0: every "
+                       "task).")
 
 
 @dataclasses.dataclass(frozen=True)

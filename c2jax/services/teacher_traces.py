@@ -51,7 +51,13 @@ def _settings(cfg: RLRunConfig, split: str) -> dict:
   return {"format": FORMAT, "policy": cfg.sft.teacher.policy, "split": split, "task": typed_config.to_plain(cfg.task),
           "agent": typed_config.to_plain(_agent(cfg)), "context": actor.context,
           "stop_tokens": list(actor.stop_tokens), "vocab_size": cfg.model_config.vocab_size,
-          "max_tasks": cfg.sft.teacher.max_tasks}
+          "max_tasks": _limit(cfg, split)}
+
+
+def _limit(cfg: RLRunConfig, split: str) -> int:
+  """How many of `split`'s first tasks the teacher records (0: all)."""
+  teacher = cfg.sft.teacher
+  return teacher.max_tasks if split == "train" else teacher.heldout_tasks
 
 
 def traces_path(cfg: RLRunConfig, split: str) -> str:
@@ -62,7 +68,8 @@ def traces_path(cfg: RLRunConfig, split: str) -> str:
 
 
 def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
-  """Runs the teacher on every task of `split` (the first `sft.teacher.max_tasks` when > 0); returns (token documents
+  """Runs the teacher on every task of `split` (the first `sft.teacher.max_tasks` of train, `heldout_tasks` of
+  heldout, when > 0); returns (token documents
   {"tokens", "weights"} of the kept episodes' segments, stats)."""
   policy_name = cfg.sft.teacher.policy
   act = POLICIES.get(policy_name)()
@@ -81,8 +88,8 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
   runner = AgentRunner(cfg.model_config, engine, sampling, agent, tok)
   params = jax.device_get(jax.jit(init_params, static_argnums=0)(cfg.model_config, jax.random.key(cfg.seed)))
   n = suite.size(split)
-  if cfg.sft.teacher.max_tasks:
-    n = min(n, cfg.sft.teacher.max_tasks)
+  if _limit(cfg, split):
+    n = min(n, _limit(cfg, split))
   episodes = []
   for i in range(n):
     task = suite.task(split, i)

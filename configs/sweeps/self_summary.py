@@ -17,8 +17,8 @@ def get_sweep():
           "degenerate); `truncation` writes none and cuts an episode when its window is full. On "
           "tiny_long_horizon no episode fits one window, so truncation can only pass by guessing."),
       "cells": {
-          "trained": {"actors.summary.trigger_tokens": 700, "actors.summary_tokens": "trained"},
-          "masked": {"actors.summary.trigger_tokens": 700, "actors.summary_tokens": "masked"},
+          "trained": {"actors.summary_tokens": "trained"},  # with the base config's summaries
+          "masked": {"actors.summary_tokens": "masked"},
           "truncation": {"actors.summary.trigger_tokens": 0},
       },
       "config": "configs/rl_long_horizon.py",

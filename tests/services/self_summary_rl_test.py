@@ -23,8 +23,11 @@ pytestmark = pytest.mark.e2e  # a real trainer with an actor process and sandbox
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 # An untrained model (no SFT): its turns are noise, its context fills within a few turns, and some of its summaries end
-# (on EOS) within their budget, so episodes chain; nothing here depends on what it learns.
+# (on EOS) within their budget, so episodes chain; nothing here depends on what it learns. Byte tokens: a random
+# model ends a 160-token summary on EOS about half of the time (1 in 259 per token; the config's BPE has 1024).
 FLAGS = ["--config.sft.enabled=False", "--config.trainer.steps=2", "--config.trainer.groups_per_step=2",
+         "--config.task.tokenizer=byte", "--config.model_overrides.vocab_size=259",
+         "--config.actors.stop_tokens=(258,)", "--config.actors.context=1024", "--config.actors.prompt_len=512",
          "--config.actors.group_size=2",
          "--config.actors.num=1", "--config.actors.max_new_tokens=96", "--config.actors.max_turns=6",
          "--config.task.max_turns=6", "--config.actors.summary.trigger_tokens=400",

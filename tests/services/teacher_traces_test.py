@@ -13,7 +13,6 @@ from absl.testing import absltest
 import numpy as np
 import pytest
 
-from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.data.pipeline import lm_dataset
 from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs import self_summary
@@ -22,7 +21,6 @@ from configs import rl_long_horizon
 
 pytestmark = pytest.mark.e2e  # records in a child process with real sandboxes (`make test-unit` leaves it out)
 
-TOK = ByteTokenizer()
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -57,22 +55,23 @@ class TeacherTracesTest(absltest.TestCase):
     self.assertEqual(path, teacher_traces.traces_path(cfg, "train"))
     stats = json.load(open(f"{path}.stats.json"))
     self.assertEqual((stats["episodes"], stats["kept"]), (2, 2))
-    self.assertGreaterEqual(stats["compactions_per_episode"], 1)  # no episode fits the 1024-position window
+    self.assertGreaterEqual(stats["compactions_per_episode"], 1)  # no episode fits the actors' window
     docs = [json.loads(line) for line in open(path)]
     self.assertLen(docs, stats["segments"])
     self.assertGreater(len(docs), 2)
     suite = cfg.task_suite()
+    tok = suite.text_tokenizer()  # the config's BPE (its EOS ends the teacher's turns)
     prompts = [suite.task("train", i).prompt for i in range(2)]
     for doc in docs:
       tokens, weights = np.asarray(doc["tokens"]), np.asarray(doc["weights"])
       self.assertLessEqual(len(tokens), cfg.actors.context)
       self.assertTrue(any(np.array_equal(tokens[:len(p)], p) for p in prompts))  # each segment opens with its task
-      trained = TOK.decode(tokens[weights > 0])
+      trained = tok.decode(tokens[weights > 0])
       self.assertIn("<tool ", trained)
       self.assertNotIn("<result", trained)  # observations are never trained on
       self.assertNotIn(self_summary.REQUEST_MARK, trained)
     # The chains' summaries are trained: every segment that ends in a summary has it among its weighted tokens.
-    with_summary = sum("steps so far: " in TOK.decode(np.asarray(d["tokens"])[np.asarray(d["weights"]) > 0])
+    with_summary = sum("steps so far: " in tok.decode(np.asarray(d["tokens"])[np.asarray(d["weights"]) > 0])
                        for d in docs)
     self.assertEqual(with_summary, round(stats["compactions_per_episode"] * 2))
 
@@ -83,7 +82,7 @@ class TeacherTracesTest(absltest.TestCase):
     # The SFT reads them as token documents; its batches train exactly the teacher's tokens.
     source = warm_start.sft_config(cfg).phases["sft"].sources["tasks"]
     self.assertEqual(dict(source), {"kind": "token_docs", "path": path})
-    ds = lm_dataset([dict(source)], TOK, seq_len=1024, batch_size=len(docs), seed=0, num_epochs=1)
+    ds = lm_dataset([dict(source)], tok, seq_len=1024, batch_size=len(docs), seed=0, num_epochs=1)
     batch = next(iter(ds))
     self.assertEqual(float(batch["loss_mask"].sum()), sum(sum(d["weights"][1:]) for d in docs))
 
