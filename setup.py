@@ -29,6 +29,8 @@ setup(
         "tensorboardX>=2.6",
         "matplotlib>=3.7",  # evaluation and training plots (PNG)
         "tokenizers>=0.20,<1",  # HF tokenizer.json files (c2jax.data.tokenizer.HFTokenizer)
+        # TF-IDF + LSA ranking of the search_code and web_search tools (c2jax.envs.code_search); wheels for 3.11-3.13.
+        "scikit-learn>=1.4,<2",
     ],
     extras_require={
         # Test-only: HF transformers + CPU PyTorch for parity checks (2.13.0 has a CPU build on the CI disk).

@@ -31,6 +31,10 @@ read_file, write_file and edit work on the workdir from the host side (the sandb
 shell command in the container; grep is a Python regex over the workdir's text files, evaluated inside the
 container too, so a pathological pattern meets the sandbox's timeout instead of stalling the host (its interpreter
 runs isolated, `python3 -I`, so that a repository's own json.py or re.py cannot stand in for the standard library).
+search_code ranks the workdir's functions, classes and windows of lines against a description (`code_search`: its
+index is built host-side from `Sandbox.files`, which follows no symlink, and rebuilt when a file changed); web_search
+asks the configured backend (`web_search.WEB_SEARCH_BACKENDS`, by default an offline index of the Python standard
+library's documentation; no backend here reaches the network). Both list at most `max_search_results` results.
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ import shlex
 import time
 from typing import Callable, Sequence
 
+from c2jax.envs import code_search
 from c2jax.envs import grading
 from c2jax.envs import protocol
+from c2jax.envs import web_search
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.protocol import ToolCall, ToolName
 from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
@@ -59,6 +65,9 @@ class EnvConfig:
     max_observation_bytes: each tool result, and each whole observation, is clipped to this (head and tail kept).
     max_calls_per_turn: calls of one turn beyond this are not run (reported in the observation).
     max_grep_matches: grep lists at most this many matching lines.
+    max_search_results: search_code and web_search list at most this many results (each a header and a bounded
+      snippet: ~1 KB for code, ~0.5 KB for documentation).
+    web_search_backend: the name of web_search's backend in `web_search.WEB_SEARCH_BACKENDS`.
     max_tool_s: wall-clock seconds all tool calls of the episode may take together (without it an episode could
       hold a worker for max_turns x max_calls_per_turn x limits.wall_s).
     max_workdir_bytes: bytes of regular files the workdir may hold after a call.
@@ -73,6 +82,8 @@ class EnvConfig:
   max_observation_bytes: int = 8192
   max_calls_per_turn: int = 32
   max_grep_matches: int = 100
+  max_search_results: int = 5
+  web_search_backend: str = "stdlib_docs"
   max_tool_s: float = 300.0
   max_workdir_bytes: int = 32 << 20
   max_workdir_entries: int = 10000
@@ -212,6 +223,13 @@ class CodingEnv:
     self._sandbox = None
     self._task: CodingTask | None = None
     self._reward: dict[str, float] | None = None
+    if config.max_search_results < 1:
+      raise ValueError(f"EnvConfig.max_search_results must be at least 1, got {config.max_search_results}.")
+    self._web_search_factory = web_search.WEB_SEARCH_BACKENDS.get(config.web_search_backend)  # unknown: refused now
+    self._web_search: web_search.SearchBackend | None = None
+    # Kept across episodes: its index is rebuilt only when the repository differs, so a next episode on the same
+    # starting files reuses it.
+    self._code_search = code_search.CodeSearch()
 
   # -- episode ----------------------------------------------------------------------------------------------------
 
@@ -432,6 +450,18 @@ class CodingEnv:
     if result.exit_code != 0:
       return False, f"grep failed (exit code {result.exit_code}): {result.stderr.strip()[-500:] or 'no message'}"
     return True, result.stdout.rstrip()
+
+  def _tool_search_code(self, query: str) -> tuple[bool, str]:
+    files = self._sandbox.files(max_file_bytes=code_search.MAX_FILE_BYTES)
+    return True, code_search.render(self._code_search.search(files, query, self.config.max_search_results))
+
+  def _tool_web_search(self, query: str) -> tuple[bool, str]:
+    if not query.strip():  # the backend's contract is a non-empty query
+      return False, "the query is empty; say what to look up, e.g. 'serialize an object to a JSON string'."
+    if self._web_search is None:
+      self._web_search = self._web_search_factory()
+    k = self.config.max_search_results
+    return True, web_search.render(list(self._web_search.search(query, k))[:k])
 
   def _tool_finish(self) -> tuple[bool, str]:
     self._done, self._done_reason = True, "finish"

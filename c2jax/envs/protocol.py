@@ -17,10 +17,11 @@ escaping, no CDATA), so code goes in exactly as it should land in the file:
   </tool>
 
   <tool name="run"><arg name="command">python3 -m unittest -q</arg></tool>
+  <tool name="search_code"><arg name="query">parse a date string</arg></tool>
   <tool name="finish"/>
 
 Tools and their arguments (`?` optional): read_file{path}, write_file{path, content}, edit{path, search,
-replace}, run{command}, grep{pattern, path?}, finish{}.
+replace}, run{command}, grep{pattern, path?}, search_code{query}, web_search{query}, finish{}.
 
 Rules, all of them:
   * Text outside <tool> blocks is free prose and is ignored; a turn may hold several calls, run in order.
@@ -33,8 +34,8 @@ Rules, all of them:
     forgotten `</arg>` is caught instead of swallowing the next call. A value that must contain them names its own
     terminator, heredoc-style: `<arg name="content" end="EOF">...</EOF>` runs raw to the first `</EOF>`
     (WORD = [A-Za-z_][A-Za-z0-9_]{0,31}).
-  * `path` and `pattern` are one-line arguments: one trailing newline is also dropped, and `path` is stripped of
-    surrounding whitespace. `path`, `pattern`, `command` and `search` must not be empty.
+  * `path`, `pattern` and `query` are one-line arguments: one trailing newline is also dropped, and `path` is
+    stripped of surrounding whitespace. `path`, `pattern`, `query`, `command` and `search` must not be empty.
 
 The parser is total: `parse` never raises, for any string, and runs in time linear in the text (every search
 either moves the cursor forward or ends the scan). Each malformed call (unknown tool, missing / duplicate / unknown
@@ -59,6 +60,8 @@ class ToolName(enum.Enum):
   EDIT = "edit"
   RUN = "run"
   GREP = "grep"
+  SEARCH_CODE = "search_code"
+  WEB_SEARCH = "web_search"
   FINISH = "finish"
 
 
@@ -69,10 +72,12 @@ TOOL_ARGS: Mapping[ToolName, tuple[tuple[str, ...], tuple[str, ...]]] = types.Ma
     ToolName.EDIT: (("path", "search", "replace"), ()),
     ToolName.RUN: (("command",), ()),
     ToolName.GREP: (("pattern",), ("path",)),
+    ToolName.SEARCH_CODE: (("query",), ()),
+    ToolName.WEB_SEARCH: (("query",), ()),
     ToolName.FINISH: ((), ()),
 })
-_LINE_ARGS = frozenset({"path", "pattern"})
-_NONEMPTY_ARGS = frozenset({"path", "pattern", "command", "search"})
+_LINE_ARGS = frozenset({"path", "pattern", "query"})
+_NONEMPTY_ARGS = frozenset({"path", "pattern", "query", "command", "search"})
 _BY_VALUE = {t.value: t for t in ToolName}
 
 
@@ -304,7 +309,7 @@ def render(call: ToolCall) -> str:
 class HelpDetail(enum.Enum):
   """How much of the tool format the first observation spells out.
 
-  FULL: one rendered example per tool and the value rules (~900 bytes): for models meeting the format cold.
+  FULL: one rendered example per tool and the value rules (~1.3 KB): for models meeting the format cold.
   BRIEF: the tools' names and arguments and one example in ~300 bytes: for models that learned the format in SFT
     (the tiny models, whose every prompt byte costs training and sampling compute).
   NONE: no description: for models that learned the format in SFT and are only ever prompted the same way (the
@@ -323,7 +328,9 @@ def format_help(detail: HelpDetail = HelpDetail.FULL) -> str:
   if detail is HelpDetail.BRIEF:
     signature = ", ".join(f"{name.value}({', '.join(TOOL_ARGS[name][0] + TOOL_ARGS[name][1])})" for name in ToolName)
     return "\n".join([
-        f"Tools: {signature}. Call them as blocks, run in order:",
+        # Terse, so that naming every tool keeps the prompt this short (configs/pretrain_tiny.py's SFT rows of 768
+        # byte tokens hold the longest tiny_functions demonstration with this help, with ~20 bytes to spare).
+        f"Tools: {signature}; e.g.:",
         render(ToolCall(ToolName.WRITE_FILE, {"path": "a.py", "content": "x = 1\n"})),
         render(ToolCall(ToolName.FINISH, {})),
     ])
@@ -334,6 +341,8 @@ def format_help(detail: HelpDetail = HelpDetail.FULL) -> str:
       ToolCall(ToolName.WRITE_FILE, {"path": "pkg/new.py", "content": "def f(x):\n    return x\n"}),
       ToolCall(ToolName.RUN, {"command": "python3 -m unittest -q"}),
       ToolCall(ToolName.GREP, {"pattern": r"def \w+", "path": "pkg"}),
+      ToolCall(ToolName.SEARCH_CODE, {"query": "where the config file is parsed"}),
+      ToolCall(ToolName.WEB_SEARCH, {"query": "python json dumps indent"}),
       ToolCall(ToolName.FINISH, {}),
   ]
   return "\n".join([
@@ -342,5 +351,6 @@ def format_help(detail: HelpDetail = HelpDetail.FULL) -> str:
       "A value is the raw text up to </arg> (one newline right after the opening tag is dropped). For a value that "
       'contains <tool> or <arg> tags, write <arg name="content" end="EOF">...</EOF>.',
       "edit replaces exactly one occurrence of search; grep takes a Python regex and an optional file or folder; "
+      "search_code finds the repository's code that matches a description; web_search looks up documentation; "
       "run executes a shell command in the repository; finish ends the episode.",
   ])

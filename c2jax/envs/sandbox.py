@@ -942,11 +942,11 @@ class Sandbox:
     """
     return sorted(rel for rel, _ in self._regular_files(read=False))
 
-  def files(self) -> dict[str, str]:
-    """The workdir's UTF-8 text files (path -> content), e.g. for grading and diffs; binary files, and files whose
-    path is not UTF-8, are skipped."""
+  def files(self, max_file_bytes: int | None = None) -> dict[str, str]:
+    """The workdir's UTF-8 text files (path -> content), e.g. for grading, diffs and code search; binary files, files
+    whose path is not UTF-8, and files over `max_file_bytes` (when given; those are not read) are skipped."""
     texts = {}
-    for rel, data in self._regular_files(read=True):
+    for rel, data in self._regular_files(read=True, max_bytes=max_file_bytes):
       try:
         rel.encode()
         texts[rel] = data.decode()
@@ -954,9 +954,10 @@ class Sandbox:
         continue
     return dict(sorted(texts.items()))
 
-  def _regular_files(self, read: bool) -> list[tuple[str, bytes]]:
+  def _regular_files(self, read: bool, max_bytes: int | None = None) -> list[tuple[str, bytes]]:
     """(relative path, content if `read` else b"") of every regular file, each opened relative to its directory's
-    fd without following a symlink, so a directory swapped for a symlink meanwhile leads nowhere outside."""
+    fd without following a symlink, so a directory swapped for a symlink meanwhile leads nowhere outside; with
+    `max_bytes`, a file larger than that is left out, and not read past it."""
     found = []
 
     def visit(parts: list[str], name: str, st: os.stat_result, dir_fd: int) -> _Visit:
@@ -969,13 +970,17 @@ class Sandbox:
         if not read:
           found.append((rel, b""))
           return _Visit.SKIP
+        if max_bytes is not None and st.st_size > max_bytes:
+          return _Visit.SKIP
         try:
           fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError:
           return _Visit.SKIP
         with os.fdopen(fd, "rb") as f:
           if stat.S_ISREG(os.fstat(fd).st_mode):  # still the regular file that was listed
-            found.append((rel, f.read()))
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+            if max_bytes is None or len(data) <= max_bytes:
+              found.append((rel, data))
       return _Visit.SKIP
 
     _walk(self._workdir, visit)

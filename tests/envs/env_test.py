@@ -10,6 +10,7 @@ from absl.testing import parameterized
 
 from c2jax.envs import env as env_lib
 from c2jax.envs import sandbox as sandbox_lib
+from c2jax.envs import web_search
 from c2jax.envs.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, clip
 from c2jax.envs.protocol import ToolCall, ToolName, render
@@ -26,6 +27,13 @@ TASK = CodingTask(
     files={"calc.py": BUGGY, "tests/__init__.py": "", "tests/test_calc.py": HIDDEN.replace("(2, 3), 5", "(1, 1), 2")},
     hidden_tests={"hidden_tests/__init__.py": "", "hidden_tests/test_hidden.py": HIDDEN + "# SECRET-MARKER\n"},
     solution={"calc.py": FIXED})
+
+
+# A web_search backend for the fuzzed turns: the default one would build its documentation index in the user's cache.
+ECHO_BACKEND = "env_test_echo"
+if ECHO_BACKEND not in web_search.WEB_SEARCH_BACKENDS:
+  web_search.WEB_SEARCH_BACKENDS.register(ECHO_BACKEND)(
+      lambda: mock.Mock(search=lambda query, k: [web_search.SearchResult(query, "echo", query)] * k))
 
 
 def text(*calls):
@@ -298,7 +306,7 @@ class EnvTest(parameterized.TestCase):
     self.assertEqual(clip("short", 10), "short")
 
   def test_fuzzed_turns_never_raise(self):
-    env = self.env(max_turns=1000)
+    env = self.env(max_turns=1000, web_search_backend=ECHO_BACKEND)
     env.reset(TASK)
     rng = random.Random(3)
     for _ in range(60):

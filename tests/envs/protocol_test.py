@@ -26,6 +26,8 @@ CALLS = [
     ToolCall(ToolName.RUN, {"command": "cat <<EOF > f.txt\n</arg></tool>\nEOF\n"}),
     ToolCall(ToolName.GREP, {"pattern": r"def \w+\(", "path": "pkg"}),
     ToolCall(ToolName.GREP, {"pattern": " leading space"}),
+    ToolCall(ToolName.SEARCH_CODE, {"query": "parse a date string"}),
+    ToolCall(ToolName.WEB_SEARCH, {"query": " json.dumps <indent> "}),
     ToolCall(ToolName.FINISH, {}),
 ]
 
@@ -43,8 +45,8 @@ def random_call(rng: random.Random) -> ToolCall:
   for a in required + tuple(o for o in optional if rng.random() < 0.5):
     if a == "path":
       args[a] = rng.choice(["a.py", "pkg/b c.py", "x<y>.txt", "ünï.py"])
-    elif a in ("pattern", "command", "search"):
-      args[a] = rng.choice(ONE_LINE + [v for v in NASTY if v.strip()] if a != "pattern" else ONE_LINE)
+    elif a in ("pattern", "query", "command", "search"):
+      args[a] = rng.choice(ONE_LINE + [v for v in NASTY if v.strip()] if a in ("command", "search") else ONE_LINE)
     else:
       args[a] = rng.choice(NASTY)
   return ToolCall(name, args)
@@ -104,6 +106,10 @@ class RoundTripTest(parameterized.TestCase):
         ToolCall(ToolName.EDIT, {"path": "m.py", "search": "old\n", "replace": "new </arg> kept"}),
         ToolCall(ToolName.FINISH, {})))
 
+  def test_a_query_is_one_line_without_its_newlines(self):
+    text = '<tool name="search_code"><arg name="query">\nparse a date string\n</arg></tool>'
+    self.assertEqual(parse(text).calls, (ToolCall(ToolName.SEARCH_CODE, {"query": "parse a date string"}),))
+
   def test_prose_is_ignored(self):
     self.assertEqual(parse("I will use <tools> and an <article>; a < b > c. toolbox</tools>"), ParseResult())
 
@@ -114,6 +120,9 @@ class RoundTripTest(parameterized.TestCase):
       ToolCall(ToolName.READ_FILE, {"path": "a\nb"}),
       ToolCall(ToolName.GREP, {"pattern": ""}),
       ToolCall(ToolName.EDIT, {"path": "a.py", "search": "", "replace": "x"}),
+      ToolCall(ToolName.SEARCH_CODE, {"query": " "}),
+      ToolCall(ToolName.WEB_SEARCH, {"query": "a\nb"}),
+      ToolCall(ToolName.WEB_SEARCH, {}),
   )
   def test_render_refuses_calls_the_parser_cannot_produce(self, call):
     with self.assertRaises(ValueError):
@@ -129,6 +138,8 @@ class MalformedTest(parameterized.TestCase):
       ("unknown_arg", '<tool name="finish"><arg name="why">done</arg></tool>', 0, 1),
       ("empty_command", '<tool name="run"><arg name="command">  </arg></tool>', 0, 1),
       ("two_line_path", '<tool name="read_file"><arg name="path">a\nb</arg></tool>', 0, 1),
+      ("empty_query", '<tool name="search_code"><arg name="query">\n</arg></tool>', 0, 1),
+      ("two_line_query", '<tool name="web_search"><arg name="query">json\ndumps</arg></tool>', 0, 1),
       ("stray_text", '<tool name="run">run this <arg name="command">ls</arg></tool>', 0, 1),
       ("bad_tool_tag", "<tool name='run'><arg name=\"command\">ls</arg></tool>", 0, 1),
       ("bad_arg_tag", '<tool name="run"><arg command>ls</arg></tool>', 0, 1),

@@ -1,0 +1,272 @@
+"""search_code: code-aware tokens, units cut along Python's syntax, a paraphrased query finding its function, an index
+rebuilt exactly when the repository changed, bounded results, and the tool through the environment over the real
+sandbox (whose host-side walk follows no symlink)."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from c2jax.envs import code_search
+from c2jax.envs import sandbox as sandbox_lib
+from c2jax.envs.code_search import CodeSearch, chunk_file, render, tokens
+from c2jax.envs.coding_tasks import Category, CodingTask
+from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.protocol import ToolCall, ToolName, render as render_call
+
+PARSING = '''"""Reading times written by people and by machines."""
+
+import datetime
+
+
+def parse_iso_timestamp(text: str) -> datetime.datetime:
+    """Return the moment an ISO 8601 text such as '2024-01-31T12:00:00' names."""
+    day, _, clock = text.partition("T")
+    year, month, dom = (int(x) for x in day.split("-"))
+    hour, minute, second = (int(x) for x in (clock or "0:0:0").split(":"))
+    return datetime.datetime(year, month, dom, hour, minute, second)
+
+
+def format_duration(seconds: float) -> str:
+    """Write a number of seconds as 1h02m03s."""
+    minutes, s = divmod(int(seconds), 60)
+    h, m = divmod(minutes, 60)
+    return f"{h}h{m:02d}m{s:02d}s"
+'''
+
+CLIENT = '''class HttpClient:
+    """A tiny HTTP client with retries."""
+
+    retries = 3
+
+    def get(self, url):
+        """Fetch a URL and return the response body."""
+        return self._retry("GET", url)
+
+    @staticmethod
+    def _retry(method, url):
+        return method, url
+'''
+
+# Several files, with distractors that share words with the queries (parse, string, text, format).
+REPO = {
+    "timeutil/__init__.py": "",
+    "timeutil/parsing.py": PARSING,
+    "config/loader.py": ('def parse_config_line(line):\n'
+                         '    """Split a \'key = value\' line into its key and its value."""\n'
+                         '    key, _, value = line.partition("=")\n    return key.strip(), value.strip()\n\n\n'
+                         'def load_config(path):\n    with open(path) as f:\n'
+                         '        return dict(parse_config_line(x) for x in f if "=" in x)\n'),
+    "net/client.py": CLIENT,
+    "text/slug.py": ('def slugify(title):\n    """Lower-case a title and join its words with dashes, for URLs."""\n'
+                     '    return "-".join(title.lower().split())\n\n\ndef count_words(text):\n'
+                     '    return len(text.split())\n'),
+    "README.md": "# tools\n\nSmall helpers: time parsing, configuration files, an HTTP client and text utilities.\n",
+    "broken.py": "def half_written(:\n    return the string\n",
+}
+
+
+class TokensAndUnitsTest(parameterized.TestCase):
+
+  def test_identifiers_are_split_spelled_out_and_folded(self):
+    got = tokens("def parseISOTimestamp(obj_str): HTTPServer copytree the dates")
+    for want in ("def", "pars", "iso", "timestamp", "parseisotimestamp", "object", "str", "obj_str", "http",
+                 "server", "httpserver", "copytre", "dat"):
+      self.assertIn(want, got)
+    self.assertNotIn("the", got)  # a function word
+    self.assertEqual(tokens("parse parses parsed parsing"), ["pars"] * 4)
+    self.assertEqual(tokens("? ! a"), [])
+
+  def test_python_is_cut_along_its_syntax(self):
+    chunks = chunk_file("net/client.py", CLIENT)
+    self.assertEqual([(c.name, c.start, c.end) for c in chunks],
+                     [("HttpClient", 1, 5), ("HttpClient.get", 6, 8), ("HttpClient._retry", 10, 12)])
+    lines = CLIENT.splitlines()
+    for c in chunks:
+      self.assertEqual(c.text, "\n".join(lines[c.start - 1:c.end]))
+    self.assertEqual(chunks[2].text.splitlines()[0], "    @staticmethod")  # decorators belong to their function
+    # The module docstring and imports between units land in a window; the functions are units.
+    names = [(c.name, c.start, c.end) for c in chunk_file("timeutil/parsing.py", PARSING)]
+    self.assertEqual(names, [("", 1, 5), ("parse_iso_timestamp", 6, 11), ("format_duration", 14, 18)])
+    # Lines as Python's parser counts them: a form feed does not end a line.
+    window, f = chunk_file("ff.py", 'import os\n\x0c\ndef f():\n    """Doc one. More."""\n    return 1\n')
+    self.assertEqual((window.start, window.end, f.name, f.start, f.end, f.doc), (1, 2, "f", 3, 5, "Doc one."))
+    self.assertEqual([c.name for c in chunk_file("one.py", "class A: x = 1\nclass B:\n  def g(self): pass\n")],
+                     ["A", "B", "B.g"])
+
+  def test_other_files_and_broken_python_are_cut_in_overlapping_windows(self):
+    text = "\n".join(f"line {i}" for i in range(1, 101))
+    for path in ("notes.txt", "broken.py"):
+      chunks = chunk_file(path, text if path == "notes.txt" else "def f(:\n" + text)
+      self.assertTrue(all(c.name == "" for c in chunks))
+      self.assertEqual(chunks[0].start, 1)
+      self.assertEqual(chunks[-1].end, 100 if path == "notes.txt" else 101)
+      for a, b in zip(chunks, chunks[1:]):
+        self.assertEqual(b.start, a.start + code_search.WINDOW_STRIDE)
+        self.assertLessEqual(a.end - a.start + 1, code_search.WINDOW_LINES)
+    self.assertEqual(chunk_file("empty.py", ""), [])
+    self.assertEqual(chunk_file("blank.txt", "\n\n  \n"), [])
+
+
+class RankingTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("parse a date string", "timeutil/parsing.py", "parse_iso_timestamp"),
+      ("turn seconds into a readable duration", "timeutil/parsing.py", "format_duration"),
+      ("make a url slug from a title", "text/slug.py", "slugify"),
+      ("how many words are in a text", "text/slug.py", "count_words"),
+      ("get the response body of a url", "net/client.py", "HttpClient.get"),
+  )
+  def test_a_paraphrased_query_ranks_its_function_first(self, query, path, name):
+    hits = CodeSearch().search(REPO, query, 3)
+    self.assertEqual((hits[0][0].path, hits[0][0].name), (path, name), [(c.path, c.name, s) for c, s in hits])
+    self.assertEqual([s for _, s in hits], sorted((s for _, s in hits), reverse=True))
+
+  def test_results_render_as_headers_and_snippets(self):
+    out = render(CodeSearch().search(REPO, "parse a date string", 2))
+    first = out.split("\n\n")[0].splitlines()
+    self.assertEqual(first[0], "timeutil/parsing.py:6-11 (parse_iso_timestamp)")
+    self.assertEqual(first[1], "def parse_iso_timestamp(text: str) -> datetime.datetime:")
+    self.assertEqual(render([]), "no matches.")
+
+  def test_the_index_is_rebuilt_exactly_when_a_file_changed(self):
+    search = CodeSearch()
+    search.search(REPO, "parse a date string", 3)
+    search.search(dict(REPO), "slug", 3)  # same paths and contents: the cached index
+    self.assertEqual(search.builds, 1)
+    changed = dict(REPO, **{"geo/distance.py": 'def haversine_km(a, b):\n    """Great-circle distance between two '
+                                               'latitude/longitude points."""\n    return 0.0\n'})
+    hits = search.search(changed, "distance between two points on the globe", 1)
+    self.assertEqual(search.builds, 2)
+    self.assertEqual(hits[0][0].name, "haversine_km")
+    renamed = dict(REPO)
+    renamed["text/slugs.py"] = renamed.pop("text/slug.py")  # the same content under another path is a change
+    self.assertEqual(search.search(renamed, "slug", 1)[0][0].path, "text/slugs.py")
+    self.assertEqual(search.builds, 3)
+    self.assertNotEqual(code_search.fingerprint({"a": "bc"}), code_search.fingerprint({"ab": "c"}))
+
+  def test_empty_and_wordless_queries_are_errors_and_unknown_words_match_nothing(self):
+    search = CodeSearch()
+    with self.assertRaisesRegex(ValueError, r"^the query is empty; .*\.$"):
+      search.search(REPO, "  ", 3)
+    with self.assertRaisesRegex(ValueError, "no words to search for"):
+      search.search(REPO, "?! a", 3)
+    self.assertEqual(search.search(REPO, "qqqxj", 3), [])
+    self.assertEqual(CodeSearch().search({}, "parse", 3), [])
+
+  def test_output_is_bounded(self):
+    long_lines = "\n".join(f"    value_{i} = '{'y' * 1000}'" for i in range(100))
+    files = {f"m{j}.py": f"def big_{j}():\n    '''Make many values.'''\n{long_lines}\n" for j in range(8)}
+    hits = CodeSearch().search(files, "make many values", 3)
+    self.assertLen(hits, 3)
+    out = render(hits)
+    for block in out.split("\n\n"):
+      lines = block.splitlines()
+      self.assertLessEqual(len(lines), code_search.SNIPPET_LINES + 2)
+      self.assertTrue(all(len(x) <= code_search.SNIPPET_LINE_CHARS + 6 for x in lines))
+      self.assertEqual(lines[-1], f"[... {102 - code_search.SNIPPET_LINES} more lines]")
+    self.assertLess(len(out), 3 * (code_search.SNIPPET_LINES + 2) * (code_search.SNIPPET_LINE_CHARS + 7))
+
+  def test_binary_huge_and_cache_files_are_not_indexed(self):
+    files = {"data.py": "def needle_finder():\n    return '\0'\n",
+             "big.py": "def needle_finder():\n    pass\n" + "#" * code_search.MAX_FILE_BYTES,
+             "__pycache__/m.py": "def needle_finder():\n    pass\n",
+             "ok.py": "def needle_finder():\n    pass\n"}
+    self.assertEqual([c.path for c, _ in CodeSearch().search(files, "needle finder", 5)], ["ok.py"])
+
+  def test_a_large_repository_adds_the_latent_term_and_stays_deterministic(self):
+    topics = ["parse a date", "open a socket", "sort the rows", "hash a password", "draw a chart"]
+    files = {f"pkg/mod_{i}.py": "".join(
+        f"def {topics[(i + j) % 5].split()[0]}_{topics[(i + j) % 5].split()[-1]}_{i}_{j}(x):\n"
+        f"    '''Helper {j} to {topics[(i + j) % 5]}.'''\n    return x\n\n\n" for j in range(5))
+        for i in range(50)}
+    files["pkg/special.py"] = ("def hash_password_with_salt(pw, salt):\n    '''Salted password digest.'''\n"
+                               "    return pw\n")
+    a, b = CodeSearch(), CodeSearch()
+    hits = a.search(files, "password digest with a salt", 5)
+    self.assertIsNotNone(a._index._lsa)  # 251 units: past LSA_MIN_DOCUMENTS
+    self.assertEqual(hits[0][0].name, "hash_password_with_salt")
+    self.assertEqual(hits, b.search(files, "password digest with a salt", 5))
+    self.assertIsNone(CodeSearch()._index)
+    small = CodeSearch()
+    small.search(REPO, "parse", 1)
+    self.assertIsNone(small._index._lsa)  # a handful of units: lexical only
+
+
+TASK = CodingTask(task_id="search", prompt="Find the date parser.", category=Category.FEATURE,
+                  files=REPO, hidden_tests={"hidden_tests/test_x.py": "import unittest\n"})
+
+
+def turn(*calls: ToolCall) -> str:
+  return "\n".join(render_call(c) for c in calls)
+
+
+def search(query: str) -> ToolCall:
+  return ToolCall(ToolName.SEARCH_CODE, {"query": query})
+
+
+class ThroughTheEnvTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    try:
+      sandbox_lib.check_available()
+    except sandbox_lib.SandboxUnavailable as e:
+      self.skipTest(str(e))
+
+  def env(self, **config) -> CodingEnv:
+    env = CodingEnv(EnvConfig(**config))
+    self.addCleanup(env.close)
+    env.reset(TASK)
+    return env
+
+  def test_search_finds_code_sees_writes_and_reports_no_matches(self):
+    env = self.env()
+    r = env.step(turn(search("parse a date string")))
+    self.assertIn('<result tool="search_code">\ntimeutil/parsing.py:6-11 (parse_iso_timestamp)\n', r.observation)
+    self.assertEqual(r.info["step_tool_errors"], 0)
+    # A file written through the env, and one the sandboxed code wrote, are found at the next search.
+    r = env.step(turn(
+        ToolCall(ToolName.WRITE_FILE, {"path": "geo/distance.py",
+                                       "content": "def haversine_km(a, b):\n    return 0.0\n"}),
+        ToolCall(ToolName.RUN, {"command": "printf 'def bake_sourdough_bread():\\n    pass\\n' > bakery.py"}),
+        search("haversine km"), search("bake bread"), search("qqqxj")))
+    self.assertIn("geo/distance.py:1-2 (haversine_km)", r.observation)
+    self.assertIn("bakery.py:1-2 (bake_sourdough_bread)", r.observation)
+    self.assertIn('<result tool="search_code">\nno matches.\n</result>', r.observation)
+    self.assertEqual(env._code_search.builds, 2)  # the unchanged repository of the last two queries: one index
+
+  def test_symlinks_out_of_the_workdir_are_not_followed(self):
+    env = self.env()
+    r = env.step(turn(ToolCall(ToolName.RUN, {"command": "ln -s /etc/passwd passwd.py && ln -s /etc etc && "
+                                                         "mkdir -p d && ln -s / d/root && ls -l passwd.py"}),
+                      search("root nobody bin bash passwd"), search("parse a date string")))
+    self.assertIn("passwd.py -> /etc/passwd", r.observation)  # the links exist inside
+    self.assertNotIn("root:x:0", r.observation)
+    self.assertNotIn("passwd.py:", r.observation)
+    self.assertNotIn("etc/", r.observation.split("search_code")[1])
+    self.assertIn("timeutil/parsing.py:6-11 (parse_iso_timestamp)", r.observation)  # the repository still is
+
+  def test_results_are_bounded_and_errors_are_observations(self):
+    env = self.env(max_search_results=2, max_observation_bytes=600)
+    r = env.step(turn(search("text")))
+    body = r.observation.split('<result tool="search_code">\n')[1]
+    self.assertLessEqual(body.count(".py:"), 2)
+    self.assertLess(len(r.observation.encode()), 900)
+    # An empty query is refused by the parser (a malformed call); the tool itself refuses one too.
+    r = env.step('<tool name="search_code"><arg name="query"> </arg></tool>')
+    self.assertIn("argument 'query' is empty", r.observation)
+    self.assertEqual(r.info["step_malformed_tool_calls"], 1)
+    self.assertEqual(env._execute(search(" ")), (False, "the query is empty; describe the code to find, e.g. "
+                                                        "'parse a date string'."))
+    r = env.step(turn(search("?!")))
+    self.assertIn('<error tool="search_code">\nthe query', r.observation)
+    with self.assertRaisesRegex(ValueError, "max_search_results"):
+      CodingEnv(EnvConfig(max_search_results=0))
+
+  def test_sandbox_files_skips_big_files_unread(self):
+    with sandbox_lib.Sandbox({"a.py": "x = 1\n", "big.txt": "z" * 5000}) as box:
+      self.assertEqual(box.files(max_file_bytes=4096), {"a.py": "x = 1\n"})
+      self.assertEqual(set(box.files()), {"a.py", "big.txt"})
+
+
+if __name__ == "__main__":
+  absltest.main()
