@@ -17,6 +17,7 @@ import math
 import jax
 import numpy as np
 
+from c2jax.actors import behaviour
 from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.agent_loop import AgentRunner, Episode
 from c2jax.actors.sampling import SamplingConfig
@@ -94,8 +95,11 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, 
   """`evaluate` with every sample a whole episode of the agent loop (the runner the multi-turn actors use, so what
   is evaluated is what is trained): multi-turn where the suite has an environment, one turn otherwise.
 
-  Returns `evaluate`'s figures plus "turns/mean", "cut/fraction" (episodes ended by a budget) and
-  "compactions/mean" (self-summaries that started a new segment, per episode).
+  Returns `evaluate`'s figures plus "turns/mean", "cut/fraction" (episodes ended by a budget),
+  "compactions/mean" (self-summaries that started a new segment, per episode) and the agent's behaviour over all
+  the episodes (`behaviour.METRICS`: turns and tokens per episode, read-before-edit, tests-before-finish, recovery
+  after failing tests, malformed-call rate; NaN where no episode applies), read from the trajectories with the
+  runner's tokenizer and, where the suite has them (`suite.coding_task`), the tasks' declared relevant files.
   """
   chosen = [suite.task(split, i) for i in range(tasks)]
   episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, suite, task),
@@ -107,4 +111,8 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, 
   result["turns/mean"] = float(np.mean([traj.turns for traj in out]))
   result["cut/fraction"] = float(np.mean([traj.cut for traj in out]))
   result["compactions/mean"] = float(np.mean([traj.compactions for traj in out]))
+  coding_task = getattr(suite, "coding_task", None)
+  result.update(behaviour.summarize([
+      behaviour.episode_behaviour(traj, runner.tokenizer, coding_task(chosen[i // samples]) if coding_task else None)
+      for i, traj in enumerate(out)]))
   return result

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import pathlib
 import time
 from typing import Callable
@@ -42,6 +43,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import tqdm
 
+from c2jax.actors import behaviour
 from c2jax.actors.actor import buffer_spec
 from c2jax.envs import tasks as tasks_lib
 from c2jax.model.checkpoint import load_checkpoint
@@ -342,6 +344,7 @@ class _Trainer:
         "samples_per_s": history[-1]["samples_per_s"] if history else None,
         "wait_fraction": history[-1]["time/wait_fraction"] if history else None,
         **chain_metrics.run_metrics(history, self.max_compactions),
+        **_behaviour_before_after(before, after),
     }
     for name, r in (("before", before), ("after", after)):
       self.log.scalars(f"eval_{name}", {key: v for key, v in r.items() if isinstance(v, float)}, int(self.state.step))
@@ -351,6 +354,21 @@ class _Trainer:
       logging.warning("could not draw training.png: %s", e)
       result["plot"] = None
     return result
+
+
+def _behaviour_before_after(before: dict, after: dict) -> dict:
+  """result.json's behaviour figures: "behaviour_<name>_before" / "_after" for each of `behaviour.METRICS` that
+  the held-out evaluation reported (multi-turn runs); None where it is NaN (no episode applied) or absent (a before
+  restored from a run that predates them), so result.json stays strict JSON."""
+  out = {}
+  for name in behaviour.METRICS:
+    if name not in before and name not in after:
+      continue
+    short = name.split("/", 1)[1]
+    for when, r in (("before", before), ("after", after)):
+      v = r.get(name)
+      out[f"behaviour_{short}_{when}"] = None if v is None or math.isnan(v) else float(v)
+  return out
 
 
 def run(cfg: RLRunConfig, workdir: str, *, health_check: Callable[[], None] = lambda: None,

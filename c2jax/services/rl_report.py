@@ -27,15 +27,32 @@ def _fmt(v, digits: int = 3) -> str:
   return f"{v:.{digits}f}"
 
 
+# The agent's held-out behaviour (c2jax/actors/behaviour.py; result.json's "behaviour_<name>_before/_after"), with
+# the digits each is printed with.
+BEHAVIOUR_ROWS = (("turns / episode", "behaviour_turns_per_episode", 2),
+                  ("read before edit", "behaviour_read_before_edit", 3),
+                  ("tests before finish", "behaviour_tests_before_finish", 3),
+                  ("recovery after failing tests", "behaviour_recovery_after_failing_tests", 3),
+                  ("malformed-call rate", "behaviour_malformed_call_rate", 3),
+                  ("tokens / episode", "behaviour_tokens_per_episode", 1))
+
+
 def summary_table(result: dict) -> str:
-  """A plain-text table of a finished run's result: held-out pass@1 and best-of-K before / after, then the run's
-  throughput and off-policy figures."""
+  """A plain-text table of a finished run's result: held-out pass@1, best-of-K and mean reward before / after, the
+  agent's held-out behaviour (multi-turn runs; "-" where no episode applied), then the run's throughput and
+  off-policy figures."""
   k = result.get("k", 8)
   rows = [("held-out", "before", "after", "change")]
-  for name, key in (("pass@1", "pass_at_1"), (f"best-of-{k}", "best_of_k"), ("mean reward", "reward_heldout")):
+
+  def row(name: str, key: str, digits: int = 3) -> tuple[str, str, str, str]:
     before, after = result.get(f"{key}_before"), result.get(f"{key}_after")
     change = None if before is None or after is None else after - before
-    rows.append((name, _fmt(before), _fmt(after), "-" if change is None else f"{change:+.3f}"))
+    return name, _fmt(before, digits), _fmt(after, digits), "-" if change is None else f"{change:+.{digits}f}"
+
+  for name, key in (("pass@1", "pass_at_1"), (f"best-of-{k}", "best_of_k"), ("mean reward", "reward_heldout")):
+    rows.append(row(name, key))
+  rows += [row(name, key, digits) for name, key, digits in BEHAVIOUR_ROWS
+           if f"{key}_before" in result or f"{key}_after" in result]
   width = [max(len(r[i]) for r in rows) for i in range(4)]
   line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, width)))  # noqa: E731
   out = [line(rows[0]), line(tuple("-" * w for w in width))] + [line(r) for r in rows[1:]]

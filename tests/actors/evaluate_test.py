@@ -1,11 +1,18 @@
 """The held-out estimators of c2jax/actors/evaluate.py against brute force over every k-subset."""
 
+import dataclasses
 import itertools
+import math
 
 from absl.testing import absltest, parameterized
 import numpy as np
 
-from c2jax.actors.evaluate import best_of_k, pass_at_k
+from c2jax.actors import behaviour
+from c2jax.actors.evaluate import best_of_k, evaluate_episodes, pass_at_k
+from c2jax.actors.ledger import EpisodeEnd
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.envs.char_class import CharClassSuite
+from tests.actors.behaviour_test import BLIND, GOOD, _episode
 
 
 def brute_best_of_k(outcomes, k):
@@ -34,6 +41,33 @@ class BestOfKTest(parameterized.TestCase):
   def test_bad_k_is_refused(self, k):
     with self.assertRaisesRegex(ValueError, "1 <= k <= samples"):
       best_of_k([0.0, 1.0, 0.5, 0.5], k)
+
+
+class _Runner:
+  """Stands in for an AgentRunner: returns the given trajectories (no engine), with their outcomes."""
+
+  tokenizer = ByteTokenizer()
+
+  def __init__(self, trajectories):
+    self.trajectories = trajectories
+
+  def run(self, episodes, weights):
+    assert len(episodes) == len(self.trajectories)
+    return self.trajectories
+
+
+class EvaluateEpisodesTest(absltest.TestCase):
+
+  def test_reports_the_agents_behaviour(self):
+    trajs = [dataclasses.replace(_episode(GOOD), reward_terms={"outcome": 1.0}),
+             dataclasses.replace(_episode(BLIND, end=EpisodeEnd.TOKEN_BUDGET), reward_terms={"outcome": 0.0})]
+    r = evaluate_episodes(None, runner=_Runner(trajs), suite=CharClassSuite(), tasks=1, samples=2)
+    self.assertEqual(r["pass@1"], 0.5)
+    self.assertTrue(set(behaviour.METRICS) <= set(r))
+    self.assertEqual(r["behaviour/read_before_edit"], 0.5)
+    self.assertEqual(r["behaviour/recovery_after_failing_tests"], 1.0)
+    self.assertEqual(r["behaviour/cut_fraction"], r["cut/fraction"])
+    self.assertFalse(math.isnan(r["behaviour/tokens_per_episode"]))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,19 @@ class SummaryTableTest(absltest.TestCase):
     self.assertIn("0.0123", table)
     self.assertIn("0.90", table)
 
+  def test_behaviour_rows_when_the_run_has_them(self):
+    self.assertNotIn("read before edit", report.summary_table(RESULT))  # single-turn runs have none
+    table = report.summary_table({**RESULT, "behaviour_turns_per_episode_before": 3.5,
+                                  "behaviour_turns_per_episode_after": 4.25,
+                                  "behaviour_read_before_edit_before": 0.25, "behaviour_read_before_edit_after": 0.75,
+                                  "behaviour_recovery_after_failing_tests_before": None,
+                                  "behaviour_recovery_after_failing_tests_after": 0.5})
+    row = lambda name: next(line for line in table.splitlines() if line.startswith(name)).split()[-3:]  # noqa: E731
+    self.assertEqual(row("turns / episode"), ["3.50", "4.25", "+0.75"])
+    self.assertEqual(row("read before edit"), ["0.250", "0.750", "+0.500"])
+    self.assertEqual(row("recovery after failing tests"), ["-", "0.500", "-"])
+    self.assertNotIn("tests before finish", table)
+
   def test_missing_figures_print_a_dash(self):
     table = report.summary_table({"pass_at_1_before": 0.0, "pass_at_1_after": 0.25})
     self.assertIn("+0.250", table)
