@@ -15,7 +15,14 @@ honest (report section 5: an evaluation is only as good as its checks).
                  show; its summaries say nothing, so it passes only when the episode fits one context;
   summarizing_reader   the same reading, but its summaries list the steps found and the next note: it passes across
                  summaries;
-  never_read     tiny_long_horizon: writes f(x) = x unread and finishes: must fail.
+  never_read     tiny_long_horizon: writes f(x) = x unread and finishes: must fail (on tiny_spec it writes the same
+                 guess: f(xs) = xs);
+  spec_reader    tiny_spec, the teacher as an agent works: reads SPEC.md, writes solution.py from the sentence its
+                 observation shows and runs the visible tests (one turn), then finishes: 3 turns, must score 100%;
+  spec_reader_no_test   the same reading and writing, but finishes in the writing turn without running a test (a
+                 flawed teacher: as correct, but tests_before_finish 0);
+  spec_guess     tiny_spec: writes `spec.blind_guess()` (the composition that passes most train hidden tests) without
+                 reading and finishes: the chance level of a policy that never reads.
 
 A model is evaluated through the agent loop instead (`c2jax.eval.harness.evaluate_model`).
 """
@@ -32,6 +39,7 @@ from c2jax.envs import self_summary
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.protocol import ToolCall, ToolName, render
 from c2jax.envs.suites import long_horizon
+from c2jax.envs.suites import spec as spec_suite
 from c2jax.registry import Registry
 
 
@@ -219,4 +227,76 @@ class NeverReadPolicy:
   def act(self, task: CodingTask, observations: Sequence[str]) -> str:
     return _calls(ToolCall(ToolName.WRITE_FILE, {"path": long_horizon.STUB_PATH,
                                                  "content": long_horizon.solution_source([])}),
+                  ToolCall(ToolName.FINISH, {}))
+
+
+# ---------------------------------------------------------------------------------------------------- tiny_spec
+# Policies of the tiny_spec suite (c2jax/envs/suites/spec.py). The readers take the composition ONLY from the
+# observations (SPEC.md's sentence as read_file showed it, or a resumed summary's `spec.summary_line`), never from
+# `task`: a pass proves that reading the repository carried what the prompt does not say.
+
+_WROTE_SOLUTION = f'<result tool="write_file">\nwrote {spec_suite.STUB_PATH} '
+_WRITTEN_NOTE = f"{spec_suite.STUB_PATH} is written."  # a summary's note that the solution was written
+
+
+def _written(observations: Sequence[str]) -> bool:
+  return any(_WROTE_SOLUTION in o or _WRITTEN_NOTE in o for o in observations)
+
+
+def _spec_summary(observations: Sequence[str]) -> str:
+  """A summary that keeps what was read and done: the composition as `spec.summary_line` ("f returns ..."), when
+  seen, and whether solution.py was written (a resumed segment then finishes instead of writing again)."""
+  found = spec_suite.find_spec("\n".join(observations))
+  if found is None:
+    return f"nothing read yet; next: read {spec_suite.SPEC_PATH}"
+  return spec_suite.summary_line(found) + (f"\n{_WRITTEN_NOTE}" if _written(observations) else "")
+
+
+def _spec_turn(observations: Sequence[str], run_tests: bool) -> str:
+  """Read SPEC.md until its sentence shows; then write solution.py from it (and run the visible tests, or finish in
+  the same turn); once written, finish."""
+  if observations and self_summary.is_request(observations[-1]):
+    return _spec_summary(observations[:-1])
+  found = spec_suite.find_spec("\n".join(observations))
+  if found is None:
+    return _calls(ToolCall(ToolName.READ_FILE, {"path": spec_suite.SPEC_PATH}))
+  if _written(observations):
+    return _calls(ToolCall(ToolName.FINISH, {}))
+  write = ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH, "content": spec_suite.solution_source(found)})
+  then = (ToolCall(ToolName.RUN, {"command": spec_suite.TEST_COMMAND}) if run_tests else
+          ToolCall(ToolName.FINISH, {}))
+  return _calls(write, then)
+
+
+@POLICIES.register("spec_reader")
+@dataclasses.dataclass(frozen=True)
+class SpecReaderPolicy:
+  """tiny_spec: reads SPEC.md (turn 1); writes solution.py from the sentence its observation shows and runs the
+  visible tests, `spec.TEST_COMMAND` (turn 2); finishes (turn 3). Asked for a summary, it states the composition read
+  (`spec.summary_line`) and whether it wrote solution.py: a resumed segment goes on from there."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    return _spec_turn(observations, run_tests=True)
+
+
+@POLICIES.register("spec_reader_no_test")
+@dataclasses.dataclass(frozen=True)
+class SpecReaderNoTestPolicy:
+  """tiny_spec: spec_reader without the test run: writes solution.py and finishes in the same turn (a teacher that
+  never checks its work: as correct here, but tests_before_finish is 0)."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    return _spec_turn(observations, run_tests=False)
+
+
+@POLICIES.register("spec_guess")
+@dataclasses.dataclass(frozen=True)
+class SpecGuessPolicy:
+  """tiny_spec: writes the best blind guess (`spec.blind_guess` of the task's seed: the composition passing the most
+  train hidden tests) without reading anything, and finishes: the chance level of a policy that never reads."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    guess = spec_suite.blind_guess(int(task.metadata.get("seed", 0)))
+    return _calls(ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH,
+                                                 "content": spec_suite.solution_source(guess)}),
                   ToolCall(ToolName.FINISH, {}))

@@ -39,7 +39,8 @@ _CASES = [
      "phases.bulk.decay='exponential' is not one of 'cosine', 'linear'"),
     ("eval_main", "--config.polcy=empty", "the config has no key 'polcy'; its keys are checkpoint, env,"),
     ("eval_main", "--config.policy=oracle", "policy='oracle' is not 'checkpoint' or a scripted policy (delete_tests, "
-     "empty, explorer, never_read, reader, reference, summarizing_reader)"),
+     "empty, explorer, never_read, reader, reference, spec_guess, spec_reader, spec_reader_no_test, "
+     "summarizing_reader)"),
     ("actor_main", "--config.actors.nm=3", "actors has no key 'nm'; its keys are admission_recheck_s,"),
     ("actor_main", "--config.eval.best_of=99", "eval: best_of=99 must lie in [1, samples=8]"),
     ("actor_process", "--config.sft.teacher.flawed=9",

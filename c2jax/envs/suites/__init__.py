@@ -4,3 +4,4 @@ from c2jax.envs.suites import procedural  # noqa: F401  (registers "tiny_functio
 from c2jax.envs.suites import realistic  # noqa: F401  (registers "realistic")
 from c2jax.envs.suites import compositions  # noqa: F401  (registers "tiny_compositions")
 from c2jax.envs.suites import long_horizon  # noqa: F401  (registers "tiny_long_horizon")
+from c2jax.envs.suites import spec  # noqa: F401  (registers "tiny_spec")
