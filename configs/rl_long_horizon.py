@@ -16,8 +16,9 @@ configs/rl_tiny.py's recipe; the trainer's batch holds a row per segment (groups
 max_segments rows, padding where chains are shorter).
 
 The SFT warm start is multi-turn: the scripted `summarizing_reader`'s episodes on the first `sft.teacher.max_tasks`
-tasks of each split, recorded through the agent loop with these actor settings (summaries included) and cached
-(c2jax/services/teacher_traces.py), one token document per segment, the loss on the teacher's turns and summaries.
+train tasks (and `sft.teacher.heldout_tasks` held-out ones, for the SFT's held-out loss), recorded through the agent
+loop with these actor settings (summaries included) and cached (c2jax/services/teacher_traces.py), one token
+document per segment, the loss on the teacher's turns and summaries.
 (The suite's single-turn demonstrations write the reference solution without reading a note: they would teach
 guessing.) docs/experiments/self_summary.md says what has been run.
 """
