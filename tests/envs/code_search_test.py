@@ -11,6 +11,7 @@ from c2jax.envs.code_search import CodeSearch, chunk_file, render, tokens
 from c2jax.envs.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.protocol import ToolCall, ToolName, render as render_call
+from tests.envs.sandboxed_env import SandboxedEnvTest
 
 PARSING = '''"""Reading times written by people and by machines."""
 
@@ -203,20 +204,9 @@ def search(query: str) -> ToolCall:
   return ToolCall(ToolName.SEARCH_CODE, {"query": query})
 
 
-class ThroughTheEnvTest(absltest.TestCase):
+class ThroughTheEnvTest(SandboxedEnvTest):
 
-  def setUp(self):
-    super().setUp()
-    try:
-      sandbox_lib.check_available()
-    except sandbox_lib.SandboxUnavailable as e:
-      self.skipTest(str(e))
-
-  def env(self, **config) -> CodingEnv:
-    env = CodingEnv(EnvConfig(**config))
-    self.addCleanup(env.close)
-    env.reset(TASK)
-    return env
+  task = TASK
 
   def test_search_finds_code_sees_writes_and_reports_no_matches(self):
     env = self.env()

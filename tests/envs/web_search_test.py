@@ -10,11 +10,11 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs import web_search
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.protocol import ToolCall, ToolName, render as render_call
+from tests.envs.sandboxed_env import SandboxedEnvTest
 from c2jax.envs.web_search import WEB_SEARCH_BACKENDS, SearchResult, StdlibDocs
 
 _CACHE = tempfile.mkdtemp(prefix="c2jax-web-search-test-")
@@ -130,20 +130,9 @@ TASK = CodingTask(task_id="docs", prompt="Write JSON.", files={"a.py": "x = 1\n"
                   hidden_tests={"hidden_tests/test_x.py": "import unittest\n"})
 
 
-class ThroughTheEnvTest(absltest.TestCase):
+class ThroughTheEnvTest(SandboxedEnvTest):
 
-  def setUp(self):
-    super().setUp()
-    try:
-      sandbox_lib.check_available()
-    except sandbox_lib.SandboxUnavailable as e:
-      self.skipTest(str(e))
-
-  def env(self, **config) -> CodingEnv:
-    env = CodingEnv(EnvConfig(**config))
-    self.addCleanup(env.close)
-    env.reset(TASK)
-    return env
+  task = TASK
 
   def test_the_default_backend_answers_from_the_offline_docs(self):
     built_docs()
