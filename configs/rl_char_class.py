@@ -18,7 +18,7 @@ from configs import rl_tiny
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
-  c = rl_tiny.get_config()
+  c = rl_tiny.get_config("single_turn")
   # The tiny model at d=64 (2 layers: 1 dense + 1 MoE), from a random init: no SFT.
   del c.model_overrides["d_model"]
   c.model_overrides.vocab_size = 259  # char_class speaks bytes (256 + 3 specials), not the main job's BPE

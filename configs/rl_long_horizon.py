@@ -34,7 +34,7 @@ EOS = 2
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
-  c = rl_tiny.get_config()
+  c = rl_tiny.get_config("single_turn")
   c.model_overrides.vocab_size = 1024
   c.init_checkpoint = ""
   # SFT on recorded multi-turn episodes: a row holds one segment (<= actors.context tokens).

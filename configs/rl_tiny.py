@@ -1,33 +1,44 @@
-"""The main job, CPU-sized: SFT -> asynchronous RL -> held-out evaluation of a tiny MoE on tiny coding tasks
-(report sections 3-6). Every field and its default: c2jax/services/rl_run_config.py.
+"""The main job, CPU-sized: SFT -> asynchronous RL -> held-out evaluation of a tiny MoE on tiny coding tasks (report
+sections 3-6), in two modes. Every field and its default: c2jax/services/rl_run_config.py.
 
-  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_tiny
-  # ablations of the recipe (c2jax/rl/config.py), e.g. GRPO instead of Dr. GRPO, or synchronous RL:
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_tiny              # single_turn
+  python experiments/rl_main.py --config=configs/rl_tiny.py:agentic --workdir=runs/rl_agentic   # the agent
+  # ablations of the recipe (c2jax/rl/config.py), e.g. GRPO instead of Dr. GRPO, synchronous RL, a perfect teacher:
   python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_grpo --config.rl.advantage=grpo
   python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_sync --config.schedule=sync
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_perfect --config.sft.teacher.flawed=0
   # the trainer alone against an existing buffer, actors anywhere else:
   python experiments/rl_main.py --config=configs/rl_tiny.py --config.actors.external=True \\
       --config.buffer=s3://bucket/run/buffer --config.weights=s3://bucket/run/weights
   python -m c2jax.services.actor_process --buffer=s3://bucket/run/buffer --weights=s3://bucket/run/weights
 
-The tasks are tiny_compositions (c2jax/envs/suites/compositions.py): write a one-line Python function over a list
-from a sentence that names its reducer, mapper and filter in words ("the sum of the squares of the even numbers in
-xs") and an example; a sample is one turn of the coding environment (write_file + finish), graded in a sandbox by
-the task's hidden tests (reward = the fraction passed). Held-out tasks are compositions never trained on (by SFT or
-RL), whose parts all are. Tokens are a 512-token byte-level BPE of the suite's train text
-(c2jax/envs/suite_tokenizer.py, trained on first use and cached): prompts are the first observation without the
-tool-format help (`instructions="none"`: the SFT teaches the format), 63-115 tokens; an answer is 62-85.
-First a short cached SFT on the train split's demonstrations (c2jax/services/warm_start.py), then RL on the train
-split; the held-out tasks measure pass@1 and best-of-8 before and after RL.
+"single_turn" (the default, what `make demo` runs). The tasks are tiny_compositions (c2jax/envs/suites/compositions.py):
+write a one-line Python function over a list from a sentence that names its reducer, mapper and filter in words ("the
+sum of the squares of the even numbers in xs") and an example; a sample is one turn of the coding environment
+(write_file + finish), graded in a sandbox by the task's hidden tests (reward = the fraction passed). Held-out tasks
+are compositions never trained on (by SFT or RL), whose parts all are. Tokens are a 512-token byte-level BPE of the
+suite's train text (c2jax/envs/suite_tokenizer.py, trained on first use and cached): prompts are the first
+observation without the tool-format help (`instructions="none"`: the SFT teaches the format), 63-115 tokens; an
+answer is 62-85. First a short cached SFT on the train split's demonstrations (c2jax/services/warm_start.py), then RL
+on the train split; the held-out tasks measure pass@1 and best-of-8 before and after RL. The SFT teacher is
+imperfect, as real SFT data are: two of its four demonstrations of every task leave the write_file call incomplete
+(c2jax/envs/demonstrations.py; the report's RL penalizes incomplete tool calls, section 4), so the SFT policy does so
+about half of the time, on held-out tasks too. RL, rewarded by the hidden tests, unlearns it. With a perfect teacher
+(`--config.sft.teacher.flawed=0`) RL at this size adds nothing that carries to held-out compositions.
 
-The SFT teacher is imperfect, as real SFT data are: two of its four demonstrations of every task leave the
-write_file call incomplete (c2jax/envs/demonstrations.py; the report's RL penalizes incomplete tool calls, section
-4), so the SFT policy does so about half of the time, on held-out tasks too. RL, rewarded by the hidden tests,
-unlearns it. With a perfect teacher (`--config.sft.teacher.flawed=0`) RL at this size adds nothing that carries to
-held-out compositions. What each choice below was measured against (the tokenizer, the suite, the SFT length, the
-learning rate and warmup, the teacher): docs/experiments/main_job.md.
+"agentic". The tasks are tiny_spec (c2jax/envs/suites/spec.py): the prompt only says to implement `f(xs)` as
+SPEC.md says; SPEC.md names the composition and tests/test_visible.py holds examples the agent can run. An episode is
+the agent loop in the engine (c2jax/actors/agent_loop.py): the model's turns are tool calls, each answered by the
+sandboxed environment, until it finishes or a budget ends it; the hidden tests grade it. Tokens are a 1024-token BPE
+of the suite's train text with its repositories and its teacher's observations (`bpe:1024:episodes`): tool results
+and unittest's output are most of an episode. The SFT is on recorded agent traces (c2jax/services/teacher_traces.py):
+each train task four times, twice by `spec_fixer` (reads SPEC.md, writes, runs the visible tests, finishes; in a third
+of its episodes the first write is one part wrong, and it answers the failing run with the right write; the wrong
+write carries no loss) and twice by `spec_reader_no_test`, a teacher that finishes without verifying.
 
-configs/rl_char_class.py is the seconds-scale variant on a built-in toy task (tests, quick sweeps).
+What each choice was measured against, and what each mode's runs show (held-out pass@1, best-of-8, and the agent's
+behaviour: turns, read-before-edit, tests-before-finish, recovery after failing tests, malformed calls, tokens):
+docs/experiments/main_job.md. configs/rl_char_class.py is the seconds-scale variant on a built-in toy task.
 """
 
 import ml_collections
@@ -35,15 +46,24 @@ import ml_collections
 from c2jax.rl import rewards
 from c2jax.services import rl_run_config
 
-TOKENIZER = "bpe:512"  # c2jax/envs/suite_tokenizer.py: 512 tokens, specials <pad> 0, <s> 1, </s> 2
-EOS = 2  # the BPE's end of sequence (c2jax/data/bpe.py SPECIALS): where a turn ends
+EOS = 2  # the suite BPEs' end of sequence (c2jax/data/bpe.py SPECIALS): where a turn ends
+MODES = ("single_turn", "agentic")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  del arg
+  mode = arg or "single_turn"
+  if mode not in MODES:
+    raise ValueError(f"configs/rl_tiny.py:{mode}: the mode is one of {MODES} (default single_turn).")
+  c = _single_turn()
+  return c if mode == "single_turn" else _agentic(c)
+
+
+def _single_turn() -> ml_collections.ConfigDict:
+  """The one-turn job; also the recipe the agentic job starts from."""
   c = rl_run_config.defaults()
   c.model = "tiny"  # a preset of c2jax.model.presets
-  # The BPE's 512 tokens; 2 layers (1 dense + 1 MoE) keep each compile to seconds on a CPU.
+  # The BPE's 512 tokens (c2jax/envs/suite_tokenizer.py; <pad> 0, <s> 1, </s> 2); 2 layers (1 dense + 1 MoE) keep
+  # each compile to seconds on a CPU.
   c.model_overrides = ml_collections.ConfigDict(
       {"vocab_size": 512, "n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1, "d_model": 128})
   c.seed = 0
@@ -62,7 +82,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # c2jax/envs/coding_rl.py: the coding suite as single-turn tasks; suite_options selects tasks of the suite.
   c.task = rl_run_config.task_defaults("coding", coding_suite="tiny_compositions", max_turns=8, max_tokens=8192,
-                                       instructions="none", tokenizer=TOKENIZER, reward_workers=4)
+                                       instructions="none", tokenizer="bpe:512", reward_workers=4)
   # The SFT warm start on the suite's train-split demonstrations, cached by its settings. Rows of 512 tokens hold ~3
   # demonstrations (first-fit packing). teacher: `flawed` of the `copies` demonstrations of every task carry `flaw`.
   c.sft.update(enabled=True, steps=300, seq_len=512, batch_size=8, learning_rate=3e-3, warmup_steps=20,
@@ -86,4 +106,26 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # during training (every_versions, the same tasks). All 35 held-out tasks; best-of-8 and pass@k are estimated
   # from 16 samples per task (c2jax/actors/evaluate.py), which halves their sampling noise against 8 samples.
   c.eval.update(tasks=35, samples=16, best_of=8, every_versions=20, process=True)
+  return c
+
+
+def _agentic(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The agent: tiny_spec through the agent loop, SFT on recorded traces (the module docstring)."""
+  c.model_overrides.vocab_size = 1024
+  c.task = rl_run_config.task_defaults("coding", coding_suite="tiny_spec", max_turns=6, max_tokens=8192,
+                                       instructions="none", tokenizer="bpe:1024:episodes", reward_workers=4)
+  # A row of 1024 tokens holds one to three recorded episodes (234-984 tokens, mean 376; first-fit packing).
+  c.sft.update(enabled=True, steps=300, seq_len=1024, batch_size=8, learning_rate=3e-3, warmup_steps=20)
+  # Each train task 4 times; the last 2 by the teacher that finishes without running the tests. Held-out tasks
+  # once (0: all 35), by spec_fixer, for the SFT's held-out loss.
+  c.sft.teacher.update(policy="spec_fixer", copies=4, flawed=2, flaw="spec_reader_no_test", max_tasks=0,
+                       heldout_tasks=0)
+  c.actors.update(
+      episodes="multi_turn",
+      context=1024,  # the longest recorded episode (a recovery after three failing examples) is 984 tokens
+      max_turns=6, max_new_tokens=128, max_episode_tokens=1024, tool_workers=4)
+  # An update of 32 rows of 1024 positions takes 10-20 s on 2 cores beside the actors, and an evaluation of 280
+  # episodes ~3.5 min: 30 steps, 8 samples per held-out task (best-of-8 from exactly 8), no evaluator process.
+  c.trainer.update(steps=30)
+  c.eval.update(tasks=35, samples=8, best_of=8, process=False)
   return c

@@ -32,8 +32,8 @@ def _lines(plain: dict, prefix: str = "") -> list[str]:
   return [f"{prefix}{k} = {json.dumps(v, sort_keys=True)}" for k, v in typed_config.flatten(plain).items()]
 
 
-def _rl(module) -> list[str]:
-  cfg = rl_run_config.parse(module.get_config())
+def _rl(module, arg: str | None = None) -> list[str]:
+  cfg = rl_run_config.parse(module.get_config(arg))
   # The run config as written, then what it resolves to: the architecture, and the actors' own config.
   return (_lines(typed_config.to_plain(cfg)) + _lines(typed_config.to_plain(cfg.model_config), "resolved.model.")
           + _lines(typed_config.to_plain(cfg.actor_config), "resolved.actor."))
@@ -56,6 +56,7 @@ def _eval(module) -> list[str]:
 SNAPSHOTS = {
     "configs/pretrain_tiny.py": lambda: _pretrain(pretrain_tiny),
     "configs/rl_tiny.py": lambda: _rl(rl_tiny),
+    "configs/rl_tiny.py:agentic": lambda: _rl(rl_tiny, "agentic"),
     "configs/rl_char_class.py": lambda: _rl(rl_char_class),
     "configs/rl_long_horizon.py": lambda: _rl(rl_long_horizon),
     "configs/eval_realistic.py": lambda: _eval(eval_realistic),
@@ -65,7 +66,8 @@ SNAPSHOTS = {
 
 
 def _path(name: str) -> pathlib.Path:
-  return _GOLDEN / (name.replace("configs/", "").replace(".py", "").replace("preset ", "preset_") + ".txt")
+  return _GOLDEN / (name.replace("configs/", "").replace(".py", "").replace("preset ", "preset_").replace(":", "_")
+                    + ".txt")
 
 
 class GoldenConfigsTest(parameterized.TestCase):
@@ -86,7 +88,7 @@ class GoldenConfigsTest(parameterized.TestCase):
   def test_every_run_config_in_configs_has_a_snapshot(self):
     files = {f"configs/{p.name}" for p in (_ROOT / "configs").glob("*.py")
              if p.name not in ("__init__.py", "from_json.py")}
-    self.assertEqual(files, {n for n in SNAPSHOTS if n.startswith("configs/")})
+    self.assertEqual(files, {n.split(":")[0] for n in SNAPSHOTS if n.startswith("configs/")})
     self.assertEqual({p.name for p in _GOLDEN.glob("*.txt")}, {_path(n).name for n in SNAPSHOTS})
 
 

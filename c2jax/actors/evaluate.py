@@ -16,6 +16,7 @@ import math
 
 import jax
 import numpy as np
+import tqdm
 
 from c2jax.actors import behaviour
 from c2jax.actors import sampler as sampler_lib
@@ -105,7 +106,15 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, 
   episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, suite, task),
                       key=jax.random.fold_in(jax.random.key(seed), t * samples + i))
               for t, task in enumerate(chosen) for i in range(samples)]
-  out = runner.run(episodes, weights=lambda: (params, version))
+  # A progress bar: an evaluation of hundreds of episodes takes minutes on a CPU.
+  with tqdm.tqdm(total=len(episodes), desc=f"evaluate v{version} ({split})", unit="episode", leave=False) as bar:
+
+    start = runner.stats.episodes  # the runner's counts add up over its runs
+
+    def progress():
+      bar.update(runner.stats.episodes - start - bar.n)
+
+    out = runner.run(episodes, weights=lambda: (params, version), on_chunk=progress)
   outcome = np.array([traj.reward_terms["outcome"] for traj in out], np.float64).reshape(tasks, samples)
   result = summary(outcome, success_threshold, pass_k)
   result["turns/mean"] = float(np.mean([traj.turns for traj in out]))

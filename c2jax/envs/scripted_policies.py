@@ -21,6 +21,9 @@ honest (report section 5: an evaluation is only as good as its checks).
                  observation shows and runs the visible tests (one turn), then finishes: 3 turns, must score 100%;
   spec_reader_no_test   the same reading and writing, but finishes in the writing turn without running a test (a
                  flawed teacher: as correct, but tests_before_finish 0);
+  spec_fixer     tiny_spec, the teacher whose traces show recovery: spec_reader, but in a share of its episodes the
+                 first write is one part wrong, the visible tests fail, and it writes the right one and tests again
+                 (4 turns); must score 100%;
   spec_guess     tiny_spec: writes `spec.blind_guess()` (the composition that passes most train hidden tests) without
                  reading and finishes: the chance level of a policy that never reads.
 
@@ -38,8 +41,9 @@ from typing import Protocol, Sequence
 from c2jax.envs import self_summary
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.protocol import ToolCall, ToolName, render
-from c2jax.envs.suites import long_horizon
+from c2jax.envs.suites import compositions, long_horizon
 from c2jax.envs.suites import spec as spec_suite
+from c2jax.envs.suites.procedural import FunctionSpec
 from c2jax.registry import Registry
 
 
@@ -300,3 +304,82 @@ class SpecGuessPolicy:
     return _calls(ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH,
                                                  "content": spec_suite.solution_source(guess)}),
                   ToolCall(ToolName.FINISH, {}))
+
+
+_RUN_STATUS = re.compile(r'<result tool="run">\n(?:exit code (-?\d+)|timed out)')
+
+
+def _last_test_failed(observations: Sequence[str]) -> bool:
+  """Whether the last observation answers a test run that did not exit 0."""
+  if not observations:
+    return False
+  m = _RUN_STATUS.search(observations[-1])
+  return m is not None and m.group(1) != "0"
+
+
+def wrong_neighbour(spec: FunctionSpec, task: CodingTask, salt: str) -> FunctionSpec | None:
+  """A composition one part away from `spec` (the same reducer, another mapper or filter) that fails at least one of
+  `task`'s visible examples: a plausible first mistake. Chosen by a hash of (task, salt); None if there is none."""
+  parts = spec.key.split(".")
+  inputs = ([v for v, _ in spec_suite.visible_cases(task)] if spec_suite.VISIBLE_TESTS_PATH in task.files else
+            [[-3, 4, -7, 0, 5, 2]])  # a task without its visible tests (a unit test's): any informative input
+  near = [s for s in compositions.all_specs()
+          if len(s.key.split(".")) == len(parts) and s.key.split(".")[0] == parts[0]
+          and sum(a != b for a, b in zip(s.key.split("."), parts)) == 1
+          and any(s.fn(v) != spec.fn(v) for v in inputs)]
+  if not near:
+    return None
+  return near[int(hashlib.sha256(f"{task.task_id}/{salt}".encode()).hexdigest(), 16) % len(near)]
+
+
+@POLICIES.register("spec_fixer")
+@dataclasses.dataclass(frozen=True)
+class SpecFixerPolicy:
+  """tiny_spec, the teacher whose traces show recovery: reads SPEC.md; in a `wrong_first` share of its episodes
+  (chosen by a hash of the task and `episode`) first writes a composition one part away (`wrong_neighbour`) and runs
+  the visible tests, whose failure it answers by writing the right one and running them again; once a run passes, it
+  finishes (3 turns, or 4 with the recovery). Must score 100%. `is_mistake` marks the wrong write.
+
+  Attributes:
+    wrong_first: the share of episodes whose first write is wrong.
+    episode: which of a task's demonstrations this is (`for_episode`): the same task may be shown both ways.
+  """
+
+  wrong_first: float = 1 / 3
+  episode: int = 0
+
+  def for_episode(self, episode: int) -> SpecFixerPolicy:
+    return dataclasses.replace(self, episode=episode)
+
+  def _starts_wrong(self, task: CodingTask) -> bool:
+    h = int(hashlib.sha256(f"{task.task_id}/{self.episode}/wrong_first".encode()).hexdigest(), 16)
+    return h % 10_000 < self.wrong_first * 10_000
+
+  def _mistake(self, task: CodingTask, observations: Sequence[str]) -> FunctionSpec | None:
+    """The wrong composition this turn writes, or None."""
+    if observations and self_summary.is_request(observations[-1]):
+      return None
+    found = spec_suite.find_spec("\n".join(observations))
+    if found is None or _written(observations) or not self._starts_wrong(task):
+      return None
+    return wrong_neighbour(found, task, str(self.episode))
+
+  def is_mistake(self, task: CodingTask, observations: Sequence[str]) -> bool:
+    """Whether this turn is the deliberate wrong write (a demonstration's SFT loss skips it: the traces teach the
+    recovery, not the mistake; `c2jax.services.teacher_traces`)."""
+    return self._mistake(task, observations) is not None
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    if observations and self_summary.is_request(observations[-1]):
+      return _spec_summary(observations[:-1])
+    found = spec_suite.find_spec("\n".join(observations))
+    if found is None:
+      return _calls(ToolCall(ToolName.READ_FILE, {"path": spec_suite.SPEC_PATH}))
+    test = ToolCall(ToolName.RUN, {"command": spec_suite.TEST_COMMAND})
+    if not _written(observations):
+      content = spec_suite.solution_source(self._mistake(task, observations) or found)
+      return _calls(ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH, "content": content}), test)
+    if _last_test_failed(observations):
+      return _calls(ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH,
+                                                   "content": spec_suite.solution_source(found)}), test)
+    return _calls(ToolCall(ToolName.FINISH, {}))

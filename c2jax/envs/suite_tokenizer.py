@@ -3,17 +3,23 @@ tokenizer spec "bpe:<vocab_size>[:<text>]" names (report section 3: the tokenize
 
   path = resolve("bpe:512", "tiny_compositions")     # the tokenizer.json path; "byte" and paths pass through
   path = resolve("bpe:512:repository", "tiny_long_horizon")
+  path = resolve("bpe:512:episodes", "tiny_spec")         # and the observations the suite's teacher is shown
   path = suite_tokenizer("tiny_functions", vocab_size=1024, cache_dir="~/.cache/c2jax")
 
 The training text is the suite's train split (`TokenizerText`): its demonstrations (`c2jax.envs.demonstrations`:
 prompts in every help format, and the reference answers), and with "repository" also the files of its tasks'
-repositories, which a multi-turn agent reads (a long-horizon task's notes: without them their words stay bytes).
-Held-out tasks never shape the vocabulary. The file is cached under a name that hashes the text and the settings,
-so a change to the prompts trains a new one.
+repositories, which a multi-turn agent reads (a long-horizon task's notes: without them their words stay bytes);
+with "episodes" also the observations of the suite's teacher (`TEACHER` of the suite, a scripted policy) played on
+every train task through the real environment: tool-result wrappers, budget lines and test runs' output, which are
+most of a multi-turn episode's tokens (without them a failing unittest run of 666 bytes is 465 tokens of a 512-token
+BPE). Held-out tasks never shape the vocabulary. The file is cached under a name that hashes the text and the
+settings (for "episodes": the teacher's name and `EPISODES_FORMAT`, not its observations, which would take playing
+the episodes to hash), so a change to the prompts trains a new one.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 import hashlib
 import os
@@ -27,6 +33,12 @@ class TokenizerText(enum.Enum):
 
   DEMONSTRATIONS = "demonstrations"  # prompts and reference answers (single-turn: the prompt holds everything)
   REPOSITORY = "repository"  # those, and every file of the tasks' starting repositories (what an agent reads)
+  EPISODES = "episodes"  # those, and the observations of the suite's teacher's episodes (what an agent is shown)
+
+
+# Bump when what the teacher's episodes show changes (the environment's observation formats, a suite's TEACHER).
+EPISODES_FORMAT = 1
+DEFAULT_TEACHER = "explorer"  # a suite without a TEACHER: looks around, writes the reference, checks it
 
 
 def suite_texts(suite: str, suite_options=None, text: TokenizerText = TokenizerText.DEMONSTRATIONS) -> list[str]:
@@ -39,10 +51,41 @@ def suite_texts(suite: str, suite_options=None, text: TokenizerText = TokenizerT
       texts.append(prompt)
       if instructions == "none":  # the answers are the same under every format
         texts.append(answer)
-  if text is TokenizerText.REPOSITORY:
+  if text in (TokenizerText.REPOSITORY, TokenizerText.EPISODES):
     for task in demonstrations.suite_tasks(suite, "train", suite_options):
       texts += [task.files[path] for path in sorted(task.files)]
   return texts
+
+
+def teacher_name(suite: str) -> str:
+  """The scripted policy whose episodes show a suite's observations: the suite's `TEACHER`, else DEFAULT_TEACHER."""
+  from c2jax.envs.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
+  return getattr(CODING_SUITES.get(suite), "TEACHER", DEFAULT_TEACHER)
+
+
+def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> list[str]:
+  """Every observation after the first of the suite's teacher (`teacher_name`) on each train task, played through
+  CodingEnv with the real sandbox (help format "none", the environment's default budgets), in task order."""
+  # Imported here: the environment (sandboxes) is needed only for this text.
+  from c2jax.envs.env import CodingEnv, EnvConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.protocol import HelpDetail  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+  policy = POLICIES.get(teacher_name(suite))()
+  config = EnvConfig(instructions=HelpDetail.NONE)
+
+  def play(task) -> list[str]:
+    with CodingEnv(config) as env:
+      observations = [env.reset(task)]
+      for _ in range(config.max_turns):
+        result = env.step(policy.act(task, observations))
+        observations.append(result.observation)
+        if result.done:
+          break
+    return observations[1:]
+
+  tasks = demonstrations.suite_tasks(suite, "train", suite_options)
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    return [o for observations in pool.map(play, tasks) for o in observations]
 
 
 def suite_tokenizer(suite: str, vocab_size: int, cache_dir: str, suite_options=None,
@@ -52,10 +95,14 @@ def suite_tokenizer(suite: str, vocab_size: int, cache_dir: str, suite_options=N
   h = hashlib.sha256(f"bpe/v1/{vocab_size}".encode())
   for t in texts:
     h.update(t.encode())
+  if text is TokenizerText.EPISODES:
+    h.update(f"episodes/v{EPISODES_FORMAT}/{teacher_name(suite)}".encode())
   suffix = "" if text is TokenizerText.DEMONSTRATIONS else f"-{text.value}"
   path = os.path.join(os.path.abspath(os.path.expanduser(cache_dir)),
                       f"bpe-{suite}-{vocab_size}{suffix}-{h.hexdigest()[:16]}", "tokenizer.json")
   if not os.path.exists(path):
+    if text is TokenizerText.EPISODES:
+      texts += teacher_observations(suite, suite_options)
     train_bpe(texts, vocab_size, path)
   return path
 

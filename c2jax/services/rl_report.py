@@ -37,6 +37,16 @@ BEHAVIOUR_ROWS = (("turns / episode", "behaviour_turns_per_episode", 2),
                   ("tokens / episode", "behaviour_tokens_per_episode", 1))
 
 
+# The behaviour curves of training.png's third panel (rates in [0, 1], from the held-out evaluations' records).
+PLOTTED_BEHAVIOUR = (("tests before finish", "behaviour/tests_before_finish"),
+                     ("recovery after failing tests", "behaviour/recovery_after_failing_tests"),
+                     ("read before edit", "behaviour/read_before_edit"))
+
+
+def _finite(v) -> bool:
+  return isinstance(v, (int, float)) and not math.isnan(v)
+
+
 def summary_table(result: dict) -> str:
   """A plain-text table of a finished run's result: held-out pass@1, best-of-K and mean reward before / after, the
   agent's held-out behaviour (multi-turn runs; "-" where no episode applied), then the run's throughput and
@@ -69,7 +79,8 @@ def summary_table(result: dict) -> str:
 
 
 def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
-  """Writes <workdir>/training.png: train reward per step, and held-out pass@1 and best-of-K per version.
+  """Writes <workdir>/training.png: train reward per step, held-out pass@1 and best-of-K per version, and (multi-turn
+  runs) held-out behaviour rates per version (`PLOTTED_BEHAVIOUR`).
 
   Returns the PNG's path, or None when the run has no metrics yet.
   """
@@ -86,9 +97,13 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
     evals[int(r["version"])] = r
   for r in read_records(work / "eval.jsonl"):
     evals[int(r["version"])] = r
-  fig = Figure(figsize=(7, 6))
+  # Behaviour curves where the evaluations measured them (multi-turn runs: c2jax/actors/behaviour.py).
+  shown = [(name, key) for name, key in PLOTTED_BEHAVIOUR
+           if any(_finite(r.get(key)) for r in evals.values())]
+  fig = Figure(figsize=(7, 8.5 if shown else 6))
   FigureCanvasAgg(fig)
-  top, bottom = fig.subplots(2, 1, sharex=True)
+  panels = fig.subplots(3 if shown else 2, 1, sharex=True)
+  top, bottom = panels[0], panels[1]
   versions = [h["version"] for h in history]
   top.plot(versions, [h["reward/mean"] for h in history], color="tab:gray", alpha=0.5, lw=1, label="per step")
   window = 5
@@ -108,9 +123,19 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
                 label="mean outcome")
     bottom.legend(loc="lower right", fontsize=8)  # the curves start low and rise; best-of-K sits near 1
   bottom.set_ylabel("held-out")
-  bottom.set_xlabel("weights version (trainer step)")
   bottom.set_ylim(-0.02, 1.02)
   bottom.grid(alpha=0.3)
+  if shown:
+    panel = panels[2]
+    xs = sorted(evals)
+    for (name, key), style in zip(shown, ("o-", "s-", "^-", "v-")):
+      points = [(v, evals[v][key]) for v in xs if _finite(evals[v].get(key))]
+      panel.plot([v for v, _ in points], [y for _, y in points], style, label=name)
+    panel.set_ylabel("held-out behaviour")
+    panel.set_ylim(-0.02, 1.02)
+    panel.legend(loc="lower right", fontsize=8)
+    panel.grid(alpha=0.3)
+  panels[-1].set_xlabel("weights version (trainer step)")
   fig.suptitle(f"RL: {work.parent.name}/{work.name}")
   fig.tight_layout()
   path = work / "training.png"

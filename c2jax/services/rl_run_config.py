@@ -118,8 +118,10 @@ class TeacherConfig:
   """`sft.teacher`: who demonstrates.
 
   Attributes:
-    copies, flawed, flaw: the suite's single-turn demonstrations (`c2jax.envs.demonstrations`), an imperfect teacher:
-      exactly `flawed` of every task's `copies` carry the flaw `flaw` (a `FLAWS` name); flawed=0 is a perfect one.
+    copies, flawed, flaw: every train task is demonstrated `copies` times, and an imperfect teacher's `flawed` of
+      them carry the flaw `flaw`; flawed=0 is a perfect teacher. With the single-turn demonstrations
+      (`c2jax.envs.demonstrations`) `flaw` is a `FLAWS` name; with `policy`, the name of the scripted policy that
+      records the flawed copies (e.g. "spec_reader_no_test": finishes without verifying).
     policy: a scripted policy (`c2jax.envs.scripted_policies.POLICIES`) whose multi-turn episodes, recorded through
       the agent loop with the run's actor settings (self-summaries included), are the demonstrations instead
       (`c2jax.services.teacher_traces`); empty: the single-turn ones.
@@ -142,9 +144,12 @@ class TeacherConfig:
     from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
     if self.copies < 1 or not 0 <= self.flawed <= self.copies:
       raise ValueError(f"copies={self.copies} must be >= 1 and flawed={self.flawed} in [0, copies].")
-    FLAWS.get(self.flaw)
     if self.policy:
       POLICIES.get(self.policy)
+      if self.flawed:
+        POLICIES.get(self.flaw)  # a multi-turn teacher's flaw is a policy
+    else:
+      FLAWS.get(self.flaw)
     if self.max_tasks < 0 or self.heldout_tasks < 0:
       raise ValueError(f"max_tasks={self.max_tasks} and heldout_tasks={self.heldout_tasks} must be >= 0 (0: every "
                        "task).")

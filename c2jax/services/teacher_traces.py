@@ -9,13 +9,17 @@ the same engine, environment and budgets the RL actors use (the run's `actors` s
 with the teacher's own self-summaries (`sft.teacher.summary`), so a demonstration is exactly what the policy would
 be trained on: every segment's ledger as the model is fed it (prompt, turns, observations, the summary request,
 the summary, the resumed segment's head), its EOS tokens included, with loss weight 1 on the teacher's turns and
-summaries and 0 elsewhere. Only episodes the teacher FINISHED with outcome 1 are kept (a teacher's cut or failed
-episode is no demonstration). The forced turns carry the model's log-probs of them, which SFT does not use, so the
-weights that run them are a random init of the run's model.
+summaries and 0 elsewhere, also 0 on a turn the policy's `is_mistake` marks (a deliberate wrong write whose failing
+test run the next turn answers: the demonstration teaches the recovery, not the mistake). A train task is recorded
+`sft.teacher.copies` times, the last `flawed` of them by the policy named `sft.teacher.flaw`. Only episodes the
+teacher FINISHED with outcome 1 are kept (a teacher's cut or failed episode is no demonstration). The forced turns
+carry the model's log-probs of them, which SFT does not use, so the weights that run them are a random init of the
+run's model.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import fcntl
 import functools
@@ -38,7 +42,7 @@ from c2jax.model.params import init_params
 from c2jax.services.rl_run_config import RLRunConfig
 
 # What the recording depends on besides the policy: bump when the recording itself changes.
-FORMAT = 1
+FORMAT = 2
 
 
 def _agent(cfg: RLRunConfig) -> AgentConfig:
@@ -51,7 +55,8 @@ def _settings(cfg: RLRunConfig, split: str) -> dict:
   return {"format": FORMAT, "policy": cfg.sft.teacher.policy, "split": split, "task": typed_config.to_plain(cfg.task),
           "agent": typed_config.to_plain(_agent(cfg)), "context": actor.context,
           "stop_tokens": list(actor.stop_tokens), "vocab_size": cfg.model_config.vocab_size,
-          "max_tasks": _limit(cfg, split)}
+          "max_tasks": _limit(cfg, split), "copies": cfg.sft.teacher.copies, "flawed": cfg.sft.teacher.flawed,
+          "flaw": cfg.sft.teacher.flaw if cfg.sft.teacher.flawed else ""}
 
 
 def _limit(cfg: RLRunConfig, split: str) -> int:
@@ -67,12 +72,19 @@ def traces_path(cfg: RLRunConfig, split: str) -> str:
   return os.path.join(os.path.abspath(root), f"traces-{h}.jsonl")
 
 
+def policy_for(teacher, copy: int, flawed: bool):
+  """The scripted policy of a task's `copy`-th demonstration: `teacher.flaw`'s when `flawed`, else `teacher.policy`'s;
+  a policy with `for_episode(copy)` (whose behaviour varies between a task's demonstrations) is given its copy."""
+  policy = POLICIES.get(teacher.flaw if flawed else teacher.policy)()
+  return policy.for_episode(copy) if hasattr(policy, "for_episode") else policy
+
+
 def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
   """Runs the teacher on every task of `split` (the first `sft.teacher.max_tasks` of train, `heldout_tasks` of
   heldout, when > 0); returns (token documents
   {"tokens", "weights"} of the kept episodes' segments, stats)."""
-  policy_name = cfg.sft.teacher.policy
-  act = POLICIES.get(policy_name)()
+  teacher = cfg.sft.teacher
+  policy_name = teacher.policy
   suite = cfg.task_suite()
   coding_task = getattr(suite, "coding_task", None)
   if coding_task is None:
@@ -90,11 +102,26 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
   n = suite.size(split)
   if _limit(cfg, split):
     n = min(n, _limit(cfg, split))
+  # Train tasks are shown `copies` times, the last `flawed` of them by the policy named `flaw`; held-out tasks once,
+  # by the policy itself (their loss measures the teacher's own turns).
+  copies, flawed = (teacher.copies, teacher.flawed) if split == "train" else (1, 0)
   episodes = []
+  mistakes = collections.defaultdict(set)  # episode index -> the turns the teacher got wrong on purpose
+
+  def script(turn, obs, task, act, index):
+    if getattr(act, "is_mistake", None) is not None and act.is_mistake(task, obs):
+      mistakes[index].add(turn)
+    return act.act(task, obs)
+
   for i in range(n):
     task = suite.task(split, i)
-    episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task), key=i,
-                            script=lambda turn, obs, c=coding_task(task): act.act(c, obs)))
+    for copy in range(copies):
+      act = policy_for(teacher, copy, flawed=copy >= copies - flawed)
+      episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task),
+                              key=len(episodes),
+                              script=functools.partial(script, task=coding_task(task), act=act,
+                                                       index=len(episodes))))
+  n = len(episodes)
   with tqdm.tqdm(total=n, desc=f"record {policy_name} ({split})", unit="episode") as bar:
 
     def progress():
@@ -103,15 +130,20 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
     trajectories = runner.run(episodes, weights=lambda: (params, 0), on_chunk=progress)
     progress()
   docs, kept, ends = [], 0, {}
-  for traj in trajectories:
+  masked = 0
+  for index, traj in enumerate(trajectories):
     ends[traj.end.value] = ends.get(traj.end.value, 0) + 1
     if traj.end is not EpisodeEnd.FINISHED or traj.reward_terms.get("outcome") != 1.0:
       continue
     kept += 1
+    masked += len(mistakes[index])
     for seg in traj.segments:
-      weights = np.isin(seg.source, ACTIONS).astype(np.float32)
+      # The loss is on the teacher's turns, less its deliberate mistakes (kept in the context: what is learned is
+      # the answer to their failing test run).
+      weights = (np.isin(seg.source, ACTIONS) & ~np.isin(seg.turn, sorted(mistakes[index]))).astype(np.float32)
       docs.append({"tokens": [int(t) for t in seg.tokens], "weights": [float(w) for w in weights]})
-  stats = {"policy": policy_name, "split": split, "episodes": n, "kept": kept, "segments": len(docs), "ends": ends,
+  stats = {"policy": policy_name, "split": split, "episodes": n, "copies": copies, "flawed": flawed,
+           "masked_turns": masked, "kept": kept, "segments": len(docs), "ends": ends,
            "compactions_per_episode": float(np.mean([t.compactions for t in trajectories])) if n else 0.0}
   return docs, stats
 

@@ -27,6 +27,7 @@ from c2jax.envs.coding_tasks import CODING_SUITES
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail, ToolName, parse
 from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPool
+from c2jax.envs import scripted_policies
 from c2jax.envs.scripted_policies import POLICIES
 from c2jax.envs.suites import compositions
 from c2jax.envs.suites import spec
@@ -197,6 +198,36 @@ class PolicyUnitTest(absltest.TestCase):
         self.assertEqual(self.calls(policy.act(self.blind, [self.first, self.read, wrote])),
                          [(ToolName.FINISH, {})])
 
+  def test_fixer(self):
+    wrote = '<result tool="write_file">\nwrote solution.py (2 lines).\n</result>'
+    failed = '<result tool="run">\nexit code 1\n--- stderr ---\nFAILED (failures=1)\n</result>'
+    passed = '<result tool="run">\nexit code 0\n--- stderr ---\nOK\n</result>'
+    right = self.task.solution[spec.STUB_PATH]
+    test = (ToolName.RUN, {"command": spec.TEST_COMMAND})
+    # Never wrong first: spec_reader's turns.
+    honest = POLICIES.get("spec_fixer")(wrong_first=0.0)
+    self.assertEqual(self.calls(honest.act(self.blind, [self.first])), [(ToolName.READ_FILE, {"path": spec.SPEC_PATH})])
+    self.assertEqual(self.calls(honest.act(self.blind, [self.first, self.read])),
+                     [(ToolName.WRITE_FILE, {"path": spec.STUB_PATH, "content": right}), test])
+    self.assertEqual(self.calls(honest.act(self.blind, [self.first, self.read, wrote + passed])),
+                     [(ToolName.FINISH, {})])
+    # Always wrong first: one part away, then the right one after the failing run, then finish after the passing one.
+    fixer = POLICIES.get("spec_fixer")(wrong_first=1.0)
+    (_, first_write), first_test = self.calls(fixer.act(self.blind, [self.first, self.read]))
+    self.assertEqual(first_test, test)
+    wrong = _function(first_write["content"])
+    truth = spec.find_spec(self.read)
+    self.assertNotEqual(wrong([-3, 4, -7, 0, 5, 2]), truth.fn([-3, 4, -7, 0, 5, 2]))
+    wrong_key = scripted_policies.wrong_neighbour(truth, self.blind, "0").key
+    self.assertEqual(sum(a != b for a, b in zip(wrong_key.split("."), truth.key.split("."))), 1)
+    self.assertEqual(self.calls(fixer.act(self.blind, [self.first, self.read, wrote + failed])),
+                     [(ToolName.WRITE_FILE, {"path": spec.STUB_PATH, "content": right}), test])
+    self.assertEqual(self.calls(fixer.act(self.blind, [self.first, self.read, wrote + failed, wrote + passed])),
+                     [(ToolName.FINISH, {})])
+    # wrong_first is a share of a task's demonstrations (by episode), not all or none of them.
+    starts = [POLICIES.get("spec_fixer")().for_episode(e)._starts_wrong(self.task) for e in range(60)]
+    self.assertBetween(np.mean(starts), 0.15, 0.55)
+
   def test_summary_keeps_the_sentence(self):
     policy = POLICIES.get("spec_reader")()
     self.assertIsNone(spec.find_spec(self.first))
@@ -274,20 +305,26 @@ class SandboxTest(absltest.TestCase):
 
 @functools.cache
 def _agent_run():
-  """spec_reader and spec_reader_no_test on two tasks each, forced through the agent loop's engine (random weights)."""
+  """spec_reader and spec_reader_no_test on two tasks each, forced through the agent loop's engine (random weights),
+  then spec_fixer (always wrong first) on two, in a wider engine: its failing run's unittest output alone is ~700
+  bytes."""
   suite = CodingTaskSuite(coding_suite="tiny_spec", instructions="none", max_turns=8, tokenizer="byte")
   agent = AgentConfig(max_turns=8, max_turn_tokens=256, max_episode_tokens=4000, chunk_steps=16, tool_workers=2)
-  runner = AgentRunner(MODEL, ENGINE, SAMPLING, agent, suite.text_tokenizer())
-  episodes, tasks = [], []
-  for name in ("spec_reader", "spec_reader_no_test"):
-    act = POLICIES.get(name)()
-    for i in (0, 1):
-      task = suite.task("train", 5 * i)
-      coding = suite.coding_task(task)
-      tasks.append((name, coding))
-      episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task), key=len(tasks),
-                              script=lambda turn, obs, a=act, c=coding: a.act(c, obs)))
-  return tasks, runner.run(episodes, weights=lambda: (tiny.params(MODEL), 0)), suite.text_tokenizer()
+  tasks, trajectories = [], []
+  for names, engine in ((("spec_reader", "spec_reader_no_test"), ENGINE),
+                        (("spec_fixer",), dataclasses.replace(ENGINE, slots=2, context=3072))):
+    runner = AgentRunner(MODEL, engine, SAMPLING, agent, suite.text_tokenizer())
+    episodes = []
+    for name in names:
+      act = POLICIES.get(name)(wrong_first=1.0) if name == "spec_fixer" else POLICIES.get(name)()
+      for i in (0, 1):
+        task = suite.task("train", 5 * i)
+        coding = suite.coding_task(task)
+        tasks.append((name, coding))
+        episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task),
+                                key=len(tasks), script=lambda turn, obs, a=act, c=coding: a.act(c, obs)))
+    trajectories += runner.run(episodes, weights=lambda: (tiny.params(MODEL), 0))
+  return tasks, trajectories, suite.text_tokenizer()
 
 
 class AgentLoopTest(absltest.TestCase):
@@ -316,6 +353,10 @@ class AgentLoopTest(absltest.TestCase):
     no_test = behaviour.summarize(by_policy["spec_reader_no_test"])
     self.assertEqual((no_test["behaviour/read_before_edit"], no_test["behaviour/tests_before_finish"],
                       no_test["behaviour/turns_per_episode"]), (1.0, 0.0, 2.0))
+    fixer = behaviour.summarize(by_policy["spec_fixer"])
+    self.assertEqual((fixer["behaviour/read_before_edit"], fixer["behaviour/tests_before_finish"],
+                      fixer["behaviour/turns_per_episode"], fixer["behaviour/episodes_with_failing_tests"],
+                      fixer["behaviour/recovery_after_failing_tests"]), (1.0, 1.0, 4.0, 2, 1.0))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,36 @@ class SuiteTokenizerTest(absltest.TestCase):
     self.assertTrue(heldout_notes)
     self.assertFalse(heldout_notes & set(texts))  # held-out repositories never shape the vocabulary
 
+  def test_episodes_text_holds_the_teachers_observations(self):
+    try:
+      sandbox_lib.check_available()
+    except sandbox_lib.SandboxUnavailable as e:
+      self.skipTest(str(e))
+    self.assertEqual(suite_tokenizer.teacher_name("tiny_spec"), "spec_fixer")
+    self.assertEqual(suite_tokenizer.teacher_name("tiny_functions"), suite_tokenizer.DEFAULT_TEACHER)
+    played = []
+    real = suite_tokenizer.teacher_observations
+
+    def spy(*args, **kwargs):
+      played.append(real(*args, **kwargs))
+      return played[-1]
+
+    with mock.patch.object(suite_tokenizer, "teacher_observations", side_effect=spy):
+      episodes = suite_tokenizer.resolve("bpe:512:episodes", "tiny_spec", cache_dir=self.tmp)
+      self.assertEqual(suite_tokenizer.resolve("bpe:512:episodes", "tiny_spec", cache_dir=self.tmp), episodes)
+    self.assertLen(played, 1)  # played once, then cached (the cache key does not need the observations)
+    observations = played[0]
+    # The teacher's test runs, passing and (in its recovering episodes) failing, are in the text.
+    self.assertTrue(any("\nOK\n" in o and "Ran 3 tests" in o for o in observations))
+    failing = [o for o in observations if "FAILED (failures=" in o]
+    self.assertNotEmpty(failing)
+    repository = make_tokenizer(suite_tokenizer.resolve("bpe:512:repository", "tiny_spec", cache_dir=self.tmp))
+    tok = make_tokenizer(episodes)
+    # The wrappers and unittest's lines became tokens: a failing run costs well under the repository BPE's tokens.
+    sample = failing[0]
+    self.assertLess(len(tok.encode(sample, bos=False, eos=False)),
+                    0.7 * len(repository.encode(sample, bos=False, eos=False)))
+
   def test_coding_suite_encodes_prompts_and_decodes_samples_with_it(self):
     with mock.patch.dict(os.environ, {"C2JAX_CACHE_DIR": self.tmp}):
       suite = TASK_SUITES.get("coding")(instructions="none", tokenizer="bpe:512")

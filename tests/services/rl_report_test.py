@@ -73,6 +73,23 @@ class PlotTrainingTest(absltest.TestCase):
     with open(path, "rb") as f:
       self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
     self.assertGreater(os.path.getsize(path), 10_000)
+    self.assertEqual(_png_height(path), 6 * 110)  # two panels: no evaluation measured behaviour
+
+  def test_behaviour_panel_when_evaluations_measured_it(self):
+    (self.work / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "version": s, "reward/mean": 0.5}) + "\n" for s in range(1, 11)))
+    nan = float("nan")
+    evals = [{"when": w, "version": v, "pass@1": 0.3, "best_of_8": 0.8, "reward/mean": 0.4,
+              "behaviour/tests_before_finish": t, "behaviour/recovery_after_failing_tests": r}
+             for w, v, t, r in (("before", 0, 0.4, nan), ("after", 10, 0.9, 0.5))]
+    (self.work / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    self.assertEqual(_png_height(report.plot_training(self.work)), int(8.5 * 110))
+
+
+def _png_height(path) -> int:
+  with open(path, "rb") as f:
+    header = f.read(24)
+  return int.from_bytes(header[20:24], "big")  # IHDR: width at 16, height at 20
 
 
 if __name__ == "__main__":

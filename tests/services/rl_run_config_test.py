@@ -8,8 +8,10 @@ from absl.testing import parameterized
 from c2jax.actors.actor import WeightUpdates
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import demonstrations
+from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs import suite_tokenizer
 from c2jax.services import rl_run_config
+from c2jax.services import teacher_traces
 from c2jax.services import warm_start
 from configs import rl_char_class
 from configs import rl_tiny
@@ -17,9 +19,10 @@ from configs import rl_tiny
 
 class RunConfigsTest(parameterized.TestCase):
 
-  @parameterized.named_parameters(("rl_tiny", rl_tiny), ("rl_char_class", rl_char_class))
-  def test_resolves_and_round_trips_through_json(self, module):
-    cfg = rl_run_config.parse(module.get_config())
+  @parameterized.named_parameters(("rl_tiny", rl_tiny, None), ("rl_tiny_single_turn", rl_tiny, "single_turn"),
+                                  ("rl_char_class", rl_char_class, None))
+  def test_resolves_and_round_trips_through_json(self, module, arg):
+    cfg = rl_run_config.parse(module.get_config(arg))
     suite = cfg.task_suite()
     self.assertEqual(cfg.rl.model, cfg.model_config)
     self.assertLessEqual(cfg.eval.tasks, suite.size("heldout"))
@@ -86,14 +89,20 @@ class RunConfigsTest(parameterized.TestCase):
     self.assertEqual(sorted(rl_run_config.task_defaults("char_class")), ["answer_tokens", "prefix_len", "seed",
                                                                          "size_per_split", "suite"])
 
-  def test_main_job_shapes_hold_the_suite(self):
-    cfg = rl_run_config.parse(rl_tiny.get_config())
+  @parameterized.parameters("single_turn", "agentic")
+  def test_main_job_shapes_hold_the_suite(self, mode):
+    reason = sandbox_lib.unavailable_reason()
+    if mode == "agentic" and reason:
+      self.skipTest(f"the agentic job's BPE plays its teacher's episodes in sandboxes: {reason}")
+    cfg = rl_run_config.parse(rl_tiny.get_config(mode))
     task, suite, actors = cfg.task, cfg.task_suite(), cfg.actor_config
     tok = make_tokenizer(suite_tokenizer.resolve(task["tokenizer"], task["coding_suite"]))
     self.assertEqual(cfg.model_config.vocab_size, tok.vocab_size)
     for split in ("train", "heldout"):
       longest = max(len(suite.task(split, i).prompt) for i in range(suite.size(split)))
       self.assertLessEqual(longest, actors.prompt_len, split)
+      if mode == "agentic":  # the SFT's rows are recorded episodes (tests/services/teacher_traces_test.py)
+        continue
       examples = demonstrations.sft_examples(task["coding_suite"], split, instructions=task["instructions"],
                                              max_turns=task["max_turns"], max_tokens=task["max_tokens"],
                                              suite_options=dict(task["suite_options"]))
@@ -107,8 +116,11 @@ class RunConfigsTest(parameterized.TestCase):
     # The SFT trains the RL run's own model on the same prompts.
     p = warm_start.sft_config(cfg)
     source = dict(p.phases["sft"].sources["tasks"])
-    self.assertEqual((source["suite"], source["instructions"], dict(source["suite_options"])),
-                     (task["coding_suite"], "none", dict(task["suite_options"])))
+    if mode == "agentic":
+      self.assertEqual(source, {"kind": "token_docs", "path": teacher_traces.traces_path(cfg, "train")})
+    else:
+      self.assertEqual((source["suite"], source["instructions"], dict(source["suite_options"])),
+                       (task["coding_suite"], "none", dict(task["suite_options"])))
     self.assertEqual(p.tokenizer, suite_tokenizer.resolve(task["tokenizer"], task["coding_suite"]))
 
 

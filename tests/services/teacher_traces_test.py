@@ -1,5 +1,6 @@
 """Multi-turn SFT demonstrations recorded through the agent loop (c2jax/services/teacher_traces.py): the scripted
-teacher's chains on tiny_long_horizon as token documents, cached, and the SFT's data source over them."""
+teacher's chains on tiny_long_horizon as token documents, cached, and the SFT's data source over them; the agentic
+main job's mixed teacher on tiny_spec, whose deliberate mistakes carry no loss."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs import self_summary
 from c2jax.services import rl_run_config, teacher_traces, warm_start
 from configs import rl_long_horizon
+from configs import rl_tiny
 
 pytestmark = pytest.mark.e2e  # records in a child process with real sandboxes (`make test-unit` leaves it out)
 
@@ -34,24 +36,66 @@ def _cfg(cache: str):
   return rl_run_config.parse(c)
 
 
+def _spec_cfg(cache: str):
+  """The agentic main job's teacher (configs/rl_tiny.py) on its first 3 train tasks, 4 copies each."""
+  c = rl_tiny.get_config("agentic")
+  c.sft.cache_dir = cache
+  c.sft.teacher.update(max_tasks=3, heldout_tasks=1)
+  return rl_run_config.parse(c)
+
+
+def _record(test: absltest.TestCase, make_cfg: str, cache: str) -> str:
+  """Records the train traces of `make_cfg`(cache) in a process of its own, as a run records them (its programs
+  compile there, not in this one); returns the JSONL's path."""
+  code = (f"import sys; from tests.services.teacher_traces_test import {make_cfg}; from c2jax.services import "
+          f"teacher_traces; print(teacher_traces.ensure_traces({make_cfg}(sys.argv[1]), 'train'))")
+  env = dict(os.environ, PYTHONPATH=str(_ROOT))
+  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
+  proc = subprocess.run([sys.executable, "-c", code, cache], cwd=_ROOT, env=env, capture_output=True, text=True,
+                        timeout=900)
+  test.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+  return proc.stdout.strip().splitlines()[-1]
+
+
 class TeacherTracesTest(absltest.TestCase):
 
-  def test_recorded_chains_are_the_sft_data(self):
+  def setUp(self):
+    super().setUp()
     reason = sandbox_lib.unavailable_reason()
     if reason:
       self.skipTest(reason)
+
+  def test_spec_fixer_traces_train_the_recovery_not_the_mistake(self):
+    cache = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
+    cfg = _spec_cfg(cache)
+    path = _record(self, "_spec_cfg", cache)
+    stats = json.load(open(f"{path}.stats.json"))
+    self.assertEqual((stats["episodes"], stats["kept"], stats["copies"], stats["flawed"]), (12, 12, 4, 2))
+    docs = [json.loads(line) for line in open(path)]
+    self.assertLen(docs, 12)  # in task order, each task's 4 copies in order; no summaries (one segment each)
+    tok = cfg.task_suite().text_tokenizer()
+    recoveries = 0
+    for i, doc in enumerate(docs):
+      tokens, weights = np.asarray(doc["tokens"]), np.asarray(doc["weights"])
+      shown, trained = tok.decode(tokens), tok.decode(tokens[weights > 0])
+      self.assertEqual(trained.count('<tool name="read_file">'), 1)
+      # One write trained per episode: a recovering episode's first, wrong, write stays in the context unweighted.
+      self.assertEqual(trained.count('<tool name="write_file">'), 1, i)
+      failed = "FAILED (" in shown
+      recoveries += failed
+      self.assertEqual(shown.count('<tool name="write_file">'), 2 if failed else 1, i)
+      if i % 4 >= 2:  # the last 2 copies of a task: the teacher that finishes without running the tests
+        self.assertNotIn('<tool name="run">', shown, i)
+      else:
+        self.assertIn('<tool name="run">', trained, i)
+    self.assertEqual(stats["masked_turns"], recoveries)
+
+  def test_recorded_chains_are_the_sft_data(self):
     cache = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
     cfg = _cfg(cache)
-    # Recorded in a process of its own, as a run records them (its programs compile there, not in this one).
-    code = ("import sys; from tests.services.teacher_traces_test import _cfg; from c2jax.services import "
-            "teacher_traces; print(teacher_traces.ensure_traces(_cfg(sys.argv[1]), 'train'))")
-    env = dict(os.environ, PYTHONPATH=str(_ROOT))
-    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
-    proc = subprocess.run([sys.executable, "-c", code, cache], cwd=_ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    path = proc.stdout.strip().splitlines()[-1]
+    path = _record(self, "_cfg", cache)
     self.assertEqual(path, teacher_traces.traces_path(cfg, "train"))
     stats = json.load(open(f"{path}.stats.json"))
     self.assertEqual((stats["episodes"], stats["kept"]), (2, 2))

@@ -16,7 +16,7 @@ from configs import rl_tiny
 
 
 def _coding_config(**sft):
-  c = rl_tiny.get_config()
+  c = rl_tiny.get_config("single_turn")  # the single-turn demonstrations (the agentic job's are recorded traces)
   c.task = rl_run_config.task_defaults("coding", coding_suite="tiny_functions", instructions="brief")
   c.sft.update(enabled=True, cache_dir=tempfile.mkdtemp(), steps=8)
   c.sft.update(sft)
@@ -35,7 +35,8 @@ class WarmStartTest(absltest.TestCase):
     self.assertEqual((source["kind"], source["suite"], source["split"], source["instructions"]),
                      ("sft", "tiny_functions", "train", "brief"))
     self.assertEqual(p.eval.source["split"], "heldout")
-    # The teacher of configs/rl_tiny.py: two flawed demonstrations of four per task; held-out loss on clean turns.
+    # The single-turn teacher of configs/rl_tiny.py: two flawed demonstrations of four per task; held-out loss on
+    # clean turns.
     self.assertEqual((source["copies"], source["flawed"], source["flaw"]), (4, 2, "incomplete_call"))
     self.assertEqual((p.eval.source["copies"], p.eval.source["flawed"]), (1, 0))
     # The SFT's optimizer and step settings are the pretraining defaults (c2jax/services/pretrain_run_config.py).

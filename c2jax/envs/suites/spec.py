@@ -39,7 +39,7 @@ import dataclasses
 import functools
 import random
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask, check_split
 from c2jax.envs.suites import compositions
@@ -157,6 +157,9 @@ class TinySpecSuite:
     heldout_fraction: the share of tasks in the "heldout" split.
     max_difficulty: keeps only tasks of difficulty <= this.
   """
+
+  # The scripted teacher whose episodes show the suite's observations (`c2jax.envs.suite_tokenizer`'s "episodes").
+  TEACHER: ClassVar[str] = "spec_fixer"
 
   seed: int = 0
   heldout_fraction: float = 0.2
