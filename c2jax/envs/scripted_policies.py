@@ -40,6 +40,7 @@ from typing import Protocol, Sequence
 
 from c2jax.envs import self_summary
 from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.protocol import ToolCall, ToolName, render
 from c2jax.envs.suites import compositions, long_horizon
 from c2jax.envs.suites import spec as spec_suite
@@ -55,6 +56,19 @@ class Policy(Protocol):
 
 
 POLICIES: Registry = Registry("scripted policy")
+
+
+def play(policy: Policy, task: CodingTask, config: EnvConfig) -> tuple[list[str], dict | None]:
+  """One episode of `policy` on `task` in CodingEnv (the real sandbox and grading): every observation, the first
+  included, and the reward terms, or None when the episode had not ended after `config.max_turns` steps."""
+  with CodingEnv(config) as env:
+    observations = [env.reset(task)]
+    for _ in range(config.max_turns):
+      result = env.step(policy.act(task, observations))
+      observations.append(result.observation)
+      if result.done:
+        return observations, env.reward()
+  return observations, None
 
 
 def _calls(*calls: ToolCall) -> str:

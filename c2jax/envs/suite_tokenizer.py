@@ -67,25 +67,15 @@ def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> li
   """Every observation after the first of the suite's teacher (`teacher_name`) on each train task, played through
   CodingEnv with the real sandbox (help format "none", the environment's default budgets), in task order."""
   # Imported here: the environment (sandboxes) is needed only for this text.
-  from c2jax.envs.env import CodingEnv, EnvConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.env import EnvConfig  # pylint: disable=g-import-not-at-top
   from c2jax.envs.protocol import HelpDetail  # pylint: disable=g-import-not-at-top
-  from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.scripted_policies import POLICIES, play  # pylint: disable=g-import-not-at-top
   policy = POLICIES.get(teacher_name(suite))()
   config = EnvConfig(instructions=HelpDetail.NONE)
-
-  def play(task) -> list[str]:
-    with CodingEnv(config) as env:
-      observations = [env.reset(task)]
-      for _ in range(config.max_turns):
-        result = env.step(policy.act(task, observations))
-        observations.append(result.observation)
-        if result.done:
-          break
-    return observations[1:]
-
   tasks = demonstrations.suite_tasks(suite, "train", suite_options)
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    return [o for observations in pool.map(play, tasks) for o in observations]
+    return [o for observations, _ in pool.map(lambda task: play(policy, task, config), tasks)
+            for o in observations[1:]]
 
 
 def suite_tokenizer(suite: str, vocab_size: int, cache_dir: str, suite_options=None,

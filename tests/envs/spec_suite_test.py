@@ -24,7 +24,7 @@ from c2jax.envs import self_summary
 from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.coding_tasks import CODING_SUITES
-from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
+from c2jax.envs.env import EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail, ToolName, parse
 from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPool
 from c2jax.envs import scripted_policies
@@ -58,14 +58,10 @@ def _function(source: str):
 
 def _play(task: ct.CodingTask, policy, config: EnvConfig = EnvConfig(max_turns=8)) -> dict:
   """One episode of `policy` in CodingEnv (the real sandbox and grading); its reward terms."""
-  with CodingEnv(config) as env:
-    observations = [env.reset(task)]
-    for _ in range(config.max_turns):
-      result = env.step(policy.act(task, observations))
-      observations.append(result.observation)
-      if result.done:
-        return env.reward()
-  raise AssertionError(f"{task.task_id}: the episode did not end.")
+  _, terms = scripted_policies.play(policy, task, config)
+  if terms is None:
+    raise AssertionError(f"{task.task_id}: the episode did not end.")
+  return terms
 
 
 def _sample(n_train: int, n_heldout: int) -> list[ct.CodingTask]:
