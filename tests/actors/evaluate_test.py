@@ -9,6 +9,7 @@ import numpy as np
 
 from c2jax.actors import behaviour
 from c2jax.actors.evaluate import best_of_k, evaluate_episodes, pass_at_k
+from c2jax.actors.agent_loop import RunStats
 from c2jax.actors.ledger import EpisodeEnd
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs.char_class import CharClassSuite
@@ -50,9 +51,15 @@ class _Runner:
 
   def __init__(self, trajectories):
     self.trajectories = trajectories
+    self.stats = RunStats()
+    self.chunks = 0
 
-  def run(self, episodes, weights):
+  def run(self, episodes, weights, on_chunk=None):
     assert len(episodes) == len(self.trajectories)
+    for _ in self.trajectories:  # one episode ends per loop iteration, as the progress bar reads it
+      self.stats.episodes += 1
+      on_chunk()
+      self.chunks += 1
     return self.trajectories
 
 
@@ -61,7 +68,9 @@ class EvaluateEpisodesTest(absltest.TestCase):
   def test_reports_the_agents_behaviour(self):
     trajs = [dataclasses.replace(_episode(GOOD), reward_terms={"outcome": 1.0}),
              dataclasses.replace(_episode(BLIND, end=EpisodeEnd.TOKEN_BUDGET), reward_terms={"outcome": 0.0})]
-    r = evaluate_episodes(None, runner=_Runner(trajs), suite=CharClassSuite(), tasks=1, samples=2)
+    runner = _Runner(trajs)
+    r = evaluate_episodes(None, runner=runner, suite=CharClassSuite(), tasks=1, samples=2)
+    self.assertEqual(runner.chunks, 2)
     self.assertEqual(r["pass@1"], 0.5)
     self.assertTrue(set(behaviour.METRICS) <= set(r))
     self.assertEqual(r["behaviour/read_before_edit"], 0.5)

@@ -13,6 +13,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import pytest
 
+from c2jax.envs import scripted_policies
+
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(_ROOT)}
 
@@ -38,9 +40,8 @@ _CASES = [
     ("pretrain_main", "--config.phases.bulk.decay=exponential",
      "phases.bulk.decay='exponential' is not one of 'cosine', 'linear'"),
     ("eval_main", "--config.polcy=empty", "the config has no key 'polcy'; its keys are checkpoint, env,"),
-    ("eval_main", "--config.policy=oracle", "policy='oracle' is not 'checkpoint' or a scripted policy (delete_tests, "
-     "empty, explorer, never_read, reader, reference, spec_guess, spec_reader, spec_reader_no_test, "
-     "summarizing_reader)"),
+    ("eval_main", "--config.policy=oracle",
+     f"policy='oracle' is not 'checkpoint' or a scripted policy ({', '.join(scripted_policies.POLICIES)})"),
     ("actor_main", "--config.actors.nm=3", "actors has no key 'nm'; its keys are admission_recheck_s,"),
     ("actor_main", "--config.eval.best_of=99", "eval: best_of=99 must lie in [1, samples=8]"),
     ("actor_process", "--config.sft.teacher.flawed=9",
