@@ -14,6 +14,12 @@ The report's shape at 1/256 of its lengths: bulk at T=128 (report: 32K) with pla
 the assistant's part only). MTP is trained by self-distillation in the last two phases only, as in the report.
 Data: the Python standard library's own sources (train/held-out split by file), byte tokens. Every field and its
 default: c2jax/services/pretrain_run_config.py.
+
+"rl_tiny" (`--config=configs/pretrain_tiny.py:rl_tiny`): the pretraining of the main job's own model, so that one
+model goes through pretraining, SFT and RL (report section 3) on one tokenizer: the architecture of
+configs/rl_tiny.py and its suite's BPE (bpe:512 of tiny_compositions), one bulk phase on the same stdlib sources at
+T=256. Its `models/bulk` is what `--config.sft.base_checkpoint=` of the RL job starts the SFT from (`make demo`),
+and with `checkpoint.model_at` its `models/step_<N>` are the points of tools/perplexity_vs_reward.py.
 """
 
 import ml_collections
@@ -25,8 +31,42 @@ def _stdlib(split: str, **extra) -> dict:
   return {"kind": "stdlib", "split": split, "weight": 1.0, **extra}
 
 
+MODES = ("byte", "rl_tiny")
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  del arg
+  mode = arg or "byte"
+  if mode not in MODES:
+    raise ValueError(f"configs/pretrain_tiny.py:{mode}: the mode is one of {MODES} (default byte).")
+  return _byte() if mode == "byte" else _rl_tiny()
+
+
+def _rl_tiny() -> ml_collections.ConfigDict:
+  """The main job's model and tokenizer, pretrained on code (the module docstring)."""
+  from configs import rl_tiny  # pylint: disable=g-import-not-at-top
+
+  rl = rl_tiny.get_config("single_turn")
+  c = pretrain_run_config.defaults()
+  c.model = rl.model
+  c.model_overrides = ml_collections.ConfigDict(rl.model_overrides.to_dict())
+  c.tokenizer, c.tokenizer_suite = rl.task.tokenizer, rl.task.coding_suite
+  c.seed = 0
+  c.mesh = ""
+  c.phase_order = "bulk"
+  c.phases = ml_collections.ConfigDict({"bulk": dict(
+      steps=400, seq_len=256, batch_size=8, rope={}, sources={"stdlib": _stdlib("train", max_files=400)},
+      learning_rate=3e-3, warmup_steps=20, decay="cosine", final_lr_fraction=0.1, mtp_weight=0.0,
+      mtp_target="labels")})
+  c.optim = ml_collections.ConfigDict(dict(weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, grad_clip=1.0))
+  c.step = ml_collections.ConfigDict(dict(z_loss_weight=1e-4, bias_update_rate=1e-3))
+  c.eval = ml_collections.ConfigDict(dict(every=50, batches=4, batch_size=8, seq_len=256, source=_stdlib("heldout")))
+  c.log_every = 10
+  c.checkpoint = ml_collections.ConfigDict(dict(every=100, keep=2, model_at=()))
+  return c
+
+
+def _byte() -> ml_collections.ConfigDict:
+  """The three-phase byte-level run (the module docstring)."""
   c = pretrain_run_config.defaults()
   c.model = "tiny"  # a preset of c2jax.model.presets
   c.model_overrides = ml_collections.ConfigDict({"vocab_size": 259})  # byte tokenizer: 256 bytes + 3 specials

@@ -39,8 +39,8 @@ def _rl(module, arg: str | None = None) -> list[str]:
           + _lines(typed_config.to_plain(cfg.actor_config), "resolved.actor."))
 
 
-def _pretrain(module) -> list[str]:
-  cfg = pretrain_run_config.parse(module.get_config())
+def _pretrain(module, arg: str | None = None) -> list[str]:
+  cfg = pretrain_run_config.parse(module.get_config(arg))
   lines = _lines(typed_config.to_plain(cfg)) + _lines(typed_config.to_plain(cfg.model_config), "resolved.model.")
   for p in cfg.phases_resolved():
     lines += _lines({"start": p.start, "rope": typed_config.to_plain(p.model.rope), "hp": typed_config.to_plain(p.hp)},
@@ -55,6 +55,7 @@ def _eval(module) -> list[str]:
 
 SNAPSHOTS = {
     "configs/pretrain_tiny.py": lambda: _pretrain(pretrain_tiny),
+    "configs/pretrain_tiny.py:rl_tiny": lambda: _pretrain(pretrain_tiny, "rl_tiny"),
     "configs/rl_tiny.py": lambda: _rl(rl_tiny),
     "configs/rl_tiny.py:agentic": lambda: _rl(rl_tiny, "agentic"),
     "configs/rl_char_class.py": lambda: _rl(rl_char_class),

@@ -118,12 +118,13 @@ def _load_module(path: str | os.PathLike, what: str):
   return module
 
 
-def load_sweep(path: str | os.PathLike) -> Sweep:
-  """Reads and checks a sweep file's `get_sweep()` (keys, cell names, seeds, metric names)."""
+def load_sweep(path: str | os.PathLike, **arguments) -> Sweep:
+  """Reads and checks a sweep file's `get_sweep(**arguments)` (keys, cell names, seeds, metric names); arguments
+  are for sweep files whose cells depend on a run elsewhere (configs/sweeps/perplexity_vs_reward.py)."""
   module = _load_module(path, "sweep")
   if not hasattr(module, "get_sweep"):
     raise ValueError(f"Sweep file {str(path)!r} defines no get_sweep(); see configs/sweeps/__init__.py.")
-  d = dict(module.get_sweep())
+  d = dict(module.get_sweep(**arguments))
   required = {"name", "description", "cells", "seeds", "metrics"}
   optional = {"curves", "max_parallel", "config"}
   missing, unknown = sorted(required - set(d)), sorted(set(d) - required - optional)
@@ -595,7 +596,7 @@ def _plot_curves(sweep: Sweep, results: Sequence[RunResult], path: pathlib.Path)
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _seeds(text: str, sweep: Sweep) -> tuple[int, ...]:
+def parse_seeds(text: str, sweep: Sweep) -> tuple[int, ...]:
   """--seeds: N (seeds 0..N-1) or a comma list (3,7); empty: the sweep file's."""
   if not text:
     return sweep.seeds
@@ -619,7 +620,7 @@ def main(argv: list[str]) -> None:
     base = load_config(config)
     common = parse_set(f.set or [])
     workdir = pathlib.Path(f.workdir or os.path.join("runs", "sweeps", sweep.name)).absolute()
-    runs = plan_runs(sweep, base, workdir, seeds=_seeds(f.seeds, sweep), common=common)
+    runs = plan_runs(sweep, base, workdir, seeds=parse_seeds(f.seeds, sweep), common=common)
     check_resumable(runs)
   except ValueError as e:  # a bad sweep file, key, value or run dir: one sentence, no traceback
     sys.exit(f"tools/sweep.py: {e}")

@@ -39,6 +39,7 @@ HF tensor. Measured on a 0.95 GB float32 checkpoint whose largest tensor is 125 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -160,6 +161,31 @@ def load_checkpoint(directory: str, *, shardings: Any = None,
                        "checkpoint is damaged or its config was edited; re-convert it.")
     params = ckptr.restore(path, target)
   return params, cfg
+
+
+def load_checkpoint_for(directory: str, model: ModelConfig, *, what: str, free: tuple[str, ...] = ("param_dtype",),
+                        shardings: Any = None) -> Params:
+  """`load_checkpoint`'s params for a run of `model` (casting to its param dtype), refusing another architecture.
+
+  Args:
+    directory: the checkpoint.
+    model: the run's architecture.
+    what: the run-config field that named `directory` (for the error), e.g. "init_checkpoint".
+    free: ModelConfig fields that may differ (e.g. "rope", which each pretraining phase sets).
+    shardings: as `load_checkpoint`'s.
+  Raises:
+    ValueError naming the fields that differ.
+  """
+  stored = read_config(directory)
+  same = {f: getattr(model, f) for f in free}
+  differ = [f.name for f in dataclasses.fields(model)
+            if getattr(stored.replace(**same), f.name) != getattr(model, f.name)]
+  if differ:
+    raise ValueError(f"{what}={directory!r} holds another architecture than the run's model: "
+                     f"{', '.join(f'{f}={getattr(stored, f)!r} (the run: {getattr(model, f)!r})' for f in differ)}; "
+                     "compare its model_config.json with model / model_overrides.")
+  params, _ = load_checkpoint(directory, shardings=shardings, dtype=model.param_dtype)
+  return params
 
 
 def _piece_dims(spec: ParamSpec) -> int:

@@ -80,8 +80,9 @@ class TrainState:
 jax.tree_util.register_dataclass(TrainState, data_fields=["step", "params", "opt_state"], meta_fields=[])
 
 
-def init_state(cfg: ModelConfig, hp: StepConfig, key: jax.Array) -> TrainState:
-  params = init_params(cfg, key)
+def init_state(cfg: ModelConfig, hp: StepConfig, key: jax.Array, params: Params | None = None) -> TrainState:
+  """Step 0: `params` (a base model's, for continued pretraining) or a random init from `key`, a fresh AdamW."""
+  params = init_params(cfg, key) if params is None else params
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=make_step_optimizer(hp).init(params))
 
 

@@ -6,6 +6,13 @@
 
 a straight line on log-log axes. b < 0 is the rate at which perplexity falls per e-fold of compute; R^2 says how
 straight the line is. `plot` draws the points, the fit, and (optionally) where each phase starts.
+
+The report's second finding of that section, that a base model's code perplexity predicts the reward RL reaches from
+it, is the same regression the other way round: `fit_reward` fits
+
+    reward = a + b * ln(perplexity)        (b < 0: lower perplexity, more reward)
+
+over (perplexity, reward) points, one per RL run (tools/perplexity_vs_reward.py).
 """
 
 from __future__ import annotations
@@ -72,13 +79,61 @@ def fit(records: Sequence[dict], x: str = "flops", phases: Sequence[str] | None 
   if len(pts) < 3:
     return None
   lx = np.log(np.array([p[0] for p in pts]))
-  y = np.array([p[1] for p in pts])
-  slope, intercept = np.polyfit(lx, y, 1)
-  residual = y - (intercept + slope * lx)
+  intercept, slope, r2 = _line(lx, np.array([p[1] for p in pts]))
+  return Fit(x=x, intercept=intercept, slope=slope, r2=r2, points=len(pts),
+             x_range=(float(np.exp(lx.min())), float(np.exp(lx.max()))))
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+  """Least squares y = intercept + slope * x: (intercept, slope, R^2); R^2 is 1 when y is constant."""
+  slope, intercept = np.polyfit(x, y, 1)
+  residual = y - (intercept + slope * x)
   total = np.sum((y - y.mean()) ** 2)
   r2 = 1.0 - float(np.sum(residual ** 2) / total) if total > 0 else 1.0
-  return Fit(x=x, intercept=float(intercept), slope=float(slope), r2=r2, points=len(pts),
-             x_range=(float(np.exp(lx.min())), float(np.exp(lx.max()))))
+  return float(intercept), float(slope), r2
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardFit:
+  """reward = intercept + slope * ln(perplexity) over `points` runs.
+
+  Attributes:
+    intercept, slope: a and b (reward units; reward per e-fold of perplexity).
+    r2: coefficient of determination (NaN when every reward is the same).
+    points: runs fitted.
+    ppl_range: (lowest, highest) perplexity fitted.
+  """
+
+  intercept: float
+  slope: float
+  r2: float
+  points: int
+  ppl_range: tuple[float, float]
+
+  def predict(self, ppl: float) -> float:
+    return self.intercept + self.slope * math.log(ppl)
+
+  @property
+  def per_halving(self) -> float:
+    """Reward gained when perplexity halves (positive when lower perplexity predicts more reward)."""
+    return -self.slope * math.log(2.0)
+
+  def to_dict(self) -> dict:
+    return {**dataclasses.asdict(self), "per_halving": self.per_halving}
+
+
+def fit_reward(points: Sequence[tuple[float, float]]) -> RewardFit | None:
+  """Least-squares fit of reward on ln(perplexity) over (perplexity, reward) points; None with fewer than 3 finite
+  points or a single perplexity."""
+  pts = [(float(p), float(r)) for p, r in points if p > 0 and math.isfinite(p) and math.isfinite(r)]
+  if len(pts) < 3 or len({p for p, _ in pts}) < 2:
+    return None
+  lx, y = np.log(np.array([p for p, _ in pts])), np.array([r for _, r in pts])
+  intercept, slope, r2 = _line(lx, y)
+  if np.all(y == y[0]):
+    r2 = math.nan  # a flat reward explains nothing; R^2 = 1 would read as a perfect prediction
+  return RewardFit(intercept=intercept, slope=slope, r2=r2, points=len(pts),
+                   ppl_range=(min(p for p, _ in pts), max(p for p, _ in pts)))
 
 
 def plot(records: Sequence[dict], result: Fit | None, path: str, x: str = "flops") -> None:

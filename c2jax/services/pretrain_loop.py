@@ -10,7 +10,10 @@ scaling with `c2jax.pretrain.step.train_step`, one AdamW state running through a
                    workdir resumes from the latest one and trains exactly as the uninterrupted run would have: the
                    same batches in the same order, the same losses.
   models/<phase>/  the model (params + architecture, `c2jax.model.checkpoint`) at the end of each phase: what RL
-                   or evaluation starts from (`models/sft` for the tiny default).
+                   or evaluation starts from (`models/sft` for the tiny default), or an RL run's SFT
+                   (`sft.base_checkpoint`).
+  models/step_<N>/ the model at each step of `checkpoint.model_at`, each with a held-out evaluation in eval.jsonl
+                   (the points of tools/perplexity_vs_reward.py).
   metrics.jsonl    one line per `log_every` steps (loss, ce, mtp_ce/mtp_kl, lr, grad_norm, tokens/s, phase).
   eval.jsonl       held-out code CE / perplexity against step, tokens and training FLOPs (6 x active params x
                    tokens), the input of `tools/fit_loglinear.py`; `perplexity.png` is its plot at the end.
@@ -34,7 +37,7 @@ import os
 import pathlib
 import shutil
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from absl import logging
 import jax
@@ -47,8 +50,9 @@ from c2jax import typed_config
 from c2jax.data import pipeline
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import demonstrations  # noqa: F401  (registers the "sft" data source kind)
+from c2jax.envs import suite_tokenizer
 from c2jax.model import losses
-from c2jax.model.checkpoint import save_checkpoint
+from c2jax.model.checkpoint import load_checkpoint_for, save_checkpoint
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import count_params
 from c2jax.model.sharding import Layout, with_layout
@@ -86,9 +90,10 @@ def heldout_ce(params, model: ModelConfig, batches: list[dict], layout: Layout |
 class _Built:
   """A phase's jitted functions.
 
-  init: key -> TrainState; step: (state, batch) -> (state, metrics), state donated; put: this process's rows
-  of a batch -> global arrays; put_global: a whole batch every process holds (the held-out batches) -> arrays;
-  layout: the model layout (None on one device); abstract: () -> the state's ShapeDtypeStructs for restore.
+  init: (key, params=None) -> TrainState (params: a base model's); step: (state, batch) -> (state, metrics), state
+  donated; put: this process's rows of a batch -> global arrays; put_global: a whole batch every process holds (the
+  held-out batches) -> arrays; layout: the model layout (None on one device); abstract: () -> the state's
+  ShapeDtypeStructs for restore; param_shardings: where a base model's params are restored to (None: one device).
   """
 
   init: Callable
@@ -97,6 +102,7 @@ class _Built:
   put_global: Callable
   layout: Layout | None
   abstract: Callable
+  param_shardings: Any = None
 
 
 def _build(phase: Phase, mesh: jax.sharding.Mesh | None) -> _Built:
@@ -114,7 +120,7 @@ def _build_cached(model: ModelConfig, hp: StepConfig, batch_size: int, seq_len: 
     device = jax.devices()[0]
     # Committed to the device like a restored state, so that a fresh and a resumed run share one compiled step
     # (committedness is part of jit's cache key).
-    init = lambda key: jax.device_put(jit_init(key), device)  # noqa: E731
+    init = lambda key, params=None: jax.device_put(jit_init(key, params), device)  # noqa: E731
     to_device = lambda batch: jax.tree.map(jnp.asarray, batch)  # noqa: E731
     return _Built(
         init=init, step=jax.jit(functools.partial(train_step, cfg=model, hp=hp), donate_argnums=0),
@@ -130,7 +136,8 @@ def _build_cached(model: ModelConfig, hp: StepConfig, batch_size: int, seq_len: 
             for k, v in batch.items()}
 
   return _Built(init=trainer.init, step=trainer.step, put=put, put_global=trainer.put_batch, layout=trainer.layout,
-                abstract=lambda: abstract_state(model, hp, trainer.state_shardings))
+                abstract=lambda: abstract_state(model, hp, trainer.state_shardings),
+                param_shardings=trainer.state_shardings.params)
 
 
 def _mesh(cfg: PretrainRunConfig) -> jax.sharding.Mesh | None:
@@ -202,7 +209,7 @@ class _Run:
     self.work = pathlib.Path(workdir)
     self.work.mkdir(parents=True, exist_ok=True)
     base = cfg.model_config
-    self.tok = make_tokenizer(cfg.tokenizer)
+    self.tok = make_tokenizer(suite_tokenizer.resolve(cfg.tokenizer, cfg.tokenizer_suite))
     if base.vocab_size < self.tok.vocab_size:
       raise ValueError(f"vocab_size={base.vocab_size} < the tokenizer's {self.tok.vocab_size} tokens: set "
                        f"model_overrides.vocab_size={self.tok.vocab_size}.")
@@ -236,7 +243,12 @@ class _Run:
     self.built = _build(phase, self.mesh)
     extra = {"phase": None, "data": None, "tokens": 0}
     if self.restored is None:
-      self.state = self.built.init(jax.random.key(self.cfg.seed))
+      base = None
+      if self.cfg.init_checkpoint:  # continued pretraining of a base model (each phase sets its own rope)
+        base = load_checkpoint_for(self.cfg.init_checkpoint, phase.model, what="init_checkpoint",
+                                   free=("param_dtype", "rope"), shardings=self.built.param_shardings)
+        logging.warning("continuing from the base model %s", self.cfg.init_checkpoint)
+      self.state = self.built.init(jax.random.key(self.cfg.seed), base)
     else:
       got = self.ckpt.restore(self.restored, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(self.built.abstract()), extra=ocp.args.JsonRestore()))
@@ -310,8 +322,11 @@ class _Run:
         self.log.write("metrics.jsonl", m, tb_prefix="train")
         bar.set_postfix(loss=f"{m['loss']:.3f}", ce=f"{m['ce']:.3f}", tok_s=f"{rate:.0f}")
       bar.update(1)
-      if done % self.cfg.eval.every == 0 and done != phase.end:
+      snapshot = done in self.cfg.checkpoint.model_at
+      if (done % self.cfg.eval.every == 0 or snapshot) and done != phase.end:
         self.evaluate(phase)
+      if snapshot:  # a point of pretraining to start RL from, with its held-out perplexity in eval.jsonl
+        _write_model(self.work / "models" / f"step_{done}", self.state.params, phase.model)
       if done % self.cfg.checkpoint.every == 0 and done != phase.end:
         self.save(phase.name, self.trained_data)
     # The phase is done: its held-out perplexity, its model, then the checkpoint at the boundary (a run killed
@@ -354,6 +369,8 @@ def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lamb
   start = int(r.state.step)
   if start == 0:
     r.evaluate(phase)
+    if 0 in cfg.checkpoint.model_at:  # the random init (or the base model) as a sweep point
+      _write_model(r.work / "models" / "step_0", r.state.params, phase.model)
   interrupted = False
   total = r.phases[-1].end
   with tqdm.tqdm(total=total, initial=start, desc="pretrain", unit="step", disable=not r.primary) as bar:

@@ -102,14 +102,24 @@ class PretrainEvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-  """`checkpoint`: orbax checkpoints every `every` steps (and at each phase's end), `keep` of them kept."""
+  """`checkpoint`: orbax checkpoints every `every` steps (and at each phase's end), `keep` of them kept.
+
+  Attributes:
+    every / keep: the train state's checkpoints (resuming).
+    model_at: global steps (0: the start) at which to also write a model checkpoint `models/step_<N>`, with a
+      held-out evaluation: the points of pretraining that a perplexity-vs-reward sweep starts RL from
+      (tools/perplexity_vs_reward.py). Each phase's end writes `models/<phase>` either way.
+  """
 
   every: int = 30
   keep: int = 2
+  model_at: tuple[int, ...] = ()
 
   def __post_init__(self):
     if self.every < 1 or self.keep < 1:
       raise ValueError(f"every={self.every} and keep={self.keep} must be >= 1.")
+    if any(s < 0 for s in self.model_at):
+      raise ValueError(f"model_at={self.model_at} must hold steps >= 0.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +162,13 @@ class PretrainRunConfig:
 
   Attributes:
     model / model_overrides: a `c2jax.model.presets` name and ModelConfig fields over it.
-    tokenizer: "byte", or the path of an HF tokenizer.json (the model's vocab_size must cover it).
+    tokenizer: "byte", the path of an HF tokenizer.json, or a coding suite's BPE "bpe:<V>[:<text>]" (with
+      `tokenizer_suite`; `c2jax.envs.suite_tokenizer`, trained on first use and cached): the model's vocab_size must
+      cover it. A suite's BPE lets pretraining, SFT and RL share one tokenizer and one model.
+    tokenizer_suite: the coding suite of a "bpe:..." tokenizer (e.g. "tiny_compositions"); empty otherwise.
+    init_checkpoint: a c2jax model checkpoint whose params start the first phase (continued pretraining of a base
+      model, report section 3), with a fresh optimizer; its architecture must be the run's model (the rope may
+      differ: each phase sets its own). Empty: a random init from `seed`.
     seed: the init and the data order.
     mesh: the device mesh, e.g. "fsdp:2,expert:2,context:2" (`c2jax.parallel.mesh`); empty: one device.
     phase_order: the phases to train, comma-separated keys of `phases`.
@@ -162,6 +178,8 @@ class PretrainRunConfig:
   model: str = "tiny"
   model_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   tokenizer: str = "byte"
+  tokenizer_suite: str = ""
+  init_checkpoint: str = ""
   seed: int = 0
   mesh: str = ""
   phase_order: str = "bulk"
@@ -180,7 +198,14 @@ class PretrainRunConfig:
         raise ValueError(f"mesh={self.mesh!r}: {e}") from None
     if self.log_every < 1:
       raise ValueError(f"log_every={self.log_every} must be >= 1.")
-    self.phases_resolved()  # every phase's model, schedule and MTP setting, checked now
+    if self.tokenizer.startswith("bpe:") and not self.tokenizer_suite:
+      raise ValueError(f"tokenizer={self.tokenizer!r} is a coding suite's BPE: name the suite in tokenizer_suite "
+                       "(e.g. tokenizer_suite='tiny_compositions').")
+    phases = self.phases_resolved()  # every phase's model, schedule and MTP setting, checked now
+    past = [s for s in self.checkpoint.model_at if s > phases[-1].end]
+    if past:
+      raise ValueError(f"checkpoint.model_at={self.checkpoint.model_at} names steps {past} after the last phase's end "
+                       f"(step {phases[-1].end}).")
 
   @property
   def model_config(self) -> ModelConfig:

@@ -46,7 +46,7 @@ import tqdm
 from c2jax.actors import behaviour
 from c2jax.actors.actor import buffer_spec
 from c2jax.envs import tasks as tasks_lib
-from c2jax.model.checkpoint import load_checkpoint
+from c2jax.model.checkpoint import load_checkpoint_for
 from c2jax.model.params import init_params
 from c2jax.parallel.mesh import MeshConfig, make_mesh
 from c2jax.rl import sharded
@@ -88,11 +88,7 @@ def initial_params(cfg: RLRunConfig):
   """The policy to start from: `cfg.init_checkpoint` (a c2jax model checkpoint) or a random init."""
   model = cfg.model_config
   if cfg.init_checkpoint:
-    params, stored = load_checkpoint(cfg.init_checkpoint)
-    if stored.replace(param_dtype=model.param_dtype) != model:
-      raise ValueError(f"init_checkpoint={cfg.init_checkpoint!r} holds another architecture than the run config's "
-                       "model (compare its model_config.json with model / model_overrides).")
-    return params
+    return load_checkpoint_for(cfg.init_checkpoint, model, what="init_checkpoint")
   return jax.jit(init_params, static_argnums=0)(model, jax.random.key(cfg.seed))
 
 

@@ -167,6 +167,9 @@ class SFTConfig:
     mtp_weight: the MTP self-distillation weight (0: MTP modules untrained).
     suite_options: the SFT's own selection of the coding suite's tasks (empty: the task's `suite_options`).
     teacher: the demonstrations' teacher.
+    base_checkpoint: a c2jax model checkpoint the SFT starts from (a pretraining run's `models/<phase>` or
+      `models/step_<N>` on the task's tokenizer: one model through pretraining, SFT and RL, report section 3);
+      empty: a random init. Part of the SFT's cache key, with the checkpoint's files.
   """
 
   enabled: bool = True
@@ -179,6 +182,7 @@ class SFTConfig:
   mtp_weight: float = 0.0
   suite_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   teacher: TeacherConfig = TeacherConfig()
+  base_checkpoint: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,7 @@ def sft_config(cfg: RLRunConfig) -> PretrainRunConfig:
   every = max(s.steps // 4, 1)
   return PretrainRunConfig(
       model=cfg.model, model_overrides=dict(cfg.model_overrides), seed=cfg.seed, mesh=cfg.mesh,
+      init_checkpoint=os.path.abspath(s.base_checkpoint) if s.base_checkpoint else "",
       # The RL prompts' tokenizer (c2jax/envs/coding_rl.py); "bpe:<n>" resolves to its (cached) file.
       tokenizer=suite_tokenizer.resolve(task["tokenizer"], task["coding_suite"]),
       phase_order="sft",
@@ -72,6 +73,21 @@ def _demonstrations_sources(cfg: RLRunConfig) -> tuple[dict, dict]:
   return source, {**source, "split": "heldout", "copies": 1, "flawed": 0}
 
 
+def checkpoint_fingerprint(directory: str) -> str:
+  """The files of a model checkpoint as (path, size, modification time) lines: a base model saved again, even with
+  the same values, changes it (cheap on a checkpoint of any size: nothing is read)."""
+  if not os.path.exists(os.path.join(directory, "model_config.json")):
+    raise ValueError(f"sft.base_checkpoint={directory!r} is not a finished model checkpoint (no model_config.json); "
+                     "point it at a pretraining run's models/<phase> or models/step_<N>.")
+  lines = []
+  for root, dirs, files in os.walk(directory):
+    dirs.sort()
+    for name in sorted(files):
+      st = os.stat(os.path.join(root, name))
+      lines.append(f"{os.path.relpath(os.path.join(root, name), directory)} {st.st_size} {st.st_mtime_ns}")
+  return "\n".join(lines)
+
+
 def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
   """<cache>/sft-<hash of the SFT run config and of the demonstrations' text>.
 
@@ -83,6 +99,8 @@ def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
   if p.tokenizer != "byte":  # a tokenizer file retrained under the same path is another SFT
     with open(p.tokenizer, "rb") as f:
       h.update(f.read())
+  if p.init_checkpoint:  # a base model rewritten under the same path (a pretraining run again) is another SFT
+    h.update(checkpoint_fingerprint(p.init_checkpoint).encode())
   source = dict(p.phases["sft"].sources["tasks"])
   if cfg.sft.teacher.policy:  # the recorded traces themselves (recorded here on first use)
     for split in ("train", "heldout"):

@@ -7,9 +7,11 @@ import tempfile
 
 from absl.testing import absltest
 import chex
+import jax
 import pytest
 
 from c2jax.model import checkpoint
+from c2jax.model.params import init_params
 from c2jax.services import pretrain_loop
 from c2jax.services import pretrain_run_config
 from configs import pretrain_tiny
@@ -116,6 +118,72 @@ class LoopTest(absltest.TestCase):
     self.assertEqual(_losses(d), _losses(self.full_dir))
     self.assertEqual([json.loads(l) for l in open(f"{d}/eval.jsonl")],
                      [json.loads(l) for l in open(f"{self.full_dir}/eval.jsonl")])
+
+
+def _bulk_config(steps=4, **checkpoint):
+  """The bulk phase alone (T=32), with `checkpoint` fields."""
+  c = _small_config()
+  c.phase_order = "bulk"
+  c.phases.bulk.steps = steps
+  c.checkpoint.update(checkpoint)
+  return c
+
+
+class BaseModelTest(absltest.TestCase):
+  """Points of a pretraining (`checkpoint.model_at`) and continued pretraining from one (`init_checkpoint`)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.dir = tempfile.mkdtemp()
+    cls.result = _run(_bulk_config(model_at=(0, 2, 4)), cls.dir)
+
+  def test_model_at_writes_each_point_with_its_perplexity(self):
+    d = self.dir
+    self.assertEqual(sorted(os.listdir(f"{d}/models")), ["bulk", "step_0", "step_2", "step_4"])
+    self.assertEqual([json.loads(l)["step"] for l in open(f"{d}/eval.jsonl")], [0, 2, 4])
+    last, _ = checkpoint.load_checkpoint(f"{d}/models/step_4")
+    chex.assert_trees_all_equal(last, checkpoint.load_checkpoint(f"{d}/models/bulk")[0])
+    cfg = pretrain_run_config.parse(_bulk_config())
+    init = init_params(cfg.model_config, jax.random.key(cfg.seed))
+    chex.assert_trees_all_equal(checkpoint.load_checkpoint(f"{d}/models/step_0")[0], init)  # the random init
+
+  def test_continued_pretraining_starts_from_the_base_model(self):
+    d = tempfile.mkdtemp()
+    base = f"{self.dir}/models/step_2"
+    c = _bulk_config(steps=2, model_at=(0,))
+    c.init_checkpoint = base
+    _run(c, d)
+    # Step 0 is the base's params: the same held-out CE as the base run at its step 2, the same weights.
+    evals = {json.loads(l)["step"]: json.loads(l)["heldout_ce"] for l in open(f"{self.dir}/eval.jsonl")}
+    first = json.loads(open(f"{d}/eval.jsonl").readline())
+    self.assertEqual(first["step"], 0)
+    self.assertAlmostEqual(first["heldout_ce"], evals[2], places=5)
+    chex.assert_trees_all_equal(checkpoint.load_checkpoint(f"{d}/models/step_0")[0],
+                                checkpoint.load_checkpoint(base)[0])
+
+  def test_a_base_of_another_architecture_is_refused_naming_the_field(self):
+    c = _bulk_config(steps=1)
+    c.model_overrides.n_layers = 1
+    c.init_checkpoint = f"{self.dir}/models/step_2"
+    with self.assertRaisesRegex(ValueError, r"init_checkpoint=.* another architecture.*n_layers=3 \(the run: 1\)"):
+      _run(c, tempfile.mkdtemp())
+
+  def test_model_at_past_the_end_and_a_suite_bpe_without_its_suite_are_refused(self):
+    with self.assertRaisesRegex(ValueError, r"model_at=\(9,\) names steps \[9\] after the last phase's end"):
+      pretrain_run_config.parse(_bulk_config(model_at=(9,)))
+    c = _bulk_config()
+    c.tokenizer = "bpe:512"
+    with self.assertRaisesRegex(ValueError, "name the suite in tokenizer_suite"):
+      pretrain_run_config.parse(c)
+
+  def test_the_main_jobs_pretraining_shares_its_model_and_tokenizer(self):
+    from configs import rl_tiny  # pylint: disable=g-import-not-at-top
+    from c2jax.services import rl_run_config  # pylint: disable=g-import-not-at-top
+    p = pretrain_run_config.parse(pretrain_tiny.get_config("rl_tiny"))
+    rl = rl_run_config.parse(rl_tiny.get_config("single_turn"))
+    self.assertEqual(p.model_config, rl.model_config)
+    self.assertEqual((p.tokenizer, p.tokenizer_suite), (rl.task["tokenizer"], rl.task["coding_suite"]))
 
 
 if __name__ == "__main__":

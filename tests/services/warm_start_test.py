@@ -67,6 +67,31 @@ class WarmStartTest(absltest.TestCase):
     save_checkpoint(target, params, model)
     self.assertEqual(warm_start.sft_checkpoint(cfg), target)
 
+  def test_a_base_checkpoint_starts_the_sft_and_keys_its_cache(self):
+    cfg = _coding_config()
+    model = warm_start.sft_config(cfg).model_config
+    base = os.path.join(tempfile.mkdtemp(), "models", "step_40")
+    save_checkpoint(base, jax.tree.map(lambda a: jax.numpy.zeros(a.shape, a.dtype), abstract_params(model)), model)
+    with_base = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, base_checkpoint=base))
+    p = warm_start.sft_config(with_base)
+    self.assertEqual(p.init_checkpoint, base)
+    key = lambda c: warm_start.cache_dir(c, warm_start.sft_config(c))
+    first = key(with_base)
+    self.assertNotEqual(first, key(cfg))  # from a base model is another SFT than from a random init
+    self.assertEqual(first, key(with_base))
+    # The same path written again (the pretraining rerun) is another base, so another SFT.
+    params_dir = os.path.join(base, "params")
+    newest = max(os.path.join(r, f) for r, _, fs in os.walk(params_dir) for f in fs)
+    st = os.stat(newest)
+    os.utime(newest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    self.assertNotEqual(first, key(with_base))
+
+  def test_a_base_that_is_no_checkpoint_is_refused_in_one_sentence(self):
+    cfg = _coding_config()
+    cfg = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, base_checkpoint=tempfile.mkdtemp()))
+    with self.assertRaisesRegex(ValueError, r"sft.base_checkpoint=.* is not a finished model checkpoint"):
+      warm_start.cache_dir(cfg, warm_start.sft_config(cfg))
+
   def test_needs_a_coding_suite(self):
     cfg = rl_run_config.parse(rl_char_class.get_config())  # sft.enabled=False: the run config is valid
     with self.assertRaisesRegex(ValueError, "coding task suite"):
