@@ -46,7 +46,7 @@ _CASES = [
     ("actor_main", "--config.eval.best_of=99", "eval: best_of=99 must lie in [1, samples=8]"),
     ("actor_process", "--config.sft.teacher.flawed=9",
      "sft.teacher: copies=4 must be >= 1 and flawed=9 in [0, copies]"),
-    ("actor_process", "--config.sft.bogus=1", "sft has no key 'bogus'; its keys are batch_size, cache_dir,"),
+    ("actor_process", "--config.sft.bogus=1", "sft has no key 'bogus'; its keys are base_checkpoint, batch_size,"),
 ]
 
 
