@@ -1,8 +1,8 @@
 # Two commands do everything on a fresh machine:
 #   make test   installs bubblewrap, slurm and munge if missing (root + apt-get), creates .venv, installs c2jax with
 #               its test extras, lints (ruff), runs the whole suite
-#   make demo   creates .venv, installs, runs the tiny pretraining and the main job (SFT -> asynchronous RL on
-#               coding tasks -> held-out evaluation; configs/rl_tiny.py)
+#   make demo   creates .venv, installs, runs the main job's model through pretraining on code, SFT and asynchronous RL
+#               on coding tasks, with held-out evaluation (configs/pretrain_tiny.py:rl_tiny, configs/rl_tiny.py)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -48,9 +48,13 @@ test-unit: setup lint
 	C2JAX_TEST_COMPILATION_CACHE=$(TEST_COMPILATION_CACHE) $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
 	  -m "not e2e" tests
 
+# One model through the stages: pretraining of the main job's own model on its tokenizer, then its SFT from that
+# model's checkpoint, then RL (configs/pretrain_tiny.py:rl_tiny; the three-phase byte-level recipe is the file's
+# default mode).
 demo: $(STAMP)
-	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py --workdir=runs/demo/pretrain
-	$(PY) experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/demo/rl
+	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py:rl_tiny --workdir=runs/demo/pretrain
+	$(PY) experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/demo/rl \
+	  --config.sft.base_checkpoint=runs/demo/pretrain/models/bulk
 
 bench: $(STAMP)
 	$(PY) tools/bench_model.py
