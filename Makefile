@@ -38,8 +38,13 @@ setup:
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# Two pytest processes, the second from tests/rl on: in one process holding the whole suite, XLA:CPU crashed
+# (SIGSEGV or SIGABRT inside a compilation) in tests/rl/update_test.py's 8-device update test, which passes in a
+# process of its own, and after tests/actors, tests/envs, or tests/parallel + tests/pretrain alone.
+TEST_LATE := tests/rl tests/rollouts tests/services tests/tools tests/typed_config_test.py
 test: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests $(addprefix --ignore=,$(TEST_LATE))
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_LATE)
 
 # The unit tier: everything but the end-to-end tests (real processes, notebooks, whole runs; marked e2e), with the
 # compiled programs kept between runs (a rerun compiles only what changed). `make test` always compiles afresh, as CI.

@@ -339,19 +339,6 @@ class MetricsTest(absltest.TestCase):
 
 class MeshTest(absltest.TestCase):
 
-  def setUp(self):
-    super().setUp()
-    # Not into the session's persistent compilation cache (tests/conftest.py): late in the full suite, serializing
-    # this 8-device update's executable for the cache crashed XLA:CPU (SIGSEGV in CI, SIGABRT on a rerun, in
-    # `executable.serialize()`), while the same test alone, or after tests/parallel and tests/pretrain, passes. Each
-    # program here compiles once per session, so the cache would gain nothing.
-    self._min_compile_s = jax.config.jax_persistent_cache_min_compile_time_secs
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
-
-  def tearDown(self):
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", self._min_compile_s)
-    super().tearDown()
-
   def test_update_on_8_devices_matches_one_device(self):
     # FSDP x EP x CP with two micro-batches, the KL in the loss and the filter active; the single-device reference
     # is the same config's gradient (shared with MicroBatchTest) through the same optimizer.
