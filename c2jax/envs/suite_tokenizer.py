@@ -23,6 +23,7 @@ import concurrent.futures
 import enum
 import hashlib
 import os
+import re
 
 from c2jax.data.bpe import default_cache_dir, train_bpe
 from c2jax.envs import demonstrations
@@ -37,7 +38,7 @@ class TokenizerText(enum.Enum):
 
 
 # Bump when what the teacher's episodes show changes (the environment's observation formats, a suite's TEACHER).
-EPISODES_FORMAT = 1
+EPISODES_FORMAT = 2
 DEFAULT_TEACHER = "explorer"  # a suite without a TEACHER: looks around, writes the reference, checks it
 
 
@@ -74,8 +75,19 @@ def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> li
   config = EnvConfig(instructions=HelpDetail.NONE)
   tasks = demonstrations.suite_tasks(suite, "train", suite_options)
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    return [o for observations, _ in pool.map(lambda task: play(policy, task, config), tasks)
+    return [without_timings(o) for observations, _ in pool.map(lambda task: play(policy, task, config), tasks)
             for o in observations[1:]]
+
+
+# unittest's "Ran 3 tests in 0.004s": the one part of a test run's output that differs between two plays.
+_TEST_TIME = re.compile(r"(Ran \d+ tests? in )\d+\.\d+s")
+
+
+def without_timings(observation: str) -> str:
+  """`observation` with unittest's run times written as 0.000s, so that the BPE's text, and so the BPE, is the same
+  on every machine and every run (a time that differs changed the merges: 1023 tokens on one machine, 1024 on
+  another)."""
+  return _TEST_TIME.sub(r"\g<1>0.000s", observation)
 
 
 def suite_tokenizer(suite: str, vocab_size: int, cache_dir: str, suite_options=None,

@@ -97,7 +97,9 @@ class RunConfigsTest(parameterized.TestCase):
     cfg = rl_run_config.parse(rl_tiny.get_config(mode))
     task, suite, actors = cfg.task, cfg.task_suite(), cfg.actor_config
     tok = make_tokenizer(suite_tokenizer.resolve(task["tokenizer"], task["coding_suite"]))
-    self.assertEqual(cfg.model_config.vocab_size, tok.vocab_size)
+    # The model covers the BPE; HF's trainer may stop a few merges short of the asked size when two merges make the
+    # same string (the agentic BPE: 1016 of 1024), and ids past it only decode to nothing.
+    self.assertBetween(tok.vocab_size, 0.99 * cfg.model_config.vocab_size, cfg.model_config.vocab_size)
     for split in ("train", "heldout"):
       longest = max(len(suite.task(split, i).prompt) for i in range(suite.size(split)))
       self.assertLessEqual(longest, actors.prompt_len, split)
