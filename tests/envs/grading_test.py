@@ -362,7 +362,9 @@ class GradeTest(parameterized.TestCase):
     self.assertEqual((terms["timed_out"], terms["hack_attempts"]), (0.0, 0.0))
 
   def test_starting_repo_fails_with_partial_credit(self):
-    terms = grade(TASK.files)
+    # A fixed draw of the canaries: a canary's perturbed expectation can, in a small share of draws, equal what the
+    # untouched add (a - b) returns, and then it passes alone and takes the real pass's credit (seen 1 run in ~10).
+    terms = grading.grade(TASK, TASK.files, limits=LIMITS, rng=random.Random(0))
     self.assertEqual(terms["passed"], 0.0)
     self.assertAlmostEqual(terms["pass_fraction"], 1 / 3)
     self.assertAlmostEqual(terms["credited_fraction"], 1 / 3)  # an untouched repository passes no canary
