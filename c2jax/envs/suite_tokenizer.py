@@ -38,7 +38,7 @@ class TokenizerText(enum.Enum):
 
 
 # Bump when what the teacher's episodes show changes (the environment's observation formats, a suite's TEACHER).
-EPISODES_FORMAT = 2
+EPISODES_FORMAT = 3
 DEFAULT_TEACHER = "explorer"  # a suite without a TEACHER: looks around, writes the reference, checks it
 
 

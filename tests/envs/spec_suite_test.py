@@ -274,7 +274,11 @@ class SandboxTest(absltest.TestCase):
     (_, expected), *_ = spec.visible_cases(task)
     wrong = {**task.files, spec.STUB_PATH: "def f(xs):\n    return 12345\n"}
     result = run((task, wrong))
-    self.assertIn(f"AssertionError: 12345 != {expected!r}", result.stdout + result.stderr)
+    output = result.stdout + result.stderr
+    self.assertIn(f"AssertionError: 12345 != {expected!r}", output)
+    # ... without the traceback lines of each failure (`__unittest` in the test module): a short observation.
+    self.assertNotIn("Traceback", output)
+    self.assertEqual(output.count("AssertionError"), output.count("FAIL: "))
 
   def test_reference_passes_and_empty_fails(self):
     sample = _sample(4, 4)

@@ -123,7 +123,11 @@ def _visible_inputs(spec: FunctionSpec, hidden: list[Any], rng: random.Random) -
 
 
 def _visible_tests(spec: FunctionSpec, inputs: list[list[int]]) -> str:
-  lines = ["import unittest", "", "from solution import f", "", "", "class TestExamples(unittest.TestCase):", ""]
+  # `__unittest = True` is unittest's own switch to leave this module's frames out of a failure's traceback: a
+  # failing example reads "AssertionError: <actual> != <expected>" without the three traceback lines of each, which
+  # were half of a failing run's observation (245 -> ~100 tokens for two failures) in a context of 1024.
+  lines = ["import unittest", "", "from solution import f", "", "__unittest = True", "", "",
+           "class TestExamples(unittest.TestCase):", ""]
   for i, value in enumerate(inputs):
     lines += [f"    def test_example_{i}(self):", f"        self.assertEqual(f({value!r}), {spec.fn(value)!r})", ""]
   lines += ["", 'if __name__ == "__main__":', "    unittest.main()"]
