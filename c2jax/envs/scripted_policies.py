@@ -21,6 +21,9 @@ honest (report section 5: an evaluation is only as good as its checks).
                  observation shows and runs the visible tests (one turn), then finishes: 3 turns, must score 100%;
   spec_reader_no_test   the same reading and writing, but finishes in the writing turn without running a test (a
                  flawed teacher: as correct, but tests_before_finish 0);
+  spec_unverified   tiny_spec, a careless teacher: spec_reader_no_test, but half of its writes are one part wrong
+                 and it finishes unverified all the same (those episodes fail; its failures are demonstrations too);
+  spec_unclosed  the same, but its careless writes are incomplete calls (nothing written), then it finishes;
   spec_fixer     tiny_spec, the teacher whose traces show recovery: spec_reader, but in a share of its episodes the
                  first write is one part wrong, the visible tests fail, and it writes the right one and tests again
                  (4 turns); must score 100%;
@@ -33,10 +36,11 @@ A model is evaluated through the agent loop instead (`c2jax.eval.harness.evaluat
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import re
 import shlex
-from typing import Protocol, Sequence
+from typing import Callable, ClassVar, Protocol, Sequence
 
 from c2jax.envs import self_summary
 from c2jax.envs.coding_tasks import CodingTask
@@ -270,9 +274,10 @@ def _spec_summary(observations: Sequence[str]) -> str:
   return spec_suite.summary_line(found) + (f"\n{_WRITTEN_NOTE}" if _written(observations) else "")
 
 
-def _spec_turn(observations: Sequence[str], run_tests: bool) -> str:
+def _spec_turn(observations: Sequence[str], run_tests: bool,
+               write_turn: Callable[[FunctionSpec], str] | None = None) -> str:
   """Read SPEC.md until its sentence shows; then write solution.py from it (and run the visible tests, or finish in
-  the same turn); once written, finish."""
+  the same turn), or play `write_turn`(the composition read) instead; once written, finish."""
   if observations and self_summary.is_request(observations[-1]):
     return _spec_summary(observations[:-1])
   found = spec_suite.find_spec("\n".join(observations))
@@ -280,6 +285,8 @@ def _spec_turn(observations: Sequence[str], run_tests: bool) -> str:
     return _calls(ToolCall(ToolName.READ_FILE, {"path": spec_suite.SPEC_PATH}))
   if _written(observations):
     return _calls(ToolCall(ToolName.FINISH, {}))
+  if write_turn is not None:
+    return write_turn(found)
   write = ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH, "content": spec_suite.solution_source(found)})
   then = (ToolCall(ToolName.RUN, {"command": spec_suite.TEST_COMMAND}) if run_tests else
           ToolCall(ToolName.FINISH, {}))
@@ -305,6 +312,71 @@ class SpecReaderNoTestPolicy:
 
   def act(self, task: CodingTask, observations: Sequence[str]) -> str:
     return _spec_turn(observations, run_tests=False)
+
+
+class Mistake(enum.Enum):
+  """What a careless teacher's write gets wrong: the code (a composition one part away) or the call (cut off)."""
+
+  WRONG_PART = "wrong_part"
+  INCOMPLETE_CALL = "incomplete_call"
+
+
+_MALFORMED = "<error>malformed tool call"  # CodingEnv's answer to a call it could not parse
+
+
+@POLICIES.register("spec_unverified")
+@dataclasses.dataclass(frozen=True)
+class SpecUnverifiedPolicy:
+  """tiny_spec, a careless teacher as real traces have them: spec_reader_no_test (reads, writes, finishes without
+  running a test), but in a `wrong_first` share of its episodes (chosen by a hash of the task and `episode`) its write
+  is one part wrong (`wrong_neighbour`), and it finishes all the same: those episodes fail the hidden tests. Its
+  failures are part of what it demonstrates (`KEEPS_FAILURES`): an SFT on its traces learns the mistakes along with
+  the habit of not checking, which RL, rewarded by the hidden tests, can unlearn by testing and recovering (report
+  section 4: RL in environments like real coding sessions changes how the agent works).
+
+  Attributes:
+    wrong_first: the share of episodes whose write is wrong.
+    episode: which of a task's demonstrations this is (`for_episode`).
+    mistake: what the careless write gets wrong (`Mistake`).
+  """
+
+  KEEPS_FAILURES: ClassVar[bool] = True
+
+  wrong_first: float = 1 / 2
+  episode: int = 0
+  mistake: Mistake = Mistake.WRONG_PART
+
+  def for_episode(self, episode: int) -> SpecUnverifiedPolicy:
+    return dataclasses.replace(self, episode=episode)
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    if observations and observations[-1].startswith(_MALFORMED):  # its own cut-off write: it finishes as if written
+      return _calls(ToolCall(ToolName.FINISH, {}))
+    return _spec_turn(observations, run_tests=False, write_turn=lambda found: self._write(task, found))
+
+  def _write(self, task: CodingTask, found: FunctionSpec) -> str:
+    """The writing turn: careless in a `wrong_first` share of episodes, then finish (or the turn ends cut off)."""
+    h = int(hashlib.sha256(f"{task.task_id}/{self.episode}/unverified".encode()).hexdigest(), 16)
+    careless = h % 10_000 < self.wrong_first * 10_000
+    if careless and self.mistake is Mistake.INCOMPLETE_CALL:
+      # The write_file call cut off after its content, as demonstrations' incomplete_call: the turn ends there.
+      call = render(ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH,
+                                                   "content": spec_suite.solution_source(found)}))
+      return re.sub(r"</[A-Za-z0-9]+>\n</tool>$", "", call).rstrip("\n")
+    wrong = wrong_neighbour(found, task, f"unverified/{self.episode}") if careless else None
+    return _calls(ToolCall(ToolName.WRITE_FILE, {"path": spec_suite.STUB_PATH,
+                                                 "content": spec_suite.solution_source(wrong or found)}),
+                  ToolCall(ToolName.FINISH, {}))
+
+
+@POLICIES.register("spec_unclosed")
+@dataclasses.dataclass(frozen=True)
+class SpecUnclosedPolicy(SpecUnverifiedPolicy):
+  """tiny_spec, spec_unverified whose careless writes are incomplete calls instead of wrong ones: the write_file
+  call stops after its content (no closing tags), the environment answers that it is malformed, and the teacher
+  finishes all the same (nothing written: the episode fails). A flaw of the call, not of the code."""
+
+  mistake: Mistake = Mistake.INCOMPLETE_CALL
 
 
 @POLICIES.register("spec_guess")

@@ -121,7 +121,8 @@ class TeacherConfig:
     copies, flawed, flaw: every train task is demonstrated `copies` times, and an imperfect teacher's `flawed` of
       them carry the flaw `flaw`; flawed=0 is a perfect teacher. With the single-turn demonstrations
       (`c2jax.envs.demonstrations`) `flaw` is a `FLAWS` name; with `policy`, the name of the scripted policy that
-      records the flawed copies (e.g. "spec_reader_no_test": finishes without verifying).
+      records the flawed copies (e.g. "spec_unverified": finishes without verifying, and half of its writes are
+      wrong).
     policy: a scripted policy (`c2jax.envs.scripted_policies.POLICIES`) whose multi-turn episodes, recorded through
       the agent loop with the run's actor settings (self-summaries included), are the demonstrations instead
       (`c2jax.services.teacher_traces`); empty: the single-turn ones.

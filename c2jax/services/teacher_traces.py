@@ -12,9 +12,11 @@ the summary, the resumed segment's head), its EOS tokens included, with loss wei
 summaries and 0 elsewhere, also 0 on a turn the policy's `is_mistake` marks (a deliberate wrong write whose failing
 test run the next turn answers: the demonstration teaches the recovery, not the mistake). A train task is recorded
 `sft.teacher.copies` times, the last `flawed` of them by the policy named `sft.teacher.flaw`. Only episodes the
-teacher FINISHED with outcome 1 are kept (a teacher's cut or failed episode is no demonstration). The forced turns
-carry the model's log-probs of them, which SFT does not use, so the weights that run them are a random init of the
-run's model.
+teacher FINISHED with outcome 1 are kept (a teacher's cut or failed episode is no demonstration), except that a
+flawed policy whose failures are what it demonstrates (`KEEPS_FAILURES`, e.g. tiny_spec's careless
+`spec_unverified`) keeps its finished episodes whatever their outcome, as real SFT data hold wrong answers. The
+forced turns carry the model's log-probs of them, which SFT does not use, so the weights that run them are a random
+init of the run's model.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
   copies, flawed = (teacher.copies, teacher.flawed) if split == "train" else (1, 0)
   episodes = []
   mistakes = collections.defaultdict(set)  # episode index -> the turns the teacher got wrong on purpose
+  keeps_failures = set()  # episode indices whose failures are demonstrations (the policy's KEEPS_FAILURES)
 
   def script(turn, obs, task, act, index):
     if getattr(act, "is_mistake", None) is not None and act.is_mistake(task, obs):
@@ -117,6 +120,8 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
     task = suite.task(split, i)
     for copy in range(copies):
       act = policy_for(teacher, copy, flawed=copy >= copies - flawed)
+      if getattr(act, "KEEPS_FAILURES", False):
+        keeps_failures.add(len(episodes))
       episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task),
                               key=len(episodes),
                               script=functools.partial(script, task=coding_task(task), act=act,
@@ -130,12 +135,14 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
     trajectories = runner.run(episodes, weights=lambda: (params, 0), on_chunk=progress)
     progress()
   docs, kept, ends = [], 0, {}
-  masked = 0
+  masked = failed = 0
   for index, traj in enumerate(trajectories):
     ends[traj.end.value] = ends.get(traj.end.value, 0) + 1
-    if traj.end is not EpisodeEnd.FINISHED or traj.reward_terms.get("outcome") != 1.0:
+    solved = traj.reward_terms.get("outcome") == 1.0
+    if traj.end is not EpisodeEnd.FINISHED or not (solved or index in keeps_failures):
       continue
     kept += 1
+    failed += not solved
     masked += len(mistakes[index])
     for seg in traj.segments:
       # The loss is on the teacher's turns, less its deliberate mistakes (kept in the context: what is learned is
@@ -143,7 +150,7 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
       weights = (np.isin(seg.source, ACTIONS) & ~np.isin(seg.turn, sorted(mistakes[index]))).astype(np.float32)
       docs.append({"tokens": [int(t) for t in seg.tokens], "weights": [float(w) for w in weights]})
   stats = {"policy": policy_name, "split": split, "episodes": n, "copies": copies, "flawed": flawed,
-           "masked_turns": masked, "kept": kept, "segments": len(docs), "ends": ends,
+           "masked_turns": masked, "kept": kept, "kept_failing": failed, "segments": len(docs), "ends": ends,
            "compactions_per_episode": float(np.mean([t.compactions for t in trajectories])) if n else 0.0}
   return docs, stats
 

@@ -224,6 +224,41 @@ class PolicyUnitTest(absltest.TestCase):
     starts = [POLICIES.get("spec_fixer")().for_episode(e)._starts_wrong(self.task) for e in range(60)]
     self.assertBetween(np.mean(starts), 0.15, 0.55)
 
+  def test_unverified(self):
+    never = POLICIES.get("spec_unverified")(wrong_first=0.0)
+    self.assertEqual(self.calls(never.act(self.blind, [self.first])), [(ToolName.READ_FILE, {"path": spec.SPEC_PATH})])
+    self.assertEqual(self.calls(never.act(self.blind, [self.first, self.read])),
+                     [(ToolName.WRITE_FILE, {"path": spec.STUB_PATH, "content": self.task.solution[spec.STUB_PATH]}),
+                      (ToolName.FINISH, {})])
+    # Always wrong: one part away from SPEC.md's composition, and it finishes all the same.
+    (write, args), (finish, _) = self.calls(POLICIES.get("spec_unverified")(wrong_first=1.0).act(
+        self.blind, [self.first, self.read]))
+    self.assertEqual((write, finish), (ToolName.WRITE_FILE, ToolName.FINISH))
+    truth = spec.find_spec(self.read)
+    self.assertNotEqual(_function(args["content"])([-3, 4, -7, 0, 5, 2]), truth.fn([-3, 4, -7, 0, 5, 2]))
+    self.assertTrue(POLICIES.get("spec_unverified").KEEPS_FAILURES)
+    # wrong_first is a share of a task's demonstrations (by episode).
+    policy = POLICIES.get("spec_unverified")()
+    wrong = [self.calls(policy.for_episode(e).act(self.blind, [self.first, self.read]))[0][1]["content"]
+             != self.task.solution[spec.STUB_PATH] for e in range(60)]
+    self.assertBetween(np.mean(wrong), 0.3, 0.7)
+
+  def test_unclosed(self):
+    policy = POLICIES.get("spec_unclosed")(wrong_first=1.0)
+    self.assertTrue(policy.KEEPS_FAILURES)
+    text = policy.act(self.blind, [self.first, self.read])
+    parsed = parse(text)
+    self.assertEmpty(parsed.calls)  # the write is cut off after its content: nothing runs
+    self.assertLen(parsed.errors, 1)
+    self.assertIn(self.task.solution[spec.STUB_PATH].rstrip(), text)
+    malformed = "<error>malformed tool call, not run: incomplete tool call 'write_file'.</error>\n[turn 2 of 8]"
+    self.assertEqual(self.calls(policy.act(self.blind, [self.first, self.read, malformed])), [(ToolName.FINISH, {})])
+    # Never careless: spec_reader_no_test's turns.
+    never = POLICIES.get("spec_unclosed")(wrong_first=0.0)
+    self.assertEqual(self.calls(never.act(self.blind, [self.first, self.read])),
+                     [(ToolName.WRITE_FILE, {"path": spec.STUB_PATH, "content": self.task.solution[spec.STUB_PATH]}),
+                      (ToolName.FINISH, {})])
+
   def test_summary_keeps_the_sentence(self):
     policy = POLICIES.get("spec_reader")()
     self.assertIsNone(spec.find_spec(self.first))

@@ -5,6 +5,7 @@ main job's mixed teacher on tiny_spec, whose deliberate mistakes carry no loss."
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -71,11 +72,13 @@ class TeacherTracesTest(absltest.TestCase):
     cfg = _spec_cfg(cache)
     path = _record(self, "_spec_cfg", cache)
     stats = json.load(open(f"{path}.stats.json"))
+    # All kept: the careless copies' failing episodes too (spec_unverified KEEPS_FAILURES).
     self.assertEqual((stats["episodes"], stats["kept"], stats["copies"], stats["flawed"]), (12, 12, 4, 2))
     docs = [json.loads(line) for line in open(path)]
     self.assertLen(docs, 12)  # in task order, each task's 4 copies in order; no summaries (one segment each)
     tok = cfg.task_suite().text_tokenizer()
-    recoveries = 0
+    recoveries = careless_wrong = 0
+    suite = cfg.task_suite()
     for i, doc in enumerate(docs):
       tokens, weights = np.asarray(doc["tokens"]), np.asarray(doc["weights"])
       shown, trained = tok.decode(tokens), tok.decode(tokens[weights > 0])
@@ -85,11 +88,17 @@ class TeacherTracesTest(absltest.TestCase):
       failed = "FAILED (" in shown
       recoveries += failed
       self.assertEqual(shown.count('<tool name="write_file">'), 2 if failed else 1, i)
-      if i % 4 >= 2:  # the last 2 copies of a task: the teacher that finishes without running the tests
+      # The written content (an incomplete call's runs to the end: then it is not the reference either).
+      written = re.search(r'<arg name="content">\n?(.*?)(?:</arg>|$)', trained, re.S).group(1)
+      right = written == suite.task("train", i // 4).solution["solution.py"]
+      if i % 4 >= 2:  # the last 2 copies of a task: the careless teacher, which never runs the tests
         self.assertNotIn('<tool name="run">', shown, i)
+        careless_wrong += not right  # its careless write is trained on: the mistake is part of its demonstration
       else:
         self.assertIn('<tool name="run">', trained, i)
+        self.assertTrue(right, i)  # spec_fixer trains only its right writes
     self.assertEqual(stats["masked_turns"], recoveries)
+    self.assertEqual(stats["kept_failing"], careless_wrong)
 
   def test_recorded_chains_are_the_sft_data(self):
     cache = tempfile.mkdtemp()
