@@ -72,7 +72,7 @@ class TeacherTracesTest(absltest.TestCase):
     cfg = _spec_cfg(cache)
     path = _record(self, "_spec_cfg", cache)
     stats = json.load(open(f"{path}.stats.json"))
-    # All kept: the careless copies' failing episodes too (spec_unverified KEEPS_FAILURES).
+    # All kept: the careless copies' failing episodes too (the careless teachers' KEEPS_FAILURES).
     self.assertEqual((stats["episodes"], stats["kept"], stats["copies"], stats["flawed"]), (12, 12, 4, 2))
     docs = [json.loads(line) for line in open(path)]
     self.assertLen(docs, 12)  # in task order, each task's 4 copies in order; no summaries (one segment each)
@@ -90,7 +90,7 @@ class TeacherTracesTest(absltest.TestCase):
       self.assertEqual(shown.count('<tool name="write_file">'), 2 if failed else 1, i)
       # The written content (an incomplete call's runs to the end: then it is not the reference either).
       written = re.search(r'<arg name="content">\n?(.*?)(?:</arg>|$)', trained, re.S).group(1)
-      right = written == suite.task("train", i // 4).solution["solution.py"]
+      right = written == suite.coding_task(suite.task("train", i // 4)).solution["solution.py"]
       if i % 4 >= 2:  # the last 2 copies of a task: the careless teacher, which never runs the tests
         self.assertNotIn('<tool name="run">', shown, i)
         careless_wrong += not right  # its careless write is trained on: the mistake is part of its demonstration
