@@ -17,8 +17,10 @@ default: c2jax/services/pretrain_run_config.py.
 
 "rl_tiny" (`--config=configs/pretrain_tiny.py:rl_tiny`): the pretraining of the main job's own model, so that one
 model goes through pretraining, SFT and RL (report section 3) on one tokenizer: the architecture of
-configs/rl_tiny.py and its suite's BPE (bpe:512 of tiny_compositions), one bulk phase on the same stdlib sources at
-T=256. Its `models/bulk` is what `--config.sft.base_checkpoint=` of the RL job starts the SFT from (`make demo`),
+configs/rl_tiny.py's default (agentic) mode and its suite's BPE (bpe:1024:episodes of tiny_spec), one bulk phase on
+the same stdlib sources at T=256. "rl_tiny_single_turn" is the same for the main job's single-turn mode
+(configs/rl_tiny.py:single_turn: bpe:512 of tiny_compositions), which the perplexity-vs-reward sweep runs. Its
+`models/bulk` is what `--config.sft.base_checkpoint=` of the RL job starts the SFT from (`make demo`),
 and with `checkpoint.model_at` its `models/step_<N>` are the points of tools/perplexity_vs_reward.py.
 """
 
@@ -31,21 +33,21 @@ def _stdlib(split: str, **extra) -> dict:
   return {"kind": "stdlib", "split": split, "weight": 1.0, **extra}
 
 
-MODES = ("byte", "rl_tiny")
+MODES = ("byte", "rl_tiny", "rl_tiny_single_turn")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   mode = arg or "byte"
   if mode not in MODES:
     raise ValueError(f"configs/pretrain_tiny.py:{mode}: the mode is one of {MODES} (default byte).")
-  return _byte() if mode == "byte" else _rl_tiny()
+  return _byte() if mode == "byte" else _rl_tiny(None if mode == "rl_tiny" else "single_turn")
 
 
-def _rl_tiny() -> ml_collections.ConfigDict:
-  """The main job's model and tokenizer, pretrained on code (the module docstring)."""
+def _rl_tiny(rl_mode: str | None) -> ml_collections.ConfigDict:
+  """The main job's model and tokenizer (configs/rl_tiny.py in `rl_mode`), pretrained on code (the docstring)."""
   from configs import rl_tiny  # pylint: disable=g-import-not-at-top
 
-  rl = rl_tiny.get_config("single_turn")
+  rl = rl_tiny.get_config(rl_mode)
   c = pretrain_run_config.defaults()
   c.model = rl.model
   c.model_overrides = ml_collections.ConfigDict(rl.model_overrides.to_dict())

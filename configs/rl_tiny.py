@@ -1,8 +1,8 @@
 """The main job, CPU-sized: SFT -> asynchronous RL -> held-out evaluation of a tiny MoE on tiny coding tasks (report
 sections 3-6), in two modes. Every field and its default: c2jax/services/rl_run_config.py.
 
-  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_tiny              # single_turn
-  python experiments/rl_main.py --config=configs/rl_tiny.py:agentic --workdir=runs/rl_agentic   # the agent
+  python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_tiny                   # the agent
+  python experiments/rl_main.py --config=configs/rl_tiny.py:single_turn --workdir=runs/rl_single_turn  # one turn
   # ablations of the recipe (c2jax/rl/config.py), e.g. GRPO instead of Dr. GRPO, synchronous RL, a perfect teacher:
   python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_grpo --config.rl.advantage=grpo
   python experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/rl_sync --config.schedule=sync
@@ -12,29 +12,35 @@ sections 3-6), in two modes. Every field and its default: c2jax/services/rl_run_
       --config.buffer=s3://bucket/run/buffer --config.weights=s3://bucket/run/weights
   python -m c2jax.services.actor_process --buffer=s3://bucket/run/buffer --weights=s3://bucket/run/weights
 
-"single_turn" (the default, what `make demo` runs). The tasks are tiny_compositions (c2jax/envs/suites/compositions.py):
-write a one-line Python function over a list from a sentence that names its reducer, mapper and filter in words ("the
-sum of the squares of the even numbers in xs") and an example; a sample is one turn of the coding environment
-(write_file + finish), graded in a sandbox by the task's hidden tests (reward = the fraction passed). Held-out tasks
-are compositions never trained on (by SFT or RL), whose parts all are. Tokens are a 512-token byte-level BPE of the
-suite's train text (c2jax/envs/suite_tokenizer.py, trained on first use and cached): prompts are the first
-observation without the tool-format help (`instructions="none"`: the SFT teaches the format), 63-115 tokens; an
-answer is 62-85. First a short cached SFT on the train split's demonstrations (c2jax/services/warm_start.py), then RL
-on the train split; the held-out tasks measure pass@1 and best-of-8 before and after RL. The SFT teacher is
-imperfect, as real SFT data are: two of its four demonstrations of every task leave the write_file call incomplete
-(c2jax/envs/demonstrations.py; the report's RL penalizes incomplete tool calls, section 4), so the SFT policy does so
-about half of the time, on held-out tasks too. RL, rewarded by the hidden tests, unlearns it. With a perfect teacher
-(`--config.sft.teacher.flawed=0`) RL at this size adds nothing that carries to held-out compositions.
+"agentic" (the default, what `make demo` runs). The tasks are tiny_spec (c2jax/envs/suites/spec.py): the prompt
+only says to implement `f(xs)` as SPEC.md says; SPEC.md names the composition and tests/test_visible.py holds
+examples the agent can run. An episode is the agent loop in the engine (c2jax/actors/agent_loop.py): the model's turns
+are tool calls, each answered by the sandboxed environment, until it finishes or a budget ends it; the hidden tests
+grade it. Tokens are a 1024-token BPE of the suite's train text with its repositories and its teacher's observations
+(`bpe:1024:episodes`): tool results and unittest's output are most of an episode. The SFT is on recorded agent traces
+(c2jax/services/teacher_traces.py): each train task four times, twice by `spec_fixer` (reads SPEC.md, writes, runs
+the visible tests, finishes; in a third of its episodes the first write is one part wrong, and it answers the failing
+run with the right write; the wrong write carries no loss) and twice by `spec_unclosed`, a careless teacher that
+finishes without verifying and in half of its episodes cuts its write_file call off (an incomplete call: nothing is
+written, the environment says the call is malformed, it finishes all the same). Those failing traces are kept as
+demonstrations, as real SFT data keep careless sessions, so the SFT policy, too, often leaves its write incomplete on
+held-out tasks. RL, rewarded by the hidden tests with a penalty on malformed calls (report section 4), makes it
+complete its writes and run the tests before finishing more often. With a perfect teacher
+(`--config.sft.teacher.flawed=0`: all four traces by spec_fixer) the figures are in the docs below.
 
-"agentic". The tasks are tiny_spec (c2jax/envs/suites/spec.py): the prompt only says to implement `f(xs)` as
-SPEC.md says; SPEC.md names the composition and tests/test_visible.py holds examples the agent can run. An episode is
-the agent loop in the engine (c2jax/actors/agent_loop.py): the model's turns are tool calls, each answered by the
-sandboxed environment, until it finishes or a budget ends it; the hidden tests grade it. Tokens are a 1024-token BPE
-of the suite's train text with its repositories and its teacher's observations (`bpe:1024:episodes`): tool results
-and unittest's output are most of an episode. The SFT is on recorded agent traces (c2jax/services/teacher_traces.py):
-each train task four times, twice by `spec_fixer` (reads SPEC.md, writes, runs the visible tests, finishes; in a third
-of its episodes the first write is one part wrong, and it answers the failing run with the right write; the wrong
-write carries no loss) and twice by `spec_reader_no_test`, a teacher that finishes without verifying.
+"single_turn" (`configs/rl_tiny.py:single_turn`, an ablation: the recipe without the agent). The tasks are
+tiny_compositions (c2jax/envs/suites/compositions.py): write a one-line Python function over a list from a sentence
+that names its reducer, mapper and filter in words ("the sum of the squares of the even numbers in xs") and an
+example; a sample is one turn of the coding environment (write_file + finish), graded in a sandbox by the task's
+hidden tests (reward = the fraction passed). Held-out tasks are compositions never trained on (by SFT or RL), whose
+parts all are. Tokens are a 512-token byte-level BPE of the suite's train text (c2jax/envs/suite_tokenizer.py,
+trained on first use and cached): prompts are the first observation without the tool-format help
+(`instructions="none"`: the SFT teaches the format), 63-115 tokens; an answer is 62-85. First a short cached SFT on
+the train split's demonstrations (c2jax/services/warm_start.py), then RL on the train split; the held-out tasks
+measure pass@1 and best-of-8 before and after RL. The SFT teacher is imperfect: two of its four demonstrations of
+every task leave the write_file call incomplete (c2jax/envs/demonstrations.py), so the SFT policy does so about half
+of the time, on held-out tasks too. RL, rewarded by the hidden tests, unlearns it. With a perfect teacher
+(`--config.sft.teacher.flawed=0`) RL at this size adds nothing that carries to held-out compositions.
 
 What each choice was measured against, and what each mode's runs show (held-out pass@1, best-of-8, and the agent's
 behaviour: turns, read-before-edit, tests-before-finish, recovery after failing tests, malformed calls, tokens):
@@ -47,13 +53,13 @@ from c2jax.rl import rewards
 from c2jax.services import rl_run_config
 
 EOS = 2  # the suite BPEs' end of sequence (c2jax/data/bpe.py SPECIALS): where a turn ends
-MODES = ("single_turn", "agentic")
+MODES = ("agentic", "single_turn")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  mode = arg or "single_turn"
+  mode = arg or "agentic"
   if mode not in MODES:
-    raise ValueError(f"configs/rl_tiny.py:{mode}: the mode is one of {MODES} (default single_turn).")
+    raise ValueError(f"configs/rl_tiny.py:{mode}: the mode is one of {MODES} (default agentic).")
   c = _single_turn()
   return c if mode == "single_turn" else _agentic(c)
 
@@ -114,18 +120,20 @@ def _agentic(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.model_overrides.vocab_size = 1024
   c.task = rl_run_config.task_defaults("coding", coding_suite="tiny_spec", max_turns=6, max_tokens=8192,
                                        instructions="none", tokenizer="bpe:1024:episodes", reward_workers=4)
-  # A row of 1024 tokens holds one to three recorded episodes (234-984 tokens, mean 376; first-fit packing).
-  c.sft.update(enabled=True, steps=300, seq_len=1024, batch_size=8, learning_rate=3e-3, warmup_steps=20)
-  # Each train task 4 times; the last 2 by the teacher that finishes without running the tests. Held-out tasks
-  # once (0: all 35), by spec_fixer, for the SFT's held-out loss.
-  c.sft.teacher.update(policy="spec_fixer", copies=4, flawed=2, flaw="spec_reader_no_test", max_tasks=0,
+  # A row of 1024 tokens holds one to four recorded episodes (234-820 tokens, mean 367; first-fit packing).
+  c.sft.update(enabled=True, steps=600, seq_len=1024, batch_size=8, learning_rate=3e-3, warmup_steps=20)
+  # Each train task 4 times; the last 2 by the careless teacher (the module docstring). Held-out tasks once (0: all
+  # 35), by spec_fixer, for the SFT's held-out loss.
+  c.sft.teacher.update(policy="spec_fixer", copies=4, flawed=2, flaw="spec_unclosed", max_tasks=0,
                        heldout_tasks=0)
   c.actors.update(
       episodes="multi_turn",
-      context=1024,  # the longest recorded episode (a recovery after three failing examples) is 984 tokens
+      context=1024,  # the longest recorded episode is 820 tokens
       max_turns=6, max_new_tokens=128, max_episode_tokens=1024, tool_workers=4)
   # An update of 32 rows of 1024 positions takes 10-20 s on 2 cores beside the actors, and an evaluation of 280
   # episodes ~3.5 min: 30 steps, 8 samples per held-out task (best-of-8 from exactly 8), no evaluator process.
   c.trainer.update(steps=30)
+  # The report's penalty on incomplete or malformed tool calls (section 4), per call.
+  c.rl.reward.weights.malformed_tool_calls = -0.1
   c.eval.update(tasks=35, samples=8, best_of=8, process=False)
   return c

@@ -56,8 +56,9 @@ def _eval(module) -> list[str]:
 SNAPSHOTS = {
     "configs/pretrain_tiny.py": lambda: _pretrain(pretrain_tiny),
     "configs/pretrain_tiny.py:rl_tiny": lambda: _pretrain(pretrain_tiny, "rl_tiny"),
+    "configs/pretrain_tiny.py:rl_tiny_single_turn": lambda: _pretrain(pretrain_tiny, "rl_tiny_single_turn"),
     "configs/rl_tiny.py": lambda: _rl(rl_tiny),
-    "configs/rl_tiny.py:agentic": lambda: _rl(rl_tiny, "agentic"),
+    "configs/rl_tiny.py:single_turn": lambda: _rl(rl_tiny, "single_turn"),
     "configs/rl_char_class.py": lambda: _rl(rl_char_class),
     "configs/rl_long_horizon.py": lambda: _rl(rl_long_horizon),
     "configs/eval_realistic.py": lambda: _eval(eval_realistic),

@@ -40,7 +40,8 @@ BEHAVIOUR_ROWS = (("turns / episode", "behaviour_turns_per_episode", 2),
 # The behaviour curves of training.png's third panel (rates in [0, 1], from the held-out evaluations' records).
 PLOTTED_BEHAVIOUR = (("tests before finish", "behaviour/tests_before_finish"),
                      ("recovery after failing tests", "behaviour/recovery_after_failing_tests"),
-                     ("read before edit", "behaviour/read_before_edit"))
+                     ("read before edit", "behaviour/read_before_edit"),
+                     ("malformed-call rate", "behaviour/malformed_call_rate"))
 
 
 def _finite(v) -> bool:
@@ -133,7 +134,7 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
       panel.plot([v for v, _ in points], [y for _, y in points], style, label=name)
     panel.set_ylabel("held-out behaviour")
     panel.set_ylim(-0.02, 1.02)
-    panel.legend(loc="lower right", fontsize=8)
+    panel.legend(loc="best", fontsize=8)  # rates rise (tests) and fall (malformed calls): no corner is always free
     panel.grid(alpha=0.3)
   panels[-1].set_xlabel("weights version (trainer step)")
   fig.suptitle(f"RL: {work.parent.name}/{work.name}")

@@ -3,8 +3,9 @@
   python tools/perplexity_vs_reward.py                        # pretrains, runs these cells, fits and plots
   python tools/sweep.py --sweep=configs/sweeps/perplexity_vs_reward.py   # the cells alone, once pretrained
 
-One pretraining of the main job's own model on code (configs/pretrain_tiny.py:rl_tiny, the tokenizer and
-architecture of configs/rl_tiny.py) writes a model at each of `POINTS` (`checkpoint.model_at`); each cell is the main
+One pretraining of the main job's own model on code (configs/pretrain_tiny.py:rl_tiny_single_turn, the tokenizer
+and architecture of configs/rl_tiny.py:single_turn, whose run takes minutes where the agentic job's takes a quarter
+of an hour) writes a model at each of `POINTS` (`checkpoint.model_at`); each cell is the main
 job (SFT -> RL -> held-out evaluation) with its SFT started from one of them (`sft.base_checkpoint`). Step 0 is the
 random init, so the first cell is the main job as `make demo` ran it before pretraining reached RL.
 tools/perplexity_vs_reward.py reads each point's held-out code perplexity from the pretraining's eval.jsonl and fits
@@ -13,7 +14,7 @@ reward = a + b ln(perplexity) over the cells.
 
 from configs.sweeps import OUTCOME_METRICS
 
-PRETRAIN_CONFIG = "configs/pretrain_tiny.py:rl_tiny"
+PRETRAIN_CONFIG = "configs/pretrain_tiny.py:rl_tiny_single_turn"
 POINTS = (0, 40, 100, 400)  # pretraining steps RL starts from, about log-spaced (400: the config's whole run)
 PRETRAIN_DIR = "runs/sweeps/perplexity_vs_reward/pretrain"  # tools/perplexity_vs_reward.py's default
 
@@ -32,7 +33,7 @@ def get_sweep(pretrain_dir: str = PRETRAIN_DIR, points: tuple[int, ...] = POINTS
           "pretraining and the RL share one tokenizer and one architecture. At tiny size the SFT (300 steps on "
           "the suite's demonstrations) may wash out what pretraining on the standard library taught."),
       "cells": {f"step_{s}": {"sft.base_checkpoint": model_dir(pretrain_dir, s)} for s in points},
-      "config": "configs/rl_tiny.py",
+      "config": "configs/rl_tiny.py:single_turn",
       "seeds": [0, 1],
       "metrics": list(OUTCOME_METRICS) + ["reward_heldout_before", "reward_heldout_after"],
       "curves": ["reward/mean", "pass@1"],

@@ -33,7 +33,7 @@ _ENTRY_POINTS = {
 _CASES = [
     ("rl_main", "--config.trainer.bogus_key=1",
      "--config.trainer.bogus_key: trainer has no key 'bogus_key'; its keys are checkpoint_every, cpus,"),
-    ("rl_main", "--config.trainer.steps=many", "--config.trainer.steps=many: the field is an integer (it holds 40)"),
+    ("rl_main", "--config.trainer.steps=many", "--config.trainer.steps=many: the field is an integer (it holds 30)"),
     ("rl_main", "--config.actors.weight_updates=sometimes",
      "actors.weight_updates='sometimes' is not one of 'in_flight', 'between_calls'"),
     ("pretrain_main", "--config.phases.bulk.stpes=3", "phases.bulk has no key 'stpes'; its keys are batch_size,"),

@@ -1,6 +1,7 @@
 """`experiments/rl_main.py` with multi-turn coding episodes (one config switch): the trainer, an actor process and the
 held-out evaluation all run whole agent episodes through the agent loop, in real sandboxes, and the buffer holds
-their trajectories with the token ledger."""
+their trajectories with the token ledger. It starts from the single-turn mode (tiny_compositions, bpe:512), whose BPE
+trains in seconds where the agentic mode's plays its teacher's episodes first."""
 
 import json
 import os
@@ -38,9 +39,9 @@ class MultiTurnRLTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, work, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(_ROOT))
     env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
-    proc = subprocess.run([sys.executable, str(_ROOT / "experiments" / "rl_main.py"), "--config=configs/rl_tiny.py",
-                           f"--workdir={work}", *FLAGS], cwd=_ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run([sys.executable, str(_ROOT / "experiments" / "rl_main.py"),
+                           "--config=configs/rl_tiny.py:single_turn", f"--workdir={work}", *FLAGS], cwd=_ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     self.assertEqual(result["steps"], 2)

@@ -181,7 +181,7 @@ class BaseModelTest(absltest.TestCase):
     from configs import rl_tiny  # pylint: disable=g-import-not-at-top
     from c2jax.services import rl_run_config  # pylint: disable=g-import-not-at-top
     p = pretrain_run_config.parse(pretrain_tiny.get_config("rl_tiny"))
-    rl = rl_run_config.parse(rl_tiny.get_config("single_turn"))
+    rl = rl_run_config.parse(rl_tiny.get_config())  # the default mode: what `make demo` runs after the pretraining
     self.assertEqual(p.model_config, rl.model_config)
     self.assertEqual((p.tokenizer, p.tokenizer_suite), (rl.task["tokenizer"], rl.task["coding_suite"]))
 

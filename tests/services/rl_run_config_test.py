@@ -31,7 +31,7 @@ class RunConfigsTest(parameterized.TestCase):
     self.assertEqual(rl_run_config.from_json(rl_run_config.to_json(cfg)), cfg)
 
   def test_best_of_defaults_to_the_samples_and_refuses_more(self):
-    c = rl_tiny.get_config()
+    c = rl_tiny.get_config("single_turn")
     cfg = rl_run_config.parse(c)
     self.assertEqual((cfg.eval.samples, cfg.eval.k), (16, 8))  # K = 8, from 16 samples
     c.eval.best_of = 0
