@@ -14,12 +14,14 @@ reward after a warm start is inflated; only the held-out figures measure what RL
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
 import os
 
 from absl import logging
+import numpy as np
 
 from c2jax import typed_config
 from c2jax.data import bpe
@@ -74,18 +76,23 @@ def _demonstrations_sources(cfg: RLRunConfig) -> tuple[dict, dict]:
 
 
 def checkpoint_fingerprint(directory: str) -> str:
-  """The files of a model checkpoint as (path, size, modification time) lines: a base model saved again, even with
-  the same values, changes it (cheap on a checkpoint of any size: nothing is read)."""
-  if not os.path.exists(os.path.join(directory, "model_config.json")):
+  """What an SFT from the base model at `directory` depends on: its architecture (model_config.json) and the values
+  of its params, hashed. Content, not place or file times: a pretraining rerun in a fresh clone writes the same model
+  elsewhere and reuses the SFT; a base saved again with other values is another SFT. The params are read once here,
+  as the SFT reads them all anyway."""
+  # pylint: disable=g-import-not-at-top  (jax-heavy; only for a base model)
+  import jax
+  from c2jax.model import checkpoint
+  from c2jax.model.config import config_to_json_dict
+  if not os.path.exists(os.path.join(directory, checkpoint.CONFIG_FILE)):
     raise ValueError(f"sft.base_checkpoint={directory!r} is not a finished model checkpoint (no model_config.json); "
                      "point it at a pretraining run's models/<phase> or models/step_<N>.")
-  lines = []
-  for root, dirs, files in os.walk(directory):
-    dirs.sort()
-    for name in sorted(files):
-      st = os.stat(os.path.join(root, name))
-      lines.append(f"{os.path.relpath(os.path.join(root, name), directory)} {st.st_size} {st.st_mtime_ns}")
-  return "\n".join(lines)
+  params, model = checkpoint.load_checkpoint(directory)
+  h = hashlib.sha256(json.dumps(config_to_json_dict(model), sort_keys=True).encode())
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    h.update(jax.tree_util.keystr(path).encode())
+    h.update(np.asarray(leaf).tobytes())
+  return h.hexdigest()
 
 
 def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
@@ -95,11 +102,13 @@ def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
   rather than reusing one trained on other prompts.
   """
   root = cfg.sft.cache_dir or bpe.default_cache_dir()
-  h = hashlib.sha256(json.dumps(typed_config.to_plain(p), sort_keys=True, default=str).encode())
+  # The base model by its content (`checkpoint_fingerprint`), not its path: the same SFT in any clone.
+  plain = typed_config.to_plain(dataclasses.replace(p, init_checkpoint=""))
+  h = hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode())
   if p.tokenizer != "byte":  # a tokenizer file retrained under the same path is another SFT
     with open(p.tokenizer, "rb") as f:
       h.update(f.read())
-  if p.init_checkpoint:  # a base model rewritten under the same path (a pretraining run again) is another SFT
+  if p.init_checkpoint:
     h.update(checkpoint_fingerprint(p.init_checkpoint).encode())
   source = dict(p.phases["sft"].sources["tasks"])
   if cfg.sft.teacher.policy:  # the recorded traces themselves (recorded here on first use)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import shutil
 import tempfile
 
 from absl.testing import absltest
@@ -67,24 +68,28 @@ class WarmStartTest(absltest.TestCase):
     save_checkpoint(target, params, model)
     self.assertEqual(warm_start.sft_checkpoint(cfg), target)
 
-  def test_a_base_checkpoint_starts_the_sft_and_keys_its_cache(self):
+  def test_a_base_checkpoint_starts_the_sft_and_keys_its_cache_by_content(self):
     cfg = _coding_config()
     model = warm_start.sft_config(cfg).model_config
+    zeros = jax.tree.map(lambda a: jax.numpy.zeros(a.shape, a.dtype), abstract_params(model))
     base = os.path.join(tempfile.mkdtemp(), "models", "step_40")
-    save_checkpoint(base, jax.tree.map(lambda a: jax.numpy.zeros(a.shape, a.dtype), abstract_params(model)), model)
-    with_base = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, base_checkpoint=base))
-    p = warm_start.sft_config(with_base)
+    save_checkpoint(base, zeros, model)
+    with_base = lambda path: dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, base_checkpoint=path))
+    p = warm_start.sft_config(with_base(base))
     self.assertEqual(p.init_checkpoint, base)
     key = lambda c: warm_start.cache_dir(c, warm_start.sft_config(c))
-    first = key(with_base)
+    first = key(with_base(base))
     self.assertNotEqual(first, key(cfg))  # from a base model is another SFT than from a random init
-    self.assertEqual(first, key(with_base))
-    # The same path written again (the pretraining rerun) is another base, so another SFT.
-    params_dir = os.path.join(base, "params")
-    newest = max(os.path.join(r, f) for r, _, fs in os.walk(params_dir) for f in fs)
-    st = os.stat(newest)
-    os.utime(newest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    self.assertNotEqual(first, key(with_base))
+    self.assertEqual(first, key(with_base(base)))
+    # The same model written elsewhere, later (a pretraining rerun in a fresh clone) is the same base: the same SFT.
+    elsewhere = os.path.join(tempfile.mkdtemp(), "clone", "models", "bulk")
+    save_checkpoint(elsewhere, zeros, model)
+    self.assertEqual(first, key(with_base(elsewhere)))
+    # One value changed, saved over the same path, is another base, so another SFT.
+    ones = jax.tree.map(lambda a: a.at[(0,) * a.ndim].set(1), zeros)
+    shutil.rmtree(base)
+    save_checkpoint(base, ones, model)
+    self.assertNotEqual(first, key(with_base(base)))
 
   def test_a_base_that_is_no_checkpoint_is_refused_in_one_sentence(self):
     cfg = _coding_config()
