@@ -50,6 +50,8 @@ The metrics of `summarize` (names stable; a rate whose denominator is 0 is NaN, 
                                           is given and declares metadata["relevant_files"] (comma-separated paths),
                                           only a read_file of one of those paths (any one) counts as the look; else
                                           any look does. `EpisodeBehaviour.relevant_files` says which was used.
+  behaviour/edit_fraction                 the fraction of episodes with at least one edit (a write_file or edit
+                                          call that parsed: a cut-off write is a malformed call, not an edit).
   behaviour/tests_before_finish           among episodes that called finish ("behaviour/episodes_finished"; a cut
                                           episode that never called it is not counted), the fraction with a test
                                           run (any outcome) before the finish's turn.
@@ -329,7 +331,8 @@ def episode_behaviour(trajectory: Trajectory, tokenizer: Tokenizer, task: Any = 
 
 
 METRICS = ("behaviour/episodes", "behaviour/turns_per_episode", "behaviour/tokens_per_episode",
-           "behaviour/read_before_edit", "behaviour/episodes_with_edit", "behaviour/tests_before_finish",
+           "behaviour/read_before_edit", "behaviour/episodes_with_edit", "behaviour/edit_fraction",
+           "behaviour/tests_before_finish",
            "behaviour/episodes_finished", "behaviour/recovery_after_failing_tests",
            "behaviour/episodes_with_failing_tests", "behaviour/malformed_call_rate", "behaviour/calls_per_episode",
            "behaviour/cut_fraction")
@@ -356,6 +359,7 @@ def summarize(behaviours: Sequence[EpisodeBehaviour]) -> dict[str, float]:
       "behaviour/tokens_per_episode": mean([b.tokens for b in behaviours]),
       "behaviour/read_before_edit": read,
       "behaviour/episodes_with_edit": with_edit,
+      "behaviour/edit_fraction": with_edit / n if n else math.nan,
       "behaviour/tests_before_finish": tested,
       "behaviour/episodes_finished": finished,
       "behaviour/recovery_after_failing_tests": recovered,

@@ -30,6 +30,7 @@ def _fmt(v, digits: int = 3) -> str:
 # The agent's held-out behaviour (c2jax/actors/behaviour.py; result.json's "behaviour_<name>_before/_after"), with
 # the digits each is printed with.
 BEHAVIOUR_ROWS = (("turns / episode", "behaviour_turns_per_episode", 2),
+                  ("episodes with an edit", "behaviour_edit_fraction", 3),
                   ("read before edit", "behaviour_read_before_edit", 3),
                   ("tests before finish", "behaviour_tests_before_finish", 3),
                   ("recovery after failing tests", "behaviour_recovery_after_failing_tests", 3),

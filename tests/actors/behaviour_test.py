@@ -256,6 +256,7 @@ class SummarizeTest(absltest.TestCase):
     m = behaviour.summarize(b)
     self.assertEqual(m["behaviour/episodes"], 4.0)
     self.assertEqual(m["behaviour/episodes_with_edit"], 2.0)  # GOOD and BLIND
+    self.assertEqual(m["behaviour/edit_fraction"], 0.5)
     self.assertEqual(m["behaviour/read_before_edit"], 0.5)
     self.assertEqual(m["behaviour/episodes_finished"], 3.0)  # the cut one never called finish
     self.assertAlmostEqual(m["behaviour/tests_before_finish"], 1 / 3)
@@ -271,6 +272,7 @@ class SummarizeTest(absltest.TestCase):
                  "behaviour/recovery_after_failing_tests", "behaviour/malformed_call_rate"):
       self.assertTrue(math.isnan(m[name]), name)
     self.assertEqual((m["behaviour/episodes_with_edit"], m["behaviour/calls_per_episode"]), (0.0, 0.0))
+    self.assertEqual(m["behaviour/edit_fraction"], 0.0)
 
   def test_every_name_even_without_episodes(self):
     m = behaviour.summarize([])
