@@ -38,11 +38,13 @@ BEHAVIOUR_ROWS = (("turns / episode", "behaviour_turns_per_episode", 2),
                   ("tokens / episode", "behaviour_tokens_per_episode", 1))
 
 
-# The behaviour curves of training.png's third panel (rates in [0, 1], from the held-out evaluations' records).
-PLOTTED_BEHAVIOUR = (("tests before finish", "behaviour/tests_before_finish"),
-                     ("recovery after failing tests", "behaviour/recovery_after_failing_tests"),
-                     ("read before edit", "behaviour/read_before_edit"),
-                     ("malformed-call rate", "behaviour/malformed_call_rate"))
+# The behaviour curves of training.png's third panel (rates in [0, 1], from the held-out evaluations' records), each
+# with its marker style.
+PLOTTED_BEHAVIOUR = (("episodes with an edit", "behaviour/edit_fraction", "D-"),
+                     ("tests before finish", "behaviour/tests_before_finish", "o-"),
+                     ("recovery after failing tests", "behaviour/recovery_after_failing_tests", "s-"),
+                     ("read before edit", "behaviour/read_before_edit", "^-"),
+                     ("malformed-call rate", "behaviour/malformed_call_rate", "v-"))
 
 
 def _finite(v) -> bool:
@@ -100,7 +102,7 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
   for r in read_records(work / "eval.jsonl"):
     evals[int(r["version"])] = r
   # Behaviour curves where the evaluations measured them (multi-turn runs: c2jax/actors/behaviour.py).
-  shown = [(name, key) for name, key in PLOTTED_BEHAVIOUR
+  shown = [(name, key, style) for name, key, style in PLOTTED_BEHAVIOUR
            if any(_finite(r.get(key)) for r in evals.values())]
   fig = Figure(figsize=(7, 8.5 if shown else 6))
   FigureCanvasAgg(fig)
@@ -130,7 +132,7 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
   if shown:
     panel = panels[2]
     xs = sorted(evals)
-    for (name, key), style in zip(shown, ("o-", "s-", "^-", "v-")):
+    for name, key, style in shown:
       points = [(v, evals[v][key]) for v in xs if _finite(evals[v].get(key))]
       panel.plot([v for v, _ in points], [y for _, y in points], style, label=name)
     panel.set_ylabel("held-out behaviour")
