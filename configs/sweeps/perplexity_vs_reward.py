@@ -7,7 +7,7 @@ One pretraining of the main job's own model on code (configs/pretrain_tiny.py:rl
 and architecture of configs/rl_tiny.py:single_turn, whose run takes minutes where the agentic job's takes a quarter
 of an hour) writes a model at each of `POINTS` (`checkpoint.model_at`); each cell is the main
 job (SFT -> RL -> held-out evaluation) with its SFT started from one of them (`sft.base_checkpoint`). Step 0 is the
-random init, so the first cell is the main job as `make demo` ran it before pretraining reached RL.
+random init, so the first cell is the single-turn job without a pretrained base.
 tools/perplexity_vs_reward.py reads each point's held-out code perplexity from the pretraining's eval.jsonl and fits
 reward = a + b ln(perplexity) over the cells.
 """
