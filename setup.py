@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["c2jax*", "pallas_kernels*", "configs*"]),
     # The realistic coding suite's task directories (repo/, hidden_tests/, solution/ trees) are data, not packages.
-    package_data={"c2jax.envs.suites.realistic": ["tasks/**/*"]},
+    package_data={"c2jax.envs.suites.realistic": ["tasks/**/*"], "c2jax.data": ["chat_templates/*.jinja"]},
     install_requires=[
         # jax 0.10.x (Python 3.11 CPU here) through 0.11+ (Python 3.12 + CUDA on GPU hosts).
         "jax>=0.10.0,<0.13",
@@ -29,6 +29,8 @@ setup(
         "tensorboardX>=2.6",
         "matplotlib>=3.7",  # evaluation and training plots (PNG)
         "tokenizers>=0.20,<1",  # HF tokenizer.json files (c2jax.data.tokenizer.HFTokenizer)
+        # models' own chat templates (tokenizer_config.json's chat_template), rendered as transformers does
+        "jinja2>=3.1",
         # TF-IDF + LSA ranking of the search_code and web_search tools (c2jax.envs.code_search); wheels for 3.11-3.13.
         "scikit-learn>=1.4,<2",
     ],
@@ -40,6 +42,9 @@ setup(
             "torch==2.13.0",
             "transformers>=5.0,<6",
             "safetensors>=0.4",
+            # The reference INT4 pack-quantized format (Kimi K2 / K2.5 releases): the converter's tests pack and
+            # decompress with it.
+            "compressed-tensors>=0.12,<1",
             "moto[server]>=5.0",  # a local S3-compatible server for the rollout buffer's S3 test
             # notebooks/*.ipynb are executed by tests/notebooks_test.py
             "nbclient>=0.10",

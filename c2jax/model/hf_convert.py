@@ -21,9 +21,22 @@ Every HF tensor has one place in the c2jax layout (`c2jax.model.params`), given 
 
 "linear": an HF Linear weight [out, in] becomes [in..., out...] (transposed, then split into the layout's dims).
 The number of MTP modules is the number present in the checkpoint (HF `save_pretrained` writes
-`num_nextn_predict_layers: 1` without any MTP weights). FP8 block-quantized weights are dequantized on the fly
-(`c2jax.model.safetensors_io`). Tensors are read one at a time, in file order, and written as pieces by
-`StreamingCheckpointWriter`, so host memory stays around a few HF tensors whatever the model size.
+`num_nextn_predict_layers: 1` without any MTP weights).
+
+These are the names of the flat DeepSeek-V3 layout (DeepSeek-V3, Kimi K2, Kimi K2 Thinking). A release may store
+the same text model under other names: a `CheckpointLayout` (`LAYOUTS`, chosen from config.json by `layout_of`)
+maps the checkpoint's names onto the plan's and names the towers c2jax does not convert. The Kimi K2.5 release
+(`KimiK25ForConditionalGeneration`, model_type kimi_k25) holds the DeepSeek-V3 text model under `text_config`
+and its tensors under `language_model.` (`language_model.model.layers.N...`, `language_model.lm_head.weight`),
+beside a MoonViT vision tower (`vision_tower.*`) and its projector (`mm_projector.*`), which are skipped.
+
+Quantized weights are dequantized on the fly, tensor by tensor (`c2jax.model.safetensors_io`): DeepSeek-V3's block
+FP8, and the INT4 pack-quantized Linears of the Kimi K2 Thinking / K2.5 releases (`c2jax.model.int4_pack`: which
+Linears are INT4 follows quantization_config's targets and ignore lists, matched as compressed-tensors matches
+them, and the converter refuses a checkpoint whose stored tensors disagree with them). A dequantized INT4 weight
+is exact in float32 (q * scale); stored as bfloat16 it is rounded to nearest even, which is exactly what
+compressed-tensors' own BF16 decompression gives. Tensors are read one at a time, in file order, and written as
+pieces by `StreamingCheckpointWriter`, so host memory stays around a few HF tensors whatever the model size.
 """
 
 from __future__ import annotations
@@ -40,10 +53,12 @@ import jax
 import numpy as np
 import tqdm
 
+from c2jax.model import int4_pack
 from c2jax.model.checkpoint import StreamingCheckpointWriter
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import ParamSpec, param_specs
-from c2jax.model.safetensors_io import Fp8BlockQuant, HfWeights
+from c2jax.model.safetensors_io import HfWeights, quantization_from_hf_config
+from c2jax.registry import Registry
 
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 # Rows compared at a time when checking MTP's copies of the embedding / head (bounds the temporary memory).
@@ -74,19 +89,69 @@ class ConversionSummary:
   out_dir: str
   num_tensors: int = 0  # HF tensors written (scales not counted)
   num_elements: int = 0  # parameters written
-  num_dequantized: int = 0  # FP8 tensors dequantized
+  num_dequantized_fp8: int = 0  # tensors dequantized from block FP8
+  num_dequantized_int4: int = 0  # tensors dequantized from INT4 pack-quantized
   num_mtp_layers: int = 0
   skipped: list[str] = dataclasses.field(default_factory=list)  # read but not written, with the reason
   notes: list[str] = dataclasses.field(default_factory=list)
   warnings: list[str] = dataclasses.field(default_factory=list)
 
+  @property
+  def num_dequantized(self) -> int:
+    """Tensors dequantized, whatever the scheme."""
+    return self.num_dequantized_fp8 + self.num_dequantized_int4
+
   def __str__(self) -> str:
     lines = [f"wrote {self.out_dir}: {self.num_tensors} HF tensors, {self.num_elements:,} parameters "
-             f"({self.cfg.param_dtype}), {self.num_dequantized} dequantized from FP8, "
-             f"{self.num_mtp_layers} MTP layer(s); skipped {len(self.skipped)} tensors."]
+             f"({self.cfg.param_dtype}), {self.num_dequantized_int4} dequantized from INT4 and "
+             f"{self.num_dequantized_fp8} from FP8, {self.num_mtp_layers} MTP layer(s); skipped "
+             f"{len(self.skipped)} tensors."]
     lines += [f"note: {n}" for n in self.notes]
     lines += [f"WARNING: {w}" for w in self.warnings]
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointLayout:
+  """Where a release keeps the text model's tensors, relative to `conversion_plan`'s flat DeepSeek-V3 names.
+
+  Attributes:
+    name: the layout's name in `LAYOUTS`.
+    prefix: put before every plan name to get the checkpoint's name ("" for the flat layout).
+    skipped_prefixes: tensors under these prefixes belong to parts c2jax does not convert (read, not written).
+    skipped_what: those parts in words, for the summary.
+  """
+
+  name: str
+  prefix: str = ""
+  skipped_prefixes: tuple[str, ...] = ()
+  skipped_what: str = ""
+
+  def checkpoint_name(self, plan_name: str) -> str:
+    return self.prefix + plan_name
+
+  def plan_name(self, checkpoint_name: str) -> str | None:
+    """The plan name of a text-model tensor; None for a name outside the text model's prefix."""
+    return checkpoint_name[len(self.prefix):] if checkpoint_name.startswith(self.prefix) else None
+
+  def is_skipped(self, checkpoint_name: str) -> bool:
+    return checkpoint_name.startswith(self.skipped_prefixes) if self.skipped_prefixes else False
+
+
+LAYOUTS: Registry[CheckpointLayout] = Registry("HF checkpoint layout")
+LAYOUTS.register("deepseek_v3")(CheckpointLayout("deepseek_v3"))
+LAYOUTS.register("kimi_k25")(CheckpointLayout(
+    "kimi_k25", prefix="language_model.", skipped_prefixes=("vision_tower.", "mm_projector."),
+    skipped_what="the MoonViT vision tower (vision_tower.*) and its projector (mm_projector.*)"))
+
+_KIMI_K25_ARCHITECTURES = ("KimiK25ForConditionalGeneration", "Kimi_K25ForConditionalGeneration")
+
+
+def layout_of(hf: Mapping[str, Any]) -> CheckpointLayout:
+  """The layout of a checkpoint from its config.json: Kimi K2.5 (model_type kimi_k25) or flat DeepSeek-V3."""
+  if hf.get("model_type") == "kimi_k25" or any(a in _KIMI_K25_ARCHITECTURES for a in hf.get("architectures") or ()):
+    return LAYOUTS.get("kimi_k25")
+  return LAYOUTS.get("deepseek_v3")
 
 
 def _linear_pieces(prefix: str, path: tuple[str, ...], index: tuple[int, ...]) -> dict[str, Target]:
@@ -210,25 +275,76 @@ def _list(names, limit: int = 20) -> str:
   return ", ".join(names[:limit]) + more
 
 
+def _module_classes(plan_name: str, plan: Mapping[str, Target]) -> tuple[str, ...]:
+  """Class names (with bases) of the module holding `plan_name` in DeepSeek-V3's modeling code, for matching.
+
+  Only Linear and Embedding modules can be quantized (compressed-tensors), so other modules get (): the router
+  `mlp.gate` is a plain Module with a weight, the norms are RMSNorms.
+  """
+  if not plan_name.endswith(".weight"):
+    return ()
+  if plan_name.endswith("embed_tokens.weight"):
+    return ("Embedding", "Module")
+  t = plan.get(plan_name)
+  linear = (t is not None and t.n_in is not None) or plan_name.endswith("shared_head.head.weight")
+  return ("Linear", "Module") if linear and not plan_name.endswith("mlp.gate.weight") else ()
+
+
+def _check_int4_targets(weights: HfWeights, quant: Any, names: Mapping[str, str],
+                        plan: Mapping[str, Target]) -> None:
+  """Every weight is INT4 exactly when quantization_config's targets / ignore say so (compressed-tensors' matching).
+
+  Args:
+    weights: the checkpoint.
+    quant: its quantization scheme.
+    names: plan name -> checkpoint name of every text-model tensor converted or compared.
+    plan: the conversion plan.
+  Raises:
+    ValueError listing the weights stored otherwise than the config says.
+  """
+  config_int4 = isinstance(quant, int4_pack.PackQuantizedInt4)
+  bad = []
+  for plan_name, name in sorted(names.items()):
+    classes = _module_classes(plan_name, plan)
+    want = config_int4 and quant.quantizes(name.rsplit(".", 1)[0], classes)
+    if want and not weights.is_int4(name):
+      bad.append(f"{name} is stored as a plain tensor, but quantization_config quantizes it")
+    elif weights.is_int4(name) and not want:
+      bad.append(f"{name} is stored INT4, but quantization_config's targets and ignore list leave it unquantized")
+  if bad:
+    raise ValueError(f"{len(bad)} weights disagree with quantization_config: {'; '.join(bad[:10])}"
+                     f"{' ...' if len(bad) > 10 else ''}. Fix quantization_config's targets / ignore or the "
+                     "checkpoint.")
+
+
 def convert_hf_checkpoint(hf_dir: str, out_dir: str, *, dtype: str | None = None,
                           progress: bool = True) -> ConversionSummary:
   """Converts the HF checkpoint in `hf_dir` into a new c2jax checkpoint `out_dir`, one tensor at a time.
 
   Args:
-    hf_dir: directory with config.json and safetensors (single file or sharded with an index; FP8 allowed).
+    hf_dir: directory with config.json and safetensors (single file or sharded with an index); the flat
+      DeepSeek-V3 / Kimi K2 layout or the Kimi K2.5 one (`layout_of`); BF16, FP8 or INT4 (compressed-tensors
+      pack-quantized) weights.
     out_dir: where the c2jax checkpoint goes (`load_checkpoint(out_dir)` reads it); must not hold one already.
-    dtype: "float32" or "bfloat16" for the stored params (the router stays float32); None: the checkpoint's
+    dtype: "float32" or "bfloat16" for the stored params (the router stays float32), dequantized weights
+      included: INT4 ones are exact in float32 and rounded to nearest even in bfloat16; None: the checkpoint's
       dtype from config.json when it is one of those, else float32.
     progress: show a tqdm progress bar over tensors.
   Returns:
     a `ConversionSummary`.
   Raises:
-    ValueError: listing the unexpected and the missing tensors, or a tensor whose shape the config contradicts.
+    ValueError: listing the unexpected and the missing tensors, a tensor whose shape the config contradicts, an
+      incomplete INT4 weight, or weights whose quantization contradicts quantization_config.
   """
   hf = read_hf_config(hf_dir)
-  weights = HfWeights(hf_dir, Fp8BlockQuant.from_hf_config(hf))
+  layout = layout_of(hf)
+  quant = quantization_from_hf_config(hf)
+  weights = HfWeights(hf_dir, quant)
+  skipped_tower = sorted(n for n in weights.keys() if layout.is_skipped(n))
+  # plan name -> checkpoint name of the text model's tensors; other names are unexpected.
+  text = {p: n for n in weights.keys() if not layout.is_skipped(n) and (p := layout.plan_name(n)) is not None}
   n_layers = hf.get("text_config", hf)["num_hidden_layers"]
-  num_mtp = count_mtp_layers(weights.keys(), n_layers)
+  num_mtp = count_mtp_layers(text, n_layers)
   param_dtype = dtype or _default_dtype(hf)
   cfg = ModelConfig.from_hf_dict(hf, num_mtp_layers=num_mtp, param_dtype=param_dtype)
   summary = ConversionSummary(cfg=cfg, out_dir=out_dir, num_mtp_layers=num_mtp)
@@ -238,52 +354,65 @@ def convert_hf_checkpoint(hf_dir: str, out_dir: str, *, dtype: str | None = None
                          f"{num_mtp} MTP layer(s); converting the {num_mtp} present.")
 
   plan = conversion_plan(cfg)
-  copies = mtp_copies(cfg)
-  names = set(weights.keys())
+  copies = {p: main for p, main in mtp_copies(cfg).items() if p in text}  # compared when present, never written
   # HF builds shared experts of width moe_intermediate_size * 0 when n_shared_experts == 0 and saves them empty.
-  empty_shared = {n for n in names if ".mlp.shared_experts." in n and not cfg.n_shared_experts
+  empty_shared = {p for p, n in text.items() if ".mlp.shared_experts." in p and not cfg.n_shared_experts
                   and weights.nbytes(n) == 0}
-  unexpected = names - set(plan) - set(copies) - empty_shared
-  missing = set(plan) - names
+  unexpected = ({text[p] for p in set(text) - set(plan) - set(copies) - empty_shared}
+                | (set(weights.keys()) - set(text.values()) - set(skipped_tower)))
+  missing = {layout.checkpoint_name(p) for p in set(plan) - set(text)}
   if unexpected or missing:
-    raise ValueError(f"{hf_dir} does not match its config.json ({cfg.n_layers} layers, "
+    raise ValueError(f"{hf_dir} does not match its config.json ({layout.name} layout, {cfg.n_layers} layers, "
                      f"first_k_dense_replace={cfg.first_k_dense_replace}, q_lora_rank={cfg.q_lora_rank}, "
                      f"attention_bias={cfg.attention_bias}, n_shared_experts={cfg.n_shared_experts}, "
                      f"{num_mtp} MTP layers): {len(unexpected)} unexpected tensors [{_list(unexpected)}]; "
                      f"{len(missing)} missing tensors [{_list(missing)}]. Fix config.json or the checkpoint.")
-  summary.skipped += [f"{n} (empty shared expert: n_shared_experts=0)" for n in sorted(empty_shared)]
+  summary.skipped += [f"{text[p]} (empty shared expert: n_shared_experts=0)" for p in sorted(empty_shared)]
+  if skipped_tower:
+    summary.skipped += [f"{n} (not converted: {layout.skipped_what})" for n in skipped_tower]
+    summary.notes.append(f"skipped {len(skipped_tower)} tensors of {layout.skipped_what}: c2jax converts the text "
+                         "model only.")
 
-  # Shapes are checked before anything is written, so a wrong config fails in seconds, not hours.
+  # Quantization and shapes are checked before anything is written, so a wrong config fails in seconds, not hours.
+  used = {p: text[p] for p in list(plan) + list(copies)}
+  _check_int4_targets(weights, quant, used, plan)
   leaf_shapes = _leaf_shapes(cfg)
   bad = []
-  for name, t in plan.items():
+  for p, t in plan.items():
     piece = leaf_shapes[t.path][len(t.index):]
     want = _expected_hf_shape(piece, t.n_in)
-    if weights.shape(name) != want:
-      bad.append(f"{name} is {list(weights.shape(name))}, config implies {list(want)}")
-  for name, main in copies.items():
-    if weights.shape(name) != weights.shape(main):
-      bad.append(f"{name} is {list(weights.shape(name))}, {main} is {list(weights.shape(main))}")
+    if weights.shape(text[p]) != want:
+      bad.append(f"{text[p]} is {list(weights.shape(text[p]))}, config implies {list(want)}")
+  for p, main in copies.items():
+    if weights.shape(text[p]) != weights.shape(text[main]):
+      bad.append(f"{text[p]} is {list(weights.shape(text[p]))}, {text[main]} is {list(weights.shape(text[main]))}")
   if bad:
     raise ValueError(f"{len(bad)} tensors have shapes that config.json contradicts: {'; '.join(bad[:20])}. Fix "
                      "config.json or the checkpoint.")
+  if any(weights.is_int4(n) for n in used.values()):
+    summary.notes.append(f"INT4 weights ({quant.describe()}) were dequantized exactly (q * scale in float32) and "
+                         f"stored as {param_dtype}" + (", rounded to nearest even: the values compressed-tensors' "
+                                                       "own BF16 decompression gives." if param_dtype == "bfloat16"
+                                                       else ", exactly."))
 
   # File order makes the reads sequential.
-  order = sorted(set(plan) | set(copies), key=lambda n: (weights.reader.info(n).file, weights.reader.info(n).offset))
+  order = sorted(used, key=lambda p: (weights.info(used[p]).file, weights.info(used[p]).offset))
   with StreamingCheckpointWriter(out_dir, cfg) as writer, tqdm.tqdm(
       total=len(order), unit="tensor", desc="convert", disable=not progress) as bar:
-    for name in order:
-      if name in copies:
-        if not _arrays_equal(weights.get(name), weights.get(copies[name])):
-          msg = (f"{name} differs from {copies[name]}; c2jax's MTP shares the main embedding and head, so the "
+    for p in order:
+      name = used[p]
+      if p in copies:
+        if not _arrays_equal(weights.get(name), weights.get(text[copies[p]])):
+          msg = (f"{name} differs from {text[copies[p]]}; c2jax's MTP shares the main embedding and head, so the "
                  "MTP copy is ignored.")
           summary.warnings.append(msg)
           logging.warning(msg)
-        summary.skipped.append(f"{name} (MTP copy of {copies[name]})")
+        summary.skipped.append(f"{name} (MTP copy of {text[copies[p]]})")
       else:
-        t = plan[name]
+        t = plan[p]
         w = weights.get(name)
-        summary.num_dequantized += int(weights.is_fp8(name))
+        summary.num_dequantized_fp8 += int(weights.is_fp8(name))
+        summary.num_dequantized_int4 += int(weights.is_int4(name))
         piece = _to_layout(w, leaf_shapes[t.path][len(t.index):], t.n_in)
         writer.write(t.path, t.index, piece)
         summary.num_tensors += 1

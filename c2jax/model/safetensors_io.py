@@ -9,10 +9,16 @@ Nothing is read eagerly: `SafetensorsReader.get` returns a read-only `np.memmap`
 that handles one tensor at a time holds one tensor (its pages are file-backed and evictable) whatever the size of
 the checkpoint.
 
-FP8 (DeepSeek-V3 release, `quantization_config = {"quant_method": "fp8", "fmt": "e4m3",
-"weight_block_size": [b0, b1]}`): a quantized `X.weight` [out, in] in float8_e4m3fn comes with
-`X.weight_scale_inv` float32 [ceil(out / b0), ceil(in / b1)], and the real weight is
-w[i, j] = float(w_fp8[i, j]) * scale_inv[i // b0, j // b1]. `HfWeights` applies this and hides the scales.
+`HfWeights` presents the logical weights of a quantized checkpoint, dequantized to float32 one tensor at a time,
+and hides the tensors that only serve the quantization. `quantization_config` (at the top level of config.json
+and/or in its `text_config`) says which scheme, by `quant_method` (`QUANT_METHODS`):
+
+- "fp8" (DeepSeek-V3 release, `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [b0, b1]}`): a
+  quantized `X.weight` [out, in] in float8_e4m3fn comes with `X.weight_scale_inv` float32
+  [ceil(out / b0), ceil(in / b1)], and the real weight is w[i, j] = float(w_fp8[i, j]) * scale_inv[i // b0, j // b1].
+- "compressed-tensors" (Kimi K2 Thinking / K2.5 releases): INT4 pack-quantized Linears, stored as
+  `X.weight_packed`, `X.weight_scale` and `X.weight_shape` in place of `X.weight` (`c2jax.model.int4_pack` gives
+  the bit layout and which Linears the config quantizes).
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ import json
 import math
 import os
 import struct
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import ml_dtypes
 import numpy as np
+
+from c2jax.model import int4_pack
+from c2jax.registry import Registry
 
 # safetensors dtype names -> numpy dtypes (little-endian, as the format prescribes).
 SAFETENSORS_DTYPES: dict[str, np.dtype] = {
@@ -190,7 +199,10 @@ class SafetensorsReader:
     return np.memmap(info.file, dtype=info.dtype, mode="r", offset=info.offset, shape=info.shape)
 
 
-# FP8 block quantization ----------------------------------------------------------------------------------------
+# Quantization schemes ------------------------------------------------------------------------------------------
+
+# quant_method -> parser of that `quantization_config` into a scheme object (`quantization_from_hf_config`).
+QUANT_METHODS: Registry[Callable[[Mapping[str, Any]], Any]] = Registry("quantization_config.quant_method")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,16 +213,19 @@ class Fp8BlockQuant:
 
   @classmethod
   def from_hf_config(cls, hf_config: Mapping[str, Any]) -> Fp8BlockQuant | None:
-    """Reads `quantization_config` of an HF `config.json` dict (or its `text_config`); None when unquantized."""
-    q = hf_config.get("quantization_config")
-    if q is None and "text_config" in hf_config:
-      q = hf_config["text_config"].get("quantization_config")
+    """Reads an FP8 `quantization_config` of an HF `config.json` dict (or its `text_config`); None when absent."""
+    q = find_quantization_config(hf_config)
     if q is None:
       return None
     method = q.get("quant_method")
     if method != "fp8":
-      raise ValueError(f"quantization_config.quant_method={method!r} is not supported; c2jax reads unquantized "
-                       "checkpoints and DeepSeek-V3 block FP8 (quant_method 'fp8'). Dequantize the checkpoint first.")
+      raise ValueError(f"quantization_config.quant_method={method!r} is not FP8; read it with "
+                       f"safetensors_io.quantization_from_hf_config, which knows {QUANT_METHODS.names()}.")
+    return cls.from_quantization_config(q)
+
+  @classmethod
+  def from_quantization_config(cls, q: Mapping[str, Any]) -> Fp8BlockQuant:
+    """Parses a `quantization_config` with quant_method 'fp8'."""
     fmt = q.get("fmt", "e4m3")
     if fmt != "e4m3":
       raise ValueError(f"quantization_config.fmt={fmt!r} is not supported; only 'e4m3' FP8 weights are.")
@@ -218,6 +233,39 @@ class Fp8BlockQuant:
     if len(block) != 2 or min(block) <= 0:
       raise ValueError(f"quantization_config.weight_block_size={block} must be two positive ints [b_out, b_in].")
     return cls(block_size=(int(block[0]), int(block[1])))
+
+  def describe(self) -> str:
+    return f"FP8 e4m3, blocks {list(self.block_size)}"
+
+
+QUANT_METHODS.register("fp8")(Fp8BlockQuant.from_quantization_config)
+QUANT_METHODS.register(int4_pack.QUANT_METHOD)(int4_pack.PackQuantizedInt4.from_quantization_config)
+
+Quantization = Fp8BlockQuant | int4_pack.PackQuantizedInt4
+
+
+def find_quantization_config(hf_config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+  """`quantization_config` of config.json: at the top level or in `text_config` (Kimi K2.5 may write both)."""
+  top = hf_config.get("quantization_config")
+  text = (hf_config.get("text_config") or {}).get("quantization_config")
+  if top and text and top != text:
+    parse = [QUANT_METHODS.get(q.get("quant_method")) for q in (top, text)]
+    if parse[0] != parse[1] or parse[0](top) != parse[1](text):
+      raise ValueError("config.json has one quantization_config at the top level and a different one in "
+                       "text_config; keep the one that describes the stored weights.")
+  return top or text or None
+
+
+def quantization_from_hf_config(hf_config: Mapping[str, Any]) -> Quantization | None:
+  """The quantization scheme of an HF `config.json` dict (`QUANT_METHODS`), or None when it is unquantized."""
+  q = find_quantization_config(hf_config)
+  if q is None:
+    return None
+  method = q.get("quant_method")
+  if method not in QUANT_METHODS:
+    raise ValueError(f"quantization_config.quant_method={method!r} is not supported; c2jax reads unquantized "
+                     f"checkpoints and {', '.join(QUANT_METHODS.names())}, so dequantize the checkpoint first.")
+  return QUANT_METHODS.get(method)(q)
 
 
 def expected_scale_shape(weight_shape: tuple[int, ...], block_size: tuple[int, int]) -> tuple[int, int]:
@@ -254,21 +302,68 @@ def dequantize_fp8_blocks(w: np.ndarray, scale_inv: np.ndarray, block_size: tupl
 
 
 class HfWeights:
-  """The logical weights of an HF checkpoint: FP8 weights come back dequantized to float32, scales are hidden.
+  """The logical weights of an HF checkpoint: quantized weights come back dequantized to float32.
+
+  FP8 scales are hidden; an INT4 pack-quantized Linear's `X.weight_packed`, `X.weight_scale` and `X.weight_shape`
+  are presented as one weight `X.weight` of shape `X.weight_shape`. Every INT4 triple is checked when the
+  checkpoint is opened (a missing scale or shape, a packed or scale shape that contradicts the weight's shape), so
+  an incomplete checkpoint fails before anything is converted.
 
   Attributes:
     reader: the underlying `SafetensorsReader`.
-    quant: the FP8 scheme, or None for an unquantized checkpoint.
+    quant: the quantization scheme (`quantization_from_hf_config`), or None for an unquantized checkpoint.
   """
 
-  def __init__(self, path: str, quant: Fp8BlockQuant | None):
+  def __init__(self, path: str, quant: Quantization | None = None):
     self.reader = SafetensorsReader(path)
     self.quant = quant
     names = set(self.reader.keys())
     self._scales = {n for n in names if n.endswith(SCALE_SUFFIX)}
     # A scale whose weight is absent is unexpected; report it like any other stray key.
     self._orphan_scales = sorted(s for s in self._scales if s[:-len(SCALE_SUFFIX)] not in names)
-    self._names = sorted(names - self._scales) + self._orphan_scales
+    hidden = set(self._scales)
+    self._int4: dict[str, tuple[int, int]] = {}  # logical `X.weight` -> its (out, in)
+    for packed in sorted(n for n in names if n.endswith(int4_pack.PACKED_SUFFIX)):
+      name = packed[:-len(int4_pack.PACKED_SUFFIX)]
+      self._int4[name] = self._check_int4(name, names)
+      hidden |= {packed, name + int4_pack.SCALE_SUFFIX, name + int4_pack.SHAPE_SUFFIX}
+    self._names = sorted(names - hidden) + self._orphan_scales + sorted(self._int4)
+
+  def _check_int4(self, name: str, names: set[str]) -> tuple[int, int]:
+    """(out, in) of the INT4 weight `name`, after checking that its three tensors are complete and agree."""
+    packed, scale, shape = (name + s for s in (int4_pack.PACKED_SUFFIX, int4_pack.SCALE_SUFFIX,
+                                                int4_pack.SHAPE_SUFFIX))
+    if not isinstance(self.quant, int4_pack.PackQuantizedInt4):
+      raise ValueError(f"{packed} is INT4 pack-quantized but config.json has no compressed-tensors "
+                       "quantization_config; add the release's quantization_config (quant_method "
+                       "'compressed-tensors', format 'pack-quantized').")
+    if name in names:
+      raise ValueError(f"{name} and {packed} both exist; the checkpoint is inconsistent, so keep only one of them.")
+    missing = [n for n in (scale, shape) if n not in names]
+    if missing:
+      raise ValueError(f"{packed} has no {' and no '.join(missing)}; the INT4 checkpoint is incomplete, so "
+                       "re-download the shard that should hold it.")
+    if self.reader.info(packed).dtype != np.dtype("<i4"):
+      raise ValueError(f"{packed} is {self.reader.info(packed).dtype}, not int32; it is not pack-quantized INT4.")
+    info = self.reader.info(shape)
+    value = np.fromfile(info.file, info.dtype, math.prod(info.shape), offset=info.offset)
+    if info.dtype.kind not in "iu" or value.shape != (2,) or min(value) <= 0:
+      raise ValueError(f"{shape} holds {value.tolist()} ({info.dtype}), not the two positive ints (out, in) of the "
+                       "weight; the checkpoint is corrupt.")
+    out_in = (int(value[0]), int(value[1]))
+    want = int4_pack.packed_shape(out_in)
+    if self.reader.info(packed).shape != want:
+      raise ValueError(f"{packed} is {list(self.reader.info(packed).shape)} but {shape} says {list(out_in)}, which "
+                       f"needs {list(want)} (eight 4-bit values per int32); the checkpoint is inconsistent.")
+    gs = self.quant.group_size
+    want = int4_pack.scale_shape(out_in, gs)
+    if out_in[1] % gs or self.reader.info(scale).shape != want:
+      raise ValueError(f"{scale} is {list(self.reader.info(scale).shape)} but {shape} {list(out_in)} with "
+                       f"quantization_config's group_size {gs} needs {list(want)} (and in divisible by {gs}); fix "
+                       "group_size or the checkpoint.")
+    if self.reader.info(scale).dtype.kind != "f" and self.reader.info(scale).dtype != SAFETENSORS_DTYPES["BF16"]:
+      raise ValueError(f"{scale} is {self.reader.info(scale).dtype}, not a float; the checkpoint is corrupt.")
+    return out_in
 
   def keys(self) -> list[str]:
     """Weight names (scales excluded, except scales that have no weight: callers should reject those)."""
@@ -280,17 +375,30 @@ class HfWeights:
   def __contains__(self, name: str) -> bool:
     return name in self._names
 
+  def info(self, name: str) -> TensorInfo:
+    """The stored tensor that holds `name`'s values (`X.weight_packed` for an INT4 weight): its file and offset."""
+    return self.reader.info(name + int4_pack.PACKED_SUFFIX if name in self._int4 else name)
+
   def shape(self, name: str) -> tuple[int, ...]:
-    return self.reader.info(name).shape
+    """The logical shape (an INT4 weight's `weight_shape`)."""
+    return self._int4[name] if name in self._int4 else self.reader.info(name).shape
 
   def nbytes(self, name: str) -> int:
-    return self.reader.info(name).nbytes
+    """Stored bytes (the packed ones for an INT4 weight)."""
+    return self.info(name).nbytes
 
   def is_fp8(self, name: str) -> bool:
-    return self.reader.info(name).dtype in _FP8_DTYPES
+    return name not in self._int4 and self.reader.info(name).dtype in _FP8_DTYPES
+
+  def is_int4(self, name: str) -> bool:
+    return name in self._int4
 
   def get(self, name: str) -> np.ndarray:
-    """Tensor `name`: a read-only file-backed view, or a float32 array when it was FP8 block-quantized."""
+    """Tensor `name`: a read-only file-backed view, or a float32 array when it was quantized (FP8 or INT4)."""
+    if name in self._int4:
+      return int4_pack.dequantize(self.reader.get(name + int4_pack.PACKED_SUFFIX),
+                                  self.reader.get(name + int4_pack.SCALE_SUFFIX), self._int4[name],
+                                  self.quant.group_size, name)
     w = self.reader.get(name)
     scale_name = name + SCALE_SUFFIX
     if w.dtype not in _FP8_DTYPES:
@@ -301,6 +409,9 @@ class HfWeights:
       raise ValueError(f"{name} is {w.dtype} but config.json has no quantization_config; add "
                        '{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]} (or the real '
                        "block size) to config.json.")
+    if not isinstance(self.quant, Fp8BlockQuant):
+      raise ValueError(f"{name} is {w.dtype} but config.json's quantization_config is {self.quant.describe()}, "
+                       "not FP8; the checkpoint mixes schemes that c2jax does not read together.")
     if w.dtype != np.dtype(ml_dtypes.float8_e4m3fn):
       raise ValueError(f"{name} is {w.dtype}; only float8_e4m3fn block-quantized weights are supported.")
     if scale_name not in self._scales:
