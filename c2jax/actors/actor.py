@@ -216,6 +216,11 @@ def text_tokenizer(suite: TaskSuite):
   return make() if make is not None else IdText()
 
 
+def suite_chat_format(suite: TaskSuite) -> str:
+  """The chat format the suite's episodes speak (`suite.chat_format`, e.g. a coding suite's), else "brief"."""
+  return getattr(suite, "chat_format", "brief")
+
+
 def _seed(*parts) -> int:
   """A stable 63-bit seed from strings and ints (Python's hash() is salted per process)."""
   digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
@@ -407,7 +412,7 @@ class Actor:
     """The agent loop of a MULTI_TURN actor (made on first use: its engine holds the slots' caches)."""
     if self._runner is None:
       self._runner = AgentRunner(self.model, self.cfg.engine_config(), self.sampling, self.cfg.agent_config(),
-                                 text_tokenizer(self.suite))
+                                 text_tokenizer(self.suite), chat_format=suite_chat_format(self.suite))
     return self._runner
 
   def sample_episodes(self, tasks: list[Task], seeds: list[int]) -> list[Trajectory]:
@@ -421,7 +426,7 @@ class Actor:
 
     g = self.cfg.group_size
     episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, self.suite, task),
-                        key=jax.random.fold_in(jax.random.key(seed), i))
+                        key=jax.random.fold_in(jax.random.key(seed), i), first_observation=task.text)
                 for task, seed in zip(tasks, seeds) for i in range(g)]
     return self.runner().run(episodes, weights=weights,
                              on_chunk=lambda: self.writer.heartbeat(self.cfg.pending_lease_s / 4))

@@ -37,6 +37,13 @@ A summary that runs past `max_tokens` ends the episode as cut (SUMMARY_BUDGET), 
 in the last of `max_segments` segments (SEGMENT_LIMIT). Normal turns end `max_tokens` + the request's length before
 the context's end while a summary may still follow, so one always fits.
 
+Chat formats (`chat_format=`, `c2jax.envs.chat_tokens.ChatTokens`): "brief" is raw text (BOS + the first
+observation, turns ended by EOS, the summary request and the framed summary appended as text). A native format
+(a real model's template) ends turns with its end-of-turn token, decodes them with their control tokens, appends
+the template's continuation after each turn, asks for a summary with a user turn in place of the generation prompt,
+and starts the next segment with the prompt re-rendered around the summary, keeping the cache of the prefix the
+two prompts share; an observation that does not fit beside a summary ends such an episode (CONTEXT).
+
 A trajectory does not depend on its slot or on the other episodes (each draws with its own key and draw index),
 so a run with S slots equals running each episode alone with the same keys (tests/actors/agent_loop_test.py).
 """
@@ -60,6 +67,7 @@ from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import self_summary
 from c2jax.envs.agent_env import AgentEnv, TurnResult
+from c2jax.envs.chat_tokens import ChatTokens, prefix_length
 from c2jax.model.config import ModelConfig
 from c2jax.model.sharding import Layout
 
@@ -69,19 +77,23 @@ class Episode:
   """One episode to run.
 
   Attributes:
-    prompt: the prompt's ids (BOS and the first observation).
+    prompt: the prompt's ids (`ChatTokens.prompt`: BOS and the first observation for brief, the rendered system
+      and user messages and the generation prompt for a native chat format).
     make_env: builds the episode's environment (called on the loop's thread; `reset` runs on a tool worker).
     key: the episode's PRNG key (typed) or an int seed.
     script: (turn, observations) -> the turn's text to force through the engine, or None to sample it; the
       observations are the texts so far (the prompt's first, then each turn's tool results and notice). Forced
       turns need `EngineConfig.max_forced`; their tokens (the text's ids and EOS) are decoded step by step and
       carry the model's log-probs of them.
+    first_observation: the prompt's user message; a native chat format re-renders the prompt from it when a
+      self-summary starts a new segment (brief appends the framed summary and needs none).
   """
 
   prompt: Sequence[int]
   make_env: Callable[[], AgentEnv]
   key: jax.Array | int = 0
   script: Callable[[int, Sequence[str]], str | None] | None = None
+  first_observation: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +227,8 @@ class _Run:
   carried: list = dataclasses.field(default_factory=list)  # [(ids, Source)] held back for the next segment
   segments: list = dataclasses.field(default_factory=list)  # finished segments (`Segment`), oldest first
   summary_text: str = ""  # the last summary's text (without its stop token)
+  last_text: str = ""  # the last model turn's text (a native format re-renders its results with a summary request)
+  unended: bool = False  # the last model turn (native format) was cut before its end-of-turn token
   kept: int = 0  # positions of the segment reused from the slot's cache (a later segment's task prompt)
   model_tokens: int = 0
   end: EpisodeEnd | None = None
@@ -253,12 +267,19 @@ class AgentRunner:
     agent: budgets and scheduling.
     tokenizer: encodes observations (once each) and decodes the model's turns for the tools.
     layout: a data/expert mesh (`c2jax.model.sharding.Layout`), or None for one device.
+    chat_format: the episodes' chat format (`c2jax.envs.chat_format.CHAT_FORMATS`), as their environments speak
+      it: "brief" (raw text, turns end with EOS), or a native format whose end-of-turn token joins the stop tokens,
+      whose turns are decoded with their control tokens, and whose summaries are user turns re-rendered by the
+      template (`ChatTokens`).
   """
 
   def __init__(self, model: ModelConfig, engine: EngineConfig, sampling: SamplingConfig, agent: AgentConfig,
-               tokenizer, layout: Layout | None = None):
+               tokenizer, layout: Layout | None = None, chat_format: str = "brief"):
+    self.chat = ChatTokens.of(chat_format, tokenizer)
     # The engine ignores max_new_tokens (turns end at their budget): one value keeps one compiled program.
     sampling = dataclasses.replace(sampling, max_new_tokens=1)
+    if self.chat.native and self.chat.end_of_turn_id not in sampling.stop_tokens:
+      sampling = dataclasses.replace(sampling, stop_tokens=tuple(sampling.stop_tokens) + (self.chat.end_of_turn_id,))
     self.model, self.engine, self.sampling, self.agent, self.tokenizer = model, engine, sampling, agent, tokenizer
     self.layout = layout
     self.stats = RunStats()
@@ -347,7 +368,12 @@ class AgentRunner:
     t_run = time.perf_counter()
     agent, s_slots, context = self.agent, self.engine.slots, self.engine.context
     summary = agent.summary
-    request_ids = self._encode(self_summary.request(summary.max_tokens)) if summary.enabled else np.zeros(0, int)
+    native = self.chat.native
+    request_text = self.chat.format.summary_request(summary.max_tokens) if summary.enabled else ""
+    # Brief appends the request after the notice; a native format renders it as a user turn in place of the
+    # generation prompt, whose tokens (the turn's framing) bound it here.
+    request_ids = (self._encode(self.chat.format.continuation("", (), "", request=request_text).notice) if native
+                   else self._encode(request_text))
     # Positions a summary needs after a segment's last one: the request and the summary's budget.
     reserve = len(request_ids) + summary.max_tokens if summary.enabled else 0
     for i, ep in enumerate(episodes):
@@ -355,6 +381,9 @@ class AgentRunner:
         raise ValueError(f"Episode {i} has a {len(ep.prompt)}-token prompt; it needs 1 to {context - 1 - reserve} "
                          f"tokens (the engine's context is {context}"
                          + (f", {reserve} of them kept for a summary)." if reserve else ")."))
+      if native and summary.enabled and not ep.first_observation:
+        raise ValueError(f"Episode {i} has no first_observation; chat format {self.chat.format.name!r} re-renders "
+                         "the prompt from it after a self-summary.")
     queue = collections.deque(range(len(episodes)))
     results: list[Trajectory | None] = [None] * len(episodes)
     slot_run: list[_Run | None] = [None] * s_slots
@@ -439,7 +468,7 @@ class AgentRunner:
           if last and script is not None:
             text = script(run.turns, run.observations)
             if text is not None:
-              forced_turns[slot] = np.asarray(self.tokenizer.encode(text, bos=False, eos=True), np.int32)
+              forced_turns[slot] = self.chat.turn_ids(text)
         for slot in finishing | closing:
           pieces[slot] = ([], False, False, 0, None, -1)
         if pieces:
@@ -466,8 +495,7 @@ class AgentRunner:
           finishing.clear()
           for slot in sorted(closing):  # a new segment: the summary framed, after the task's first observation
             run = slot_run[slot]
-            prompt = [int(t) for t in episodes[run.index].prompt]
-            head = self._segment_head(run)
+            prompt, head = self._segment_head(episodes[run.index], run)
             more = summary.enabled and len(run.segments) + 2 < summary.max_segments  # may the new one summarize?
             if len(prompt) + sum(len(ids) for ids, _ in head) + 1 + (reserve if more else 0) > context:
               run.end = EpisodeEnd.CONTEXT  # the summary and what it carries leave no room to go on
@@ -522,7 +550,8 @@ class AgentRunner:
               run.summaries += 1
               self.stats.summaries += 1
               stop = len(ids) and int(ids[-1]) in self.sampling.stop_tokens
-              run.summary_text = self.tokenizer.decode(ids[:-1] if stop else ids)
+              run.summary_text = (self.chat.turn_text(ids) if native
+                                  else self.tokenizer.decode(ids[:-1] if stop else ids))
               if stopped[slot]:
                 closing.add(slot)
               else:
@@ -533,9 +562,12 @@ class AgentRunner:
             run.model_tokens += len(ids)
             run.turns += 1
             run.last_stopped = bool(stopped[slot])
-            text = self.tokenizer.decode(ids)
-            if len(ids) and not np.array_equal(np.asarray(self.tokenizer.encode(text, bos=False, eos=False)), ids):
+            text = self.chat.turn_text(ids)
+            ended_by_eot = bool(stopped[slot]) and int(ids[-1]) == self.chat.end_of_turn_id
+            if not np.array_equal(self.chat.turn_ids(text) if ended_by_eot else self._encode(text), ids):
               run.retokenized += 1
+            run.last_text = text
+            run.unended = native and not ended_by_eot
             tools[pool.submit(timed(self._step, run), run, ids, text)] = slot
         # 5. Finished tool calls: observations in, or the episode's end.
         if tools and not decoding.any() and not waiting and not finishing:
@@ -546,6 +578,10 @@ class AgentRunner:
           result: TurnResult = fut.result()
           end = self._episode_end(run, result)
           obs_ids = self._encode(result.observation)
+          if run.unended:
+            # A turn cut by its budget has no end-of-turn token; the template writes one after every assistant
+            # message, so it opens the observation (the stream stays the conversation's render; not trained on).
+            obs_ids = np.concatenate([np.asarray([self.chat.end_of_turn_id], np.int32), obs_ids])
           notice_ids = self._encode(result.notice)
           # host_len counts the turn's pending last token; the next turn needs room for at least one token (and,
           # while a summary may follow it, for the summary).
@@ -564,6 +600,11 @@ class AgentRunner:
             continue
           script = episodes[run.index].script is not None
           ids, appended = [], False
+          if summarize and grown + reserve > context and native:
+            # A native template has no place for tool results before the turn that called them: the episode is cut.
+            run.end = EpisodeEnd.CONTEXT
+            finishing.add(slot)
+            continue
           if summarize and grown + reserve > context:
             # The observation does not fit beside a summary: the summary comes first, the observation opens the
             # next segment (nothing the environment said is lost).
@@ -572,10 +613,21 @@ class AgentRunner:
             if script:
               run.observations.append(result.observation + result.notice)
             run.add(obs_ids, Source.OBSERVATION, run.turns - 1)
-            run.add(notice_ids, Source.NOTICE, run.turns - 1)
+            if summarize and native:
+              # The template writes the request as a user turn in place of the generation prompt: the harness's
+              # message and the request, re-rendered together (the ledger marks them all as the request).
+              notice_ids = self._encode(self.chat.format.continuation(
+                  run.last_text, result.results, result.budget, request=request_text).notice)
+              run.add(notice_ids, Source.SUMMARY_REQUEST, run.turns - 1)
+            else:
+              run.add(notice_ids, Source.NOTICE, run.turns - 1)
             ids = [int(t) for t in obs_ids] + [int(t) for t in notice_ids]
             appended = True
-          if summarize:
+          if summarize and native:
+            if script:
+              run.observations[-1] = result.observation + self.tokenizer.decode(notice_ids)
+            run.summarizing = True
+          elif summarize:
             if script:
               text = self_summary.request(summary.max_tokens)
               if appended:
@@ -608,9 +660,7 @@ class AgentRunner:
   # -- episode steps on tool workers ----------------------------------------------------------------------------
 
   def _encode(self, text: str) -> np.ndarray:
-    if not text:
-      return np.zeros(0, np.int32)
-    return np.asarray(self.tokenizer.encode(text, bos=False, eos=False), np.int32)
+    return self.chat.encode(text)
 
   @staticmethod
   def _step(run: _Run, ids: np.ndarray, text: str) -> TurnResult:
@@ -648,11 +698,18 @@ class AgentRunner:
                    versions=np.where(action, versions, 0).astype(np.int32), expert_ids=np.asarray(ids, np.int32),
                    drift=int(np.sum(np.asarray(tokens) != ledger)))
 
-  def _segment_head(self, run: _Run) -> list[tuple[np.ndarray, Source]]:
-    """What a new segment appends after the task's first observation: the summary framed, then any observation
-    carried over from the segment before."""
-    return [(self._encode(self_summary.resume(run.summary_text)), Source.RESUME)] + \
-        [(ids, src) for ids, src in run.carried if len(ids)]
+  def _segment_head(self, episode: Episode, run: _Run) -> tuple[list[int], list[tuple[np.ndarray, Source]]]:
+    """(the new segment's first positions, kept in the slot's cache: a prefix of the episode's prompt; what it
+    appends after them). Brief: the whole prompt, then the summary framed and any observation carried over from
+    the segment before. A native format: the prompt re-rendered with the summary in its user message
+    (`ChatTokens.segment_prompt`), split where it leaves the old prompt (inside the user message)."""
+    prompt = [int(t) for t in episode.prompt]
+    if not self.chat.native:
+      return prompt, [(self._encode(self_summary.resume(run.summary_text)), Source.RESUME)] + \
+          [(ids, src) for ids, src in run.carried if len(ids)]
+    new = self.chat.segment_prompt(episode.first_observation, run.summary_text)
+    keep = max(1, min(prefix_length(prompt, new), len(new) - 1))
+    return [int(t) for t in new[:keep]], [(new[keep:], Source.RESUME)]
 
   def _release(self, slot: int, run: _Run) -> dict:
     """Reads a finished episode's last segment out of its slot (after its final feed), with the earlier ones."""

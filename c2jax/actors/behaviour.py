@@ -255,8 +255,12 @@ def _match(turn: int, calls: Sequence[ToolCall], observation: str) -> tuple[Call
   return tuple(Call(turn, c, o, r) for c, (o, r) in zip(calls, outcomes))
 
 
-def turns(trajectory: Trajectory, tokenizer: Tokenizer) -> tuple[tuple[Turn, ...], int]:
-  """The episode's MODEL turns over its chain, oldest first, each with its observation; and its summaries' count."""
+def turns(trajectory: Trajectory, tokenizer: Tokenizer, chat=None) -> tuple[tuple[Turn, ...], int]:
+  """The episode's MODEL turns over its chain, oldest first, each with its observation; and its summaries' count.
+
+  `chat` (a `c2jax.envs.chat_tokens.ChatTokens`) reads turns in a native chat format: decoded with their control
+  tokens and parsed by its tool format. Its observations are the template's tool messages, which `_match` does not
+  read: the calls' outcomes stay UNKNOWN there."""
   raw: list[list] = []  # [turn index, model ids, observation ids]
   summaries = 0
   for segment in trajectory.segments:
@@ -270,9 +274,10 @@ def turns(trajectory: Trajectory, tokenizer: Tokenizer) -> tuple[tuple[Turn, ...
         summaries += 1
   out = []
   for index, model_ids, obs_ids in raw:
-    text = tokenizer.decode(model_ids)
-    observation = tokenizer.decode(obs_ids) if len(obs_ids) else ""
-    parsed = protocol.parse(text)
+    native = chat is not None and chat.native
+    text = chat.turn_text(model_ids) if native else tokenizer.decode(model_ids)
+    observation = tokenizer.decode(obs_ids) if len(obs_ids) and not native else ""
+    parsed = chat.format.tool_format.parse(text) if native else protocol.parse(text)
     calls = list(parsed.calls)
     finish = next((i for i, c in enumerate(calls) if c.name is ToolName.FINISH), None)
     if finish is not None:
@@ -284,7 +289,7 @@ def turns(trajectory: Trajectory, tokenizer: Tokenizer) -> tuple[tuple[Turn, ...
   return tuple(out), summaries
 
 
-def episode_behaviour(trajectory: Trajectory, tokenizer: Tokenizer, task: Any = None) -> EpisodeBehaviour:
+def episode_behaviour(trajectory: Trajectory, tokenizer: Tokenizer, task: Any = None, chat=None) -> EpisodeBehaviour:
   """The facts of one episode (a whole chain of segments), as the module docstring defines them.
 
   Args:
@@ -292,8 +297,9 @@ def episode_behaviour(trajectory: Trajectory, tokenizer: Tokenizer, task: Any = 
     tokenizer: the one the episode ran with (`decode` of the ledger's ids).
     task: the episode's `CodingTask` (or anything with a `metadata` mapping), for its declared relevant files;
       None: any look counts for read_before_edit.
+    chat: the episode's chat format over `tokenizer` (`turns`); None: brief.
   """
-  model_turns, summaries = turns(trajectory, tokenizer)
+  model_turns, summaries = turns(trajectory, tokenizer, chat)
   relevant = relevant_files(task)
   calls = [c for t in model_turns for c in t.calls]  # in order: (turn, position in the turn)
 

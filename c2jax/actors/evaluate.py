@@ -104,7 +104,7 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, 
   """
   chosen = [suite.task(split, i) for i in range(tasks)]
   episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, suite, task),
-                      key=jax.random.fold_in(jax.random.key(seed), t * samples + i))
+                      key=jax.random.fold_in(jax.random.key(seed), t * samples + i), first_observation=task.text)
               for t, task in enumerate(chosen) for i in range(samples)]
   # A progress bar: an evaluation of hundreds of episodes takes minutes on a CPU.
   with tqdm.tqdm(total=len(episodes), desc=f"evaluate v{version} ({split})", unit="episode", leave=False) as bar:
@@ -122,6 +122,7 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, 
   result["compactions/mean"] = float(np.mean([traj.compactions for traj in out]))
   coding_task = getattr(suite, "coding_task", None)
   result.update(behaviour.summarize([
-      behaviour.episode_behaviour(traj, runner.tokenizer, coding_task(chosen[i // samples]) if coding_task else None)
+      behaviour.episode_behaviour(traj, runner.tokenizer, coding_task(chosen[i // samples]) if coding_task else None,
+                                  runner.chat)
       for i, traj in enumerate(out)]))
   return result

@@ -239,12 +239,14 @@ def _write_ids(ids: jax.Array, positions: jax.Array, values: jax.Array, valid: j
 
 
 def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig,
-                mode: DrawMode) -> DecodeState:
-  """Feeds each row's newest token, draws the next one."""
+                mode: DrawMode, window: int | None = None) -> DecodeState:
+  """Feeds each row's newest token, draws the next one (attending to the first `window` cache slots: every active
+  row's fed position must be below it)."""
   b, t = s.tokens.shape
   rows = jnp.arange(b)
   feed_pos = jnp.minimum(s.pos, t - 1)
-  out = decode_lib.extend(params, s.cache, s.tokens[rows, feed_pos][:, None], feed_pos[:, None], cfg=cfg)
+  out = decode_lib.extend(params, s.cache, s.tokens[rows, feed_pos][:, None], feed_pos[:, None], cfg=cfg,
+                          window=window)
   token, logprob = draw(out.logits[:, 0], s.keys, s.step, *_unpack(s.knobs), mode)
   active = ~s.done
   new_pos = s.pos + 1
@@ -373,15 +375,35 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
 def _decode(params, state, version, steps, *, cfg, sampling, mode, speculative):
   if speculative:
     body = lambda s: _speculative_step(params, s, version, cfg, sampling, mode, speculative)
-  else:
-    body = lambda s: _plain_step(params, s, version, cfg, sampling, mode)
+    _, state = jax.lax.while_loop(lambda c: (c[0] < steps) & ~jnp.all(c[1].done),
+                                  lambda c: (c[0] + 1, body(c[1])), (jnp.int32(0), state))
+    return state
+  # Plain decoding attends to a window of the cache that grows with the rows' positions: one loop per window
+  # (static), each running while every active row's fed position is below it. Slots past a position are masked
+  # out of the softmax anyway; reading only the window cuts the cache reads, which dominate a decode step at a
+  # wide latent (DeepSeek-V3's 576 numbers per token and layer: docs/benchmarks.md, tools/bench_sampler.py).
+  t = state.tokens.shape[1]
+  carry = (jnp.int32(0), state)
+  for window in decode_windows(t):
 
-  def cond(carry):
-    i, s = carry
-    return (i < steps) & ~jnp.all(s.done)
+    def cond(c, window=window):
+      i, s = c
+      fed = jnp.where(s.done, 0, jnp.minimum(s.pos, t - 1))
+      return (i < steps) & ~jnp.all(s.done) & (jnp.max(fed) < window)
 
-  _, state = jax.lax.while_loop(cond, lambda c: (c[0] + 1, body(c[1])), (jnp.int32(0), state))
-  return state
+    carry = jax.lax.while_loop(
+        cond, lambda c, window=window: (c[0] + 1, _plain_step(params, c[1], version, cfg, sampling, mode,
+                                                               window if window < t else None)), carry)
+  return carry[1]
+
+
+# Cache windows of plain decoding: multiples of this many slots, then the whole cache.
+DECODE_WINDOW_STEP = 32
+
+
+def decode_windows(t: int) -> list[int]:
+  """The static attention windows of plain decoding over a T-slot cache, ascending, the last T."""
+  return list(range(DECODE_WINDOW_STEP, t, DECODE_WINDOW_STEP)) + [t]
 
 
 def finish(params: Params, state: DecodeState, *, cfg: ModelConfig, layout: Layout | None = None) -> SamplerOutput:

@@ -46,7 +46,8 @@ class ByteTokenizer:
         [np.array([self.EOS], np.int32)] if eos else [])
     return np.concatenate(parts)
 
-  def decode(self, ids) -> str:
+  def decode(self, ids, skip_special_tokens: bool = True) -> str:
+    del skip_special_tokens  # PAD, BOS and EOS have no text of their own
     ids = np.asarray(ids).reshape(-1)
     data = ids[(ids >= 0) & (ids < 256)].astype(np.uint8).tobytes()
     return data.decode("utf-8", errors="replace")

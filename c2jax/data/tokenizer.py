@@ -2,6 +2,7 @@
 
   tok = make_tokenizer("byte")                      # ByteTokenizer: 256 bytes + PAD, BOS, EOS
   tok = make_tokenizer("/path/to/tokenizer.json")   # HFTokenizer (BOS / EOS / PAD found by their usual names)
+  tok = make_tokenizer("/path/to/hf_model_dir")     # its tokenizer.json, with tokenizer_config.json's BOS / EOS
   ids = tok.encode("def f(): pass", bos=True, eos=True)   # [N] int32
   text = tok.decode(ids)                                   # special tokens dropped
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -43,13 +45,17 @@ class Tokenizer(Protocol):
   def encode(self, text: str, bos: bool = True, eos: bool = True) -> np.ndarray:
     """[N] int32 ids of `text`, with BOS before and EOS after when asked."""
 
-  def decode(self, ids) -> str:
-    """The text of `ids`, special tokens dropped."""
+  def decode(self, ids, skip_special_tokens: bool = True) -> str:
+    """The text of `ids`, special tokens dropped unless `skip_special_tokens` is False (a native tool-call format
+    writes its calls with special tokens, so a model turn is decoded with them)."""
 
 
 # Names under which tokenizer.json files commonly declare their special tokens, tried in order.
-BOS_NAMES = ("<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", "[BOS]", "<|endoftext|>")
-EOS_NAMES = ("</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|endoftext|>", "[EOS]")
+BOS_NAMES = ("<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", "[BOS]", "<｜begin▁of▁sentence｜>",
+             "<|endoftext|>")
+EOS_NAMES = ("</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|endoftext|>", "[EOS]", "<｜end▁of▁sentence｜>")
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # an HF model directory's: names its bos_token / eos_token
 PAD_NAMES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>")
 
 
@@ -65,13 +71,14 @@ def _find(tok, names: Sequence[str]) -> int | None:
 class HFTokenizer:
   """A HuggingFace `tokenizers` file (tokenizer.json) as a `Tokenizer`.
 
-  BOS / EOS / PAD are the tokens named `bos` / `eos` / `pad` when given, else the first of the usual names
-  (BOS_NAMES, EOS_NAMES, PAD_NAMES) the vocabulary holds; a file without a pad token pads with EOS (padding is
-  always masked out of the loss, so its id does not matter). The file's own post-processor (which may add
-  specials of its own) is not applied: BOS and EOS are added here, exactly when asked.
+  BOS / EOS / PAD are the tokens named `bos` / `eos` / `pad` when given, else those that a tokenizer_config.json
+  beside the file names (`bos_token`, `eos_token`, `pad_token`: an HF model directory's own choice), else the
+  first of the usual names (BOS_NAMES, EOS_NAMES, PAD_NAMES) the vocabulary holds; a file without a pad token pads
+  with EOS (padding is always masked out of the loss, so its id does not matter). The file's own post-processor
+  (which may add specials of its own) is not applied: BOS and EOS are added here, exactly when asked.
 
   Attributes:
-    path: the tokenizer.json file.
+    path: the tokenizer.json file, or an HF model directory holding one.
     bos, eos, pad: names of the special tokens, or None to look them up.
   """
 
@@ -81,11 +88,16 @@ class HFTokenizer:
   pad: str | None = None
 
   def __post_init__(self):
+    if os.path.isdir(self.path):
+      object.__setattr__(self, "path", os.path.join(self.path, TOKENIZER_FILE))
     if not os.path.isfile(self.path):
-      raise ValueError(f"Tokenizer file {self.path!r} does not exist; give the path of a tokenizer.json or 'byte'.")
+      raise ValueError(f"Tokenizer file {self.path!r} does not exist; give the path of a tokenizer.json (or of a "
+                       "directory holding one) or 'byte'.")
+    declared = _declared_specials(os.path.join(os.path.dirname(self.path), TOKENIZER_CONFIG_FILE))
     ids = {}
     for what, given, names in (("bos", self.bos, BOS_NAMES), ("eos", self.eos, EOS_NAMES),
                                ("pad", self.pad, PAD_NAMES)):
+      given = given or declared.get(what)
       found = _find(self._tok, (given,) if given else names)
       if found is None and what == "pad" and not given:
         found = ids["eos"]
@@ -127,14 +139,36 @@ class HFTokenizer:
       out[-1] = self.eos_id
     return out
 
-  def decode(self, ids) -> str:
-    return self._tok.decode([int(i) for i in np.asarray(ids).reshape(-1)], skip_special_tokens=True)
+  def decode(self, ids, skip_special_tokens: bool = True) -> str:
+    return self._tok.decode([int(i) for i in np.asarray(ids).reshape(-1)], skip_special_tokens=skip_special_tokens)
+
+  def token_id(self, token: str) -> int | None:
+    """The id of the token whose text is `token` (e.g. a chat format's end-of-turn token), None if absent."""
+    i = self._tok.token_to_id(token)
+    return None if i is None else int(i)
+
+
+def _declared_specials(path: str) -> dict[str, str]:
+  """{"bos" | "eos" | "pad": token text} as an HF tokenizer_config.json at `path` names them ({} without one); a
+  token is a string or an AddedToken mapping with its "content"."""
+  if not os.path.isfile(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    config = json.load(f)
+  out = {}
+  for what in ("bos", "eos", "pad"):
+    token = config.get(f"{what}_token")
+    token = token.get("content") if isinstance(token, dict) else token
+    if isinstance(token, str) and token:
+      out[what] = token
+  return out
 
 
 def make_tokenizer(spec: str) -> Tokenizer:
-  """"byte" -> ByteTokenizer(); anything else is the path of a tokenizer.json -> HFTokenizer(path)."""
+  """"byte" -> ByteTokenizer(); anything else is the path of a tokenizer.json, or of an HF model directory holding
+  one -> HFTokenizer(path)."""
   if spec == "byte":
     return ByteTokenizer()
   if not isinstance(spec, str) or not spec:
-    raise ValueError(f"Tokenizer spec {spec!r}: use 'byte' or the path of a tokenizer.json file.")
+    raise ValueError(f"Tokenizer spec {spec!r}: use 'byte' or the path of a tokenizer.json file (or its directory).")
   return HFTokenizer(spec)

@@ -7,9 +7,11 @@
   terms = env.reward()                # the raw reward terms of the episode
   env.close()
 
-`CodingAgentEnv` runs `CodingEnv` over a coding task: the observation is the tool results, the notice is its
-budget line. `OneTurnEnv` is the single-turn case of the same path: the episode ends after the first turn and its
-reward is the suite's verifier on the sampled ids (char_class, today's single-turn coding tasks).
+`CodingAgentEnv` runs `CodingEnv` over a coding task in its chat format (`EnvConfig.chat_format`): the observation
+is the tool results and the notice the budget line (brief), or the two pieces the model's template writes after
+a turn (`chat_format.Continuation`: the tool messages, then the harness's message and the next generation prompt).
+`OneTurnEnv` is the single-turn case of the same path: the episode ends after the first turn and its reward is
+the suite's verifier on the sampled ids (char_class, today's single-turn coding tasks).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Mapping, Protocol
 
 import numpy as np
 
+from c2jax.envs.chat_format import Continuation, ToolResult
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.tasks import Task, TaskSuite
@@ -34,12 +37,17 @@ class TurnResult:
     done: the episode is over.
     reason: why, as `CodingEnv` says it ("finish", "turn_budget", "token_budget", "time_budget",
       "workdir_limit"); "finish" for an environment that ended the episode itself.
+    results: the turn's tool results and the harness's notes, in order (`chat_format.ToolResult`): what a native
+      chat format re-renders when the engine asks for a summary in place of the next generation prompt.
+    budget: the budget line alone.
   """
 
   observation: str
   notice: str = ""
   done: bool = False
   reason: str = ""
+  results: tuple[ToolResult, ...] = ()
+  budget: str = ""
 
 
 class AgentEnv(Protocol):
@@ -72,11 +80,11 @@ class CodingAgentEnv:
   def step(self, ids: np.ndarray, text: str) -> TurnResult:
     del ids
     result = self.env.step(text)
-    body = result.observation
-    if result.notice and body.endswith("\n" + result.notice):
-      body = body[:-len(result.notice) - 1]
-    return TurnResult(observation=body, notice="\n" + result.notice if result.notice else "", done=result.done,
-                      reason=result.info.get("done_reason", ""))
+    # A step after the episode's end has no continuation: its observation alone (the engine never asks for one).
+    cont = result.continuation or Continuation(result.observation, "")
+    return TurnResult(observation=cont.observation, notice=cont.notice,
+                      done=result.done, reason=result.info.get("done_reason", ""), results=result.results,
+                      budget=result.notice)
 
   def reward(self) -> dict[str, float]:
     terms = dict(self.env.reward())

@@ -3,6 +3,8 @@ of `CodingEnv` through the agent loop.
 
   suite = TASK_SUITES.get("coding")(coding_suite="tiny_functions", instructions="brief")
   task = suite.task("train", 17)             # prompt = BOS + the environment's first observation (tokenized)
+  suite = TASK_SUITES.get("coding")(coding_suite="swe", tokenizer="/ckpt/hf", chat_format="deepseek_v3",
+                                    suite_options={"train": "gym.jsonl"})  # a real model's own format
   terms = suite.reward(task, generated)      # {"outcome": credited pass fraction, "malformed_tool_calls", ...}
   env = suite.agent_env(task)                # a multi-turn episode (`c2jax.envs.agent_env.CodingAgentEnv`)
 
@@ -12,7 +14,9 @@ task; then the hidden tests grade the repository as the turn left it, whether or
 back until the model finishes or a budget ends it, and the hidden tests grade what it left.
 
 The prompt is the exact text `CodingEnv.reset` returns (and `c2jax.envs.demonstrations` trains on), so a model SFT'd
-on the suite's demonstrations meets the same prompt in RL.
+on the suite's demonstrations meets the same prompt in RL; with a native chat format (`chat_format`) it is that
+text as the user message of the model's own template (`c2jax.envs.chat_tokens.ChatTokens.prompt`), and the
+episode speaks the model's tool-call syntax.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from c2jax import typed_config
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import suite_tokenizer
 from c2jax.envs.agent_env import CodingAgentEnv
+from c2jax.envs.chat_format import CHAT_FORMATS
+from c2jax.envs.chat_tokens import ChatTokens
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail
@@ -51,6 +57,11 @@ def _tokenizer(spec: str, suite: str):
   return make_tokenizer(suite_tokenizer.resolve(spec, suite))
 
 
+@functools.lru_cache(maxsize=4)
+def _chat_tokens(name: str, spec: str, suite: str) -> ChatTokens:
+  return ChatTokens.of(name, _tokenizer(spec, suite))
+
+
 @TASK_SUITES.register("coding")
 @dataclasses.dataclass(frozen=True)
 class CodingTaskSuite:
@@ -68,6 +79,9 @@ class CodingTaskSuite:
       train text, trained on first use and cached: `c2jax.envs.suite_tokenizer`): how prompts are encoded and
       samples decoded; the SFT (`c2jax.services.warm_start`) uses the same one, and the model's vocab_size must
       cover it.
+    chat_format: the episodes' chat format (`c2jax.envs.chat_format.CHAT_FORMATS`): "brief" (the raw text the tiny
+      models are trained on), or a real model's own, "deepseek_v3" / "kimi_k2", whose control tokens the
+      tokenizer must hold (the model's own tokenizer.json).
     reward_workers: samples graded at once (`c2jax.envs.tasks.rewards`): each waits on its own sandbox and judge
       processes, so a few threads overlap their start-up (4 give ~2x on 2 cores; tools/bench_sandbox.py).
     name: the registry name, the prefix of task ids.
@@ -80,6 +94,7 @@ class CodingTaskSuite:
   instructions: str = "brief"
   suite_options: Mapping[str, Any] | tuple[tuple[str, Any], ...] = ()
   tokenizer: str = "byte"
+  chat_format: str = "brief"
   reward_workers: int = 4
   name: str = dataclasses.field(default="coding", metadata={typed_config.PLAIN: False})  # the registry name
   # What `reward` and the multi-turn episode report (c2jax.envs.tasks.reward_terms): stored in the buffer, logged
@@ -87,6 +102,7 @@ class CodingTaskSuite:
   reward_terms: ClassVar[tuple[str, ...]] = ("outcome", "malformed_tool_calls", "hack_attempts")
 
   def __post_init__(self):
+    CHAT_FORMATS.get(self.chat_format)  # an unknown name is refused now, with the known ones
     options = self.suite_options.items() if hasattr(self.suite_options, "items") else self.suite_options
     # Lists (what JSON makes of tuples) become tuples: the options key a cache of the suite's tasks.
     object.__setattr__(self, "suite_options", tuple(sorted(
@@ -95,7 +111,7 @@ class CodingTaskSuite:
   @property
   def env_config(self) -> EnvConfig:
     return EnvConfig(max_turns=self.max_turns, max_tokens=self.max_tokens,
-                     instructions=HelpDetail(self.instructions))
+                     instructions=HelpDetail(self.instructions), chat_format=self.chat_format)
 
   def size(self, split: str) -> int:
     check_split(split)
@@ -111,12 +127,16 @@ class CodingTaskSuite:
     index = int(index) % len(tasks)
     # What `CodingEnv.reset` returns: a fresh copy lists exactly the task's files, sorted.
     text = first_observation(tasks[index], self.env_config, sorted(tasks[index].files))
-    prompt = tuple(int(t) for t in _tokenizer(self.tokenizer, self.coding_suite).encode(text, bos=True, eos=False))
+    prompt = tuple(int(t) for t in self.chat_tokens().prompt(text))
     return Task(task_id=f"{self.name}/{self.coding_suite}/{split}/{index}", prompt=prompt, text=text)
 
   def text_tokenizer(self):
     """How this suite's prompts are encoded and samples decoded (`tokenizer`)."""
     return _tokenizer(self.tokenizer, self.coding_suite)
+
+  def chat_tokens(self) -> ChatTokens:
+    """The chat format over the suite's tokenizer (prompts, turn texts, the end-of-turn token)."""
+    return _chat_tokens(self.chat_format, self.tokenizer, self.coding_suite)
 
   def agent_env(self, task: Task) -> CodingAgentEnv:
     """A multi-turn episode of `task` (its first observation is `task.prompt`'s text)."""
@@ -126,7 +146,7 @@ class CodingTaskSuite:
     """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' credited pass fraction
     (`grading.grade`'s "credited_fraction": a canary passing alone costs a pass); the terms
     of `REWARD_TERMS`."""
-    text = _tokenizer(self.tokenizer, self.coding_suite).decode(generated)
+    text = self.chat_tokens().turn_text(generated)
     with CodingEnv(self.env_config) as env:
       env.reset(self.coding_task(task))
       env.step(text)

@@ -46,11 +46,13 @@ import shlex
 import time
 from typing import Callable, Sequence
 
+from c2jax.envs import chat_format as chat_format_lib
 from c2jax.envs import code_search
 from c2jax.envs import grading
 from c2jax.envs import protocol
 from c2jax.envs import web_search
 from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.chat_format import ToolResult, clip
 from c2jax.envs.protocol import ToolCall, ToolName
 from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 
@@ -74,7 +76,10 @@ class EnvConfig:
     max_workdir_entries: files, directories and links the workdir may hold after a call.
     limits: the sandbox limits of every tool call.
     grading_limits: the judge's sandbox limits; grading's defaults when None.
-    instructions: how much of the tool format the first observation spells out (`protocol.HelpDetail`).
+    instructions: how much of the tool format the first observation spells out (`protocol.HelpDetail`); native
+      chat formats leave it out (their templates declare the tools).
+    chat_format: the name of the tool-call and chat format in `chat_format.CHAT_FORMATS`: "brief" (the raw
+      `protocol.py` format, by default), "deepseek_v3" or "kimi_k2" (the models' own templates and tool calls).
   """
 
   max_turns: int = 8
@@ -90,36 +95,32 @@ class EnvConfig:
   limits: SandboxLimits = dataclasses.field(default_factory=SandboxLimits)
   grading_limits: SandboxLimits | None = None
   instructions: protocol.HelpDetail = protocol.HelpDetail.FULL
+  chat_format: str = "brief"
 
 
 @dataclasses.dataclass(frozen=True)
 class StepResult:
   """What one step returns: the next observation, whether the episode ended, and counters (see CodingEnv.step).
 
-  `notice` is the observation's last line, the budget line ("[turn 2 of 8; about 130 of 8192 tokens used]"): the
-  observation is its tool results, a newline, then the notice (the agent loop's ledger marks the two apart).
+  `notice` is the budget line ("[turn 2 of 8; about 130 of 8192 tokens used]"). With the brief format the
+  observation is its tool results, a newline, then the notice (the agent loop's ledger marks the two apart); with
+  a native chat format it is the continuation the model's template writes after the turn (tool messages, the
+  harness's message holding the notice, the next generation prompt). `continuation` holds the same text in the
+  two pieces the engine appends (`chat_format.Continuation`); `observation == continuation.text`. `results` are
+  the step's results and notes in order (`ChatFormat.messages` builds the conversation from them).
   """
 
   observation: str
   done: bool
   info: dict
   notice: str = ""
+  continuation: chat_format_lib.Continuation | None = None
+  results: tuple[ToolResult, ...] = ()
 
 
 def byte_tokens(text: str) -> int:
   """The default token count: UTF-8 bytes / 4, rounded up."""
   return (len(text.encode("utf-8", errors="replace")) + 3) // 4
-
-
-def clip(text: str, limit: int) -> str:
-  """`text` cut to about `limit` UTF-8 bytes, keeping its head and tail around a note of what was cut."""
-  data = text.encode("utf-8", errors="replace")
-  if len(data) <= limit:
-    return text
-  head, tail = data[:limit * 3 // 4], data[len(data) - limit // 4:]
-  cut = len(data) - len(head) - len(tail)
-  return (f"{head.decode('utf-8', errors='ignore')}\n[... {cut} bytes cut ...]\n"
-          f"{tail.decode('utf-8', errors='ignore')}")
 
 
 def _workdir_path(path: str) -> str:
@@ -191,7 +192,8 @@ def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str])
   The task statement comes last, right before the model's answer: as a system prompt precedes a user's request,
   and because a small model copies names and constants from the statement far more easily at a short distance
   (the tiny models' failure with the statement first was answers that ignored it). `config.instructions` NONE
-  leaves the tool format out (models SFT'd on it).
+  leaves the tool format out (models SFT'd on it), and so does a native chat format (`config.chat_format`), whose
+  template declares the tools; its prompt is `ChatFormat.prompt(system, first_observation)`.
 
   `CodingEnv.reset` returns it with `files` = the sandbox's listing of the fresh copy (the sorted paths of
   `task.files`); SFT demonstrations (`c2jax.envs.demonstrations`) build the same text without a sandbox.
@@ -199,7 +201,8 @@ def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str])
   listing = "\n".join(files[:MAX_LISTED_FILES])
   if len(files) > MAX_LISTED_FILES:
     listing += f"\n[... {len(files) - MAX_LISTED_FILES} more files]"
-  parts = [protocol.format_help(config.instructions),
+  native = chat_format_lib.chat_format(config.chat_format).native
+  parts = ["" if native else protocol.format_help(config.instructions),
            f"You have {config.max_turns} turns and about {config.max_tokens} tokens; call finish when done.",
            f"Repository files:\n{listing or '(none)'}",
            task.prompt.strip()]
@@ -226,6 +229,7 @@ class CodingEnv:
     if config.max_search_results < 1:
       raise ValueError(f"EnvConfig.max_search_results must be at least 1, got {config.max_search_results}.")
     self._web_search_factory = web_search.WEB_SEARCH_BACKENDS.get(config.web_search_backend)  # unknown: refused now
+    self._format = chat_format_lib.chat_format(config.chat_format)  # unknown: refused now
     self._web_search: web_search.SearchBackend | None = None
     # Kept across episodes: its index is rebuilt only when the repository differs, so a next episode on the same
     # starting files reuses it.
@@ -274,24 +278,24 @@ class CodingEnv:
       model_text = "" if model_text is None else str(model_text)
     self._turn += 1
     self._tokens += int(self._count_tokens(model_text))
-    parsed = protocol.parse(model_text)
+    parsed = self._format.tool_format.parse(model_text)
     step = {"tool_calls": 0, "malformed_tool_calls": len(parsed.errors),
             "incomplete_tool_calls": int(parsed.incomplete), "tool_errors": 0}
-    parts = []
+    results: list[ToolResult] = []  # in order; a note of the harness has no call
     limit = self.config.max_calls_per_turn
     for i, call in enumerate(parsed.calls):
       if i >= limit:
-        parts.append(f"<error>only the first {limit} tool calls of a turn are run; "
-                     f"{len(parsed.calls) - limit} more were skipped.</error>")
+        results.append(ToolResult(f"only the first {limit} tool calls of a turn are run; "
+                                  f"{len(parsed.calls) - limit} more were skipped."))
         break
       if self._done:
         when = "finish" if self._done_reason == "finish" else f"the episode ended ({self._done_reason})"
-        parts.append(f"<error>{len(parsed.calls) - i} tool call(s) after {when} were not run.</error>")
+        results.append(ToolResult(f"{len(parsed.calls) - i} tool call(s) after {when} were not run."))
         break
       if self._time_left() <= 0:
         self._done, self._done_reason = True, "time_budget"
-        parts.append(f"<error>the episode's {self.config.max_tool_s:g} s of tool time are spent; "
-                     f"{len(parsed.calls) - i} tool call(s) were not run.</error>")
+        results.append(ToolResult(f"the episode's {self.config.max_tool_s:g} s of tool time are spent; "
+                                  f"{len(parsed.calls) - i} tool call(s) were not run."))
         break
       step["tool_calls"] += 1
       t0 = time.monotonic()
@@ -301,17 +305,17 @@ class CodingEnv:
         self._tool_s += time.monotonic() - t0
       if not ok:
         step["tool_errors"] += 1
-      tag = "result" if ok else "error"
-      parts.append(f'<{tag} tool="{call.name.value}">\n{clip(text, self.config.max_observation_bytes)}\n</{tag}>')
+      results.append(ToolResult(clip(text, self.config.max_observation_bytes), call=i, ok=ok, tool=call.name.value))
       if call.name in _WRITING_TOOLS and self._workdir_over_limit():
         self._done, self._done_reason = True, "workdir_limit"
-        parts.append(f"<error>the repository exceeds {self.config.max_workdir_bytes} bytes or "
-                     f"{self.config.max_workdir_entries} files and directories; the episode is over and scores "
-                     "0.</error>")
+        results.append(ToolResult(f"the repository exceeds {self.config.max_workdir_bytes} bytes or "
+                                  f"{self.config.max_workdir_entries} files and directories; the episode is over "
+                                  "and scores 0."))
     for error in parsed.errors:
-      parts.append(f"<error>malformed tool call, not run: {error}</error>")
-    if not parts:
-      parts.append("<error>no tool call found; write a <tool> block, or finish.</error>")
+      results.append(ToolResult(f"malformed tool call, not run: {error}"))
+    if not results:
+      results.append(ToolResult("no tool call found; call a tool, or finish." if self._format.native else
+                                "no tool call found; write a <tool> block, or finish."))
     for key, value in step.items():
       self._totals[key] += value
     if not self._done:
@@ -323,8 +327,9 @@ class CodingEnv:
         self._done, self._done_reason = True, "time_budget"
     footer = (f"[turn {self._turn} of {self.config.max_turns}; about {self._tokens} of {self.config.max_tokens} "
               f"tokens used{'; episode over: ' + self._done_reason if self._done else ''}]")
-    observation = clip("\n".join(parts), self.config.max_observation_bytes) + "\n" + footer
-    return StepResult(observation, self._done, self._info(step), notice=footer)
+    continuation = self._format.continuation(model_text, results, footer, max_bytes=self.config.max_observation_bytes)
+    return StepResult(continuation.text, self._done, self._info(step), notice=footer, continuation=continuation,
+                      results=tuple(results))
 
   def reward(self) -> dict[str, float]:
     """The reward terms of the episode: `grading.grade` on the workdir's files (hidden tests added in a fresh

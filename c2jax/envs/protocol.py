@@ -156,8 +156,10 @@ def _clean(name: str, value: str) -> str:
   return value
 
 
-def _check(tool: str, args: Mapping[str, str], duplicates: tuple[str, ...] = ()) -> tuple[ToolName | None, str]:
-  """(the tool, "") for a well-formed call, else (None, one sentence saying what is wrong)."""
+def check_call(tool: str, args: Mapping[str, str],
+               duplicates: tuple[str, ...] = ()) -> tuple[ToolName | None, str]:
+  """(the tool, "") for a well-formed call, else (None, one sentence saying what is wrong); every tool-call format
+  (`c2jax.envs.tool_formats`) checks its calls with it."""
   name = _BY_VALUE.get(tool)
   if name is None:
     return None, f"unknown tool {tool!r}; the tools are {', '.join(_BY_VALUE)}."
@@ -235,7 +237,7 @@ def _parse_block(text: str, start: int) -> tuple[ToolCall | None, str, int, bool
     return None, 'malformed <tool> tag; write <tool name="NAME">.', pos, ended
   tool = m.group(1)
   if m.group(2):  # <tool name="finish"/>
-    name, error = _check(tool, {})
+    name, error = check_call(tool, {})
     return (ToolCall(name, {}) if name else None), error, m.end(), False
   args: dict[str, str] = {}
   duplicates: list[str] = []
@@ -245,7 +247,7 @@ def _parse_block(text: str, start: int) -> tuple[ToolCall | None, str, int, bool
     if pos >= n:
       return None, f"incomplete tool call {tool!r}: the text ends before </tool>.", n, True
     if text.startswith("</tool>", pos):
-      name, error = _check(tool, args, tuple(duplicates))
+      name, error = check_call(tool, args, tuple(duplicates))
       return (ToolCall(name, args) if name else None), error, pos + len("</tool>"), False
     a = _ARG_OPEN.match(text, pos)
     if a is None:
@@ -294,7 +296,7 @@ def _value_text(name: str, value: str) -> str:
 
 def render(call: ToolCall) -> str:
   """The canonical text of `call`; raises ValueError for a call `parse` could never produce."""
-  name, error = _check(call.name.value, call.args)
+  name, error = check_call(call.name.value, call.args)
   if name is None:
     raise ValueError(f"Cannot render this tool call: {error}")
   if "path" in call.args and call.args["path"] != call.args["path"].strip():

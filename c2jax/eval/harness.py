@@ -10,7 +10,7 @@ budget runs out), graded by the hidden tests in a fresh sandbox; episodes run `w
 with (`c2jax.actors.agent_loop`: the slot engine, tools on host workers), so what is evaluated is what is trained:
 
   runner = AgentRunner(model_cfg, EngineConfig(slots=4, context=4096), sampling, AgentConfig(max_turns=8), tok)
-  report = evaluate_model(tasks, runner, params, tokenizer=tok, samples=2, config=EnvConfig(max_turns=8))
+  report = evaluate_model(tasks, runner, params, samples=2, config=EnvConfig(max_turns=8))
 
 pass@k is the unbiased estimator from n samples per task (Chen et al. 2021), best-of-K the mean
 over tasks of the best pass fraction among the K samples.
@@ -200,23 +200,27 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
   return Report(episodes=episodes, samples=samples, ks=ks, seconds=time.perf_counter() - t0, workers=workers)
 
 
-def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, tokenizer, samples: int = 1,
+def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, samples: int = 1,
                    config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,), seed: int = 0,
                    version: int = 0) -> Report:
   """Runs `samples` episodes of every task with the model `params` through `runner` (its slots are the episodes in
   flight, its tool workers the sandboxes); episode i draws with fold_in(key(seed), i).
 
-  The prompt of an episode is BOS + the first observation of a fresh copy (what `CodingEnv.reset` returns),
-  tokenized by `tokenizer`, the model's own.
+  The prompt of an episode is the first observation of a fresh copy (what `CodingEnv.reset` returns) in the
+  runner's chat format (`ChatTokens.prompt`: BOS + the text for brief, the model's template otherwise), tokenized
+  by the runner's tokenizer, the model's own; `config.chat_format` must be the runner's.
   """
   if not tasks:
     raise ValueError("No tasks to evaluate (empty suite or split).")
+  if runner.chat.format.name != config.chat_format:
+    raise ValueError(f"The environment speaks chat format {config.chat_format!r} but the runner "
+                     f"{runner.chat.format.name!r}; make them one (AgentRunner(..., chat_format=...)).")
   ks = tuple(k for k in ks if k <= samples) or (1,)
   jobs = [(task, s) for task in tasks for s in range(samples)]
-  episodes = [AgentEpisode(prompt=tokenizer.encode(first_observation(task, config, sorted(task.files)), bos=True,
-                                                   eos=False),
+  texts = {id(task): first_observation(task, config, sorted(task.files)) for task, _ in jobs}
+  episodes = [AgentEpisode(prompt=runner.chat.prompt(texts[id(task)]),
                            make_env=functools.partial(CodingAgentEnv, task, config),
-                           key=jax.random.fold_in(jax.random.key(seed), i))
+                           key=jax.random.fold_in(jax.random.key(seed), i), first_observation=texts[id(task)])
               for i, (task, _) in enumerate(jobs)]
   t0 = time.perf_counter()
   trajectories = runner.run(episodes, weights=lambda: (params, version))

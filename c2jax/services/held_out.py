@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from c2jax.actors.actor import EpisodeKind, text_tokenizer
+from c2jax.actors.actor import EpisodeKind, suite_chat_format, text_tokenizer
 from c2jax.actors.agent_loop import AgentRunner
 from c2jax.actors.evaluate import evaluate, evaluate_episodes
 from c2jax.services.rl_run_config import RLRunConfig
@@ -28,7 +28,7 @@ def held_out_evaluation(cfg: RLRunConfig) -> Callable[..., dict]:
                 success_threshold=cfg.rl.success_threshold, pass_k=cfg.eval_pass_k)
   if actor.episodes is EpisodeKind.MULTI_TURN:
     runner = AgentRunner(cfg.model_config, actor.engine_config(), cfg.eval_sampling, actor.agent_config(),
-                         text_tokenizer(suite))
+                         text_tokenizer(suite), chat_format=suite_chat_format(suite))
     return functools.partial(evaluate_episodes, runner=runner, **common)
   return functools.partial(evaluate, model=cfg.model_config, sampling=cfg.eval_sampling, prompt_len=actor.prompt_len,
                            **common)

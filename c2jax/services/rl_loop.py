@@ -22,8 +22,10 @@ with the checkpoint; the update sees token versions in its own step numbering.
 
 Outputs in `workdir`: checkpoints/ (orbax), config.json (the run config), metrics.jsonl (one line per step),
 consumed.jsonl (the (shard, seq) of every group each step trained on), tb/ (TensorBoard), eval.jsonl (held-out
-evaluations before and after), result.json, training.png (c2jax/services/rl_report.py). A restart drops the
-records a killed run logged past its checkpoint.
+evaluations before and after), result.json, training.png (c2jax/services/rl_report.py), and model/: the trained
+policy as a c2jax model checkpoint (`c2jax.model.checkpoint`; what tools/export_hf.py exports, eval_main evaluates
+and another run starts from), written when the run finishes. A restart drops the records a killed run logged past
+its checkpoint.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import functools
 import json
 import math
 import pathlib
+import shutil
 import time
 from typing import Callable
 
@@ -46,7 +49,7 @@ import tqdm
 from c2jax.actors import behaviour
 from c2jax.actors.actor import buffer_spec
 from c2jax.envs import tasks as tasks_lib
-from c2jax.model.checkpoint import load_checkpoint_for
+from c2jax.model.checkpoint import load_checkpoint_for, save_checkpoint
 from c2jax.model.params import init_params
 from c2jax.parallel.mesh import MeshConfig, make_mesh
 from c2jax.rl import sharded
@@ -61,6 +64,8 @@ from c2jax.services.collate import empty_batch, groups_to_batch
 from c2jax.services.held_out import held_out_evaluation
 from c2jax.services.rl_run_config import RUN_CONFIG_KEY, RLRunConfig, to_json
 from c2jax.services.run_log import RunLog, read_history
+
+MODEL_DIR = "model"  # in the workdir: the trained policy as a c2jax model checkpoint
 
 
 def _host(tree):
@@ -318,7 +323,14 @@ class _Trainer:
     self.log.flush()
 
   def finish(self) -> dict:
-    """The held-out evaluation after training, eval.jsonl, result.json and the training plot (process 0)."""
+    """The trained policy as model/, the held-out evaluation after training, eval.jsonl, result.json and the
+    training plot (process 0)."""
+    # Written aside and swapped in: a finished run resumed with more steps replaces it whole.
+    model, partial = self.work / MODEL_DIR, self.work / (MODEL_DIR + ".incomplete")
+    shutil.rmtree(partial, ignore_errors=True)
+    save_checkpoint(str(partial), self.params_host, self.cfg.model_config)
+    shutil.rmtree(model, ignore_errors=True)
+    partial.rename(model)
     after = {**self.run_eval(jax.device_put(self.params_host)), "version": self.version}
     with open(self.work / "eval.jsonl", "a") as f:
       f.write(json.dumps({"when": "before", **self.before}) + "\n")

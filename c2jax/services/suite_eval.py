@@ -47,6 +47,8 @@ class EvalRunConfig:
 
   Attributes:
     suite, split, max_tasks: the coding suite (`CODING_SUITES`), its split, the first this many tasks (0: all).
+    suite_options: the coding suite's fields, e.g. {"heldout": "instances.jsonl"} for "swe" (SWE-bench-format
+      instances, `c2jax.envs.swe_tasks`).
     policy: a scripted policy's name, or "checkpoint" (a model).
     samples: episodes per task (pass@k from n samples); ks: the k of pass@k.
     workers: episodes in flight (sandboxes).
@@ -55,11 +57,16 @@ class EvalRunConfig:
     checkpoint: the model policy's c2jax checkpoint; or watch_weights: a weight store whose every new version is
       evaluated (polled every `watch_poll_s`), with the architecture `model` / `model_overrides`.
     sampling: how the model policy samples.
+    tokenizer: the model policy's tokenizer: "byte", or a tokenizer.json / HF model directory (a converted
+      model's own: `c2jax.data.tokenizer.make_tokenizer`). With env.chat_format "brief" its EOS ends a turn; a
+      native format (the model's own: "deepseek_v3", "kimi_k2") renders prompts with the model's template, and its
+      end-of-turn token ends a turn.
   """
 
   suite: str = "realistic"
   split: str = "heldout"
   max_tasks: int = 0
+  suite_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   policy: str = "reference"
   samples: int = 1
   ks: tuple[int, ...] = (1,)
@@ -72,12 +79,14 @@ class EvalRunConfig:
   model: str = "tiny"
   model_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   sampling: EvalSamplingConfig = EvalSamplingConfig()
+  tokenizer: str = "byte"
 
   def __post_init__(self):
     from c2jax.envs.coding_tasks import CODING_SUITES, check_split  # pylint: disable=g-import-not-at-top
     from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
     import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
     CODING_SUITES.get(self.suite)
+    object.__setattr__(self, "suite_options", dict(self.suite_options))
     check_split(self.split)
     if self.policy != CHECKPOINT and self.policy not in POLICIES:
       raise ValueError(f"policy={self.policy!r} is not {CHECKPOINT!r} or a scripted policy "
@@ -107,27 +116,31 @@ def parse(c: Mapping[str, Any] | ml_collections.ConfigDict) -> EvalRunConfig:
 
 def _tasks(cfg: EvalRunConfig):
   from c2jax.envs.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
-  tasks = CODING_SUITES.get(cfg.suite)().tasks(cfg.split)
+  tasks = CODING_SUITES.get(cfg.suite)(**cfg.suite_options).tasks(cfg.split)
   if not tasks:
     raise ValueError(f"Suite {cfg.suite!r} has no tasks in split {cfg.split!r}.")
   return tasks[:cfg.max_tasks] if cfg.max_tasks else tasks
 
 
 def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directory: str, version: int = 0) -> dict:
-  """The model policy's report: every episode through the agent loop, with the byte tokenizer."""
+  """The model policy's report: every episode through the agent loop, with the run's tokenizer."""
   from c2jax.actors.agent_loop import AgentConfig, AgentRunner  # pylint: disable=g-import-not-at-top
   from c2jax.actors.engine import EngineConfig  # pylint: disable=g-import-not-at-top
   from c2jax.actors.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
-  from c2jax.data.byte_tokenizer import ByteTokenizer  # pylint: disable=g-import-not-at-top
+  from c2jax.data.tokenizer import make_tokenizer  # pylint: disable=g-import-not-at-top
   from c2jax.eval import harness  # pylint: disable=g-import-not-at-top
   s = cfg.sampling
-  tok = ByteTokenizer()
+  tok = make_tokenizer(cfg.tokenizer)
+  if tok.vocab_size > model.vocab_size:
+    raise ValueError(f"tokenizer={cfg.tokenizer!r} has {tok.vocab_size} tokens but the model only {model.vocab_size}; "
+                     "give the model's own tokenizer.")
   runner = AgentRunner(model, EngineConfig(slots=s.slots, context=s.context),
                        SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                                      stop_tokens=(ByteTokenizer.EOS,)),
+                                      stop_tokens=(tok.eos_id,)),
                        AgentConfig(max_turns=cfg.env.max_turns, max_turn_tokens=s.max_new_tokens,
-                                   max_episode_tokens=s.max_episode_tokens, tool_workers=cfg.workers), tok)
-  report = harness.evaluate_model(tasks, runner, params, tokenizer=tok, samples=cfg.samples, config=cfg.env,
+                                   max_episode_tokens=s.max_episode_tokens, tool_workers=cfg.workers), tok,
+                       chat_format=cfg.env.chat_format)
+  report = harness.evaluate_model(tasks, runner, params, samples=cfg.samples, config=cfg.env,
                                   ks=tuple(cfg.ks), seed=cfg.seed, version=version)
   summary = harness.write_report(report, directory)
   print(report.markdown())

@@ -97,6 +97,9 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
   # Forced turns up to a turn's and a summary's budget.
   engine = dataclasses.replace(actor.engine_config(),
                                max_forced=max(agent.max_turn_tokens, agent.summary.max_tokens))
+  if getattr(suite, "chat_format", "brief") != "brief":
+    raise ValueError(f"The scripted teachers write the brief tool format; task.chat_format={suite.chat_format!r} "
+                     "needs demonstrations in its own format, so set teacher traces off for it.")
   tok = suite.text_tokenizer()
   sampling = SamplingConfig(max_new_tokens=1, temperature=actor.temperature, stop_tokens=actor.stop_tokens)
   runner = AgentRunner(cfg.model_config, engine, sampling, agent, tok)

@@ -1,6 +1,7 @@
 """Tokenizers: the byte tokenizer's fixed ids, an HF tokenizer.json built here with the `tokenizers` library (round
 trip, BOS / EOS placement, special-token lookup) and `make_tokenizer`."""
 
+import json
 import os
 import tempfile
 
@@ -78,6 +79,26 @@ class HFTokenizerTest(parameterized.TestCase):
     tok = HFTokenizer(path, bos="<|begin|>", eos="<|end|>")
     self.assertEqual((tok.bos_id, tok.eos_id, tok.pad_id), (0, 1, 1))  # no pad token: pads with EOS
 
+  def test_model_directory_names_its_own_specials(self):
+    # DeepSeek-V3's names: neither is among the usual ones first, and its tokenizer_config.json says which is which
+    # (one as a plain string, one as an AddedToken mapping, as HF writes both).
+    bos, eos, eot = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<|im_end|>"
+    d = tempfile.mkdtemp()
+    _write_bpe(d, specials=("<s>", "</s>", bos, eos, eot))
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+      json.dump({"bos_token": {"content": bos, "special": True}, "eos_token": eos}, f)
+    tok = make_tokenizer(d)
+    self.assertEqual((tok.bos_id, tok.eos_id), (2, 3))  # not <s> / </s>, which come first in the usual names
+    self.assertEqual(tok.pad_id, tok.eos_id)
+    self.assertEqual(tok.token_id(eot), 4)
+    self.assertIsNone(tok.token_id("<|not a token|>"))
+    ids = tok.encode(f"a{eot}b", bos=True, eos=False)
+    self.assertIn(4, ids.tolist())  # special tokens in the text are matched, not spelled out
+    self.assertEqual(tok.decode(ids), "ab")
+    self.assertEqual(tok.decode(ids, skip_special_tokens=False), f"{bos}a{eot}b")
+    # Given names still win over the directory's.
+    self.assertEqual(HFTokenizer(d, eos=eot).eos_id, 4)
+
   def test_in_the_pipeline(self):
     tok = HFTokenizer(self.path)
     texts = _CORPUS[:4]
@@ -92,7 +113,7 @@ class HFTokenizerTest(parameterized.TestCase):
 
   def test_make_tokenizer(self):
     self.assertEqual(make_tokenizer("byte"), ByteTokenizer())
-    with self.assertRaisesRegex(ValueError, "does not exist; give the path of a tokenizer.json or 'byte'"):
+    with self.assertRaisesRegex(ValueError, "does not exist; give the path of a tokenizer.json"):
       make_tokenizer(os.path.join(self.dir, "missing.json"))
     with self.assertRaisesRegex(ValueError, "use 'byte' or the path"):
       make_tokenizer("")

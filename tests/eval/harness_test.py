@@ -70,7 +70,7 @@ class HarnessTest(absltest.TestCase):
     runner = AgentRunner(tiny.BYTES, tiny.ENGINE, tiny.ENGINE_SAMPLING,
                          AgentConfig(max_turns=2, max_turn_tokens=16, max_episode_tokens=64), ByteTokenizer())
     config = EnvConfig(max_turns=2, instructions=HelpDetail.NONE)
-    report = harness.evaluate_model(tasks, runner, tiny.params(tiny.BYTES), tokenizer=ByteTokenizer(), samples=2,
+    report = harness.evaluate_model(tasks, runner, tiny.params(tiny.BYTES), samples=2,
                                     config=config, ks=(1, 2))
     self.assertEqual(report.summary["errors"], 0, report.markdown())
     self.assertLen(report.episodes, 4)
