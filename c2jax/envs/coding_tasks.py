@@ -15,6 +15,12 @@ On disk a task is a directory:
                      the judge (c2jax/envs/judge.py) runs, the rest support them
     solution/        (optional) the reference solution's changed or added files, full new contents, same overlay
 
+A task graded by named tests (SWE-bench style, `NamedTests`; built by c2jax/envs/swe_tasks.py) adds
+"named_tests" to task.json (format 2): the test ids that must go from failing to passing and those that must keep
+passing, and the paths its test patch deletes. Its hidden_tests/ then hold the test files as grading lays them out
+(the snapshot's version with the test patch applied): the files the test patch touches and the modules of the named
+tests, which may be named anything (tests.py too) and may be none.
+
 `save_task` / `load_task` write and read that layout, `save_tar` / `load_tar` the same tree as a .tar.gz (one
 top-level directory named after the task), and `to_record` / `from_record` a JSON-able dict (one task per line in a
 JSONL file). All of them round-trip exactly, and each error names the missing or bad piece in one sentence.
@@ -34,12 +40,15 @@ import json
 import os
 import pathlib
 import posixpath
+import re
 import tarfile
 from typing import Mapping, Protocol
 
 from c2jax.registry import Registry
 
-FORMAT_VERSION = 1
+# Format 2 adds "named_tests"; a task without them is still written as format 1, which older readers take.
+FORMAT_VERSION = 2
+_FORMATS = (1, 2)
 SPLITS = ("train", "heldout")
 # Hidden tests live in this repository directory by convention: grading drops whatever a submission puts there.
 HIDDEN_TESTS_DIR = "hidden_tests"
@@ -90,6 +99,111 @@ def _is_int(value: object) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+# Matched with fullmatch: `$` also matches before a trailing newline, which let "a.B.test_x\n" through as a test
+# whose method is named "test_x\n" (one that no module defines, counted failed whatever the code does).
+_DOTTED_ID = re.compile(rf"{_IDENT}(?:\.{_IDENT}){{2,}}")  # module.Class.test_name
+_DESCRIBED_ID = re.compile(rf"({_IDENT}) \(({_IDENT}(?:\.{_IDENT})+)\)")  # test_name (module.Class)
+
+
+@dataclasses.dataclass(frozen=True)
+class TestId:
+  """One unittest test: `module` (dotted, from the repository root), its TestCase `cls` and `method`."""
+
+  module: str
+  cls: str
+  method: str
+
+  @property
+  def module_path(self) -> str:
+    """The repository path of the test's module ("a.b" -> "a/b.py")."""
+    return self.module.replace(".", "/") + ".py"
+
+  def __str__(self) -> str:
+    return f"{self.module}.{self.cls}.{self.method}"
+
+
+def parse_test_id(text: str) -> TestId:
+  """A unittest id, written as `module.Class.test_name` or as unittest prints it, `test_name (module.Class)` (Python
+  3.11 and later print `test_name (module.Class.test_name)`: taken too). pytest node ids are refused: the sandbox's
+  Python has no pytest."""
+  if not isinstance(text, str):
+    raise TaskFormatError(f"A test id must be a string, got {text!r}.")
+  if "::" in text or ".py" in text or "[" in text:
+    raise TaskFormatError(f"Test id {text!r} is a pytest node id; the sandbox's Python has no pytest, so give the "
+                          "unittest id ('module.Class.test_name' or 'test_name (module.Class)').")
+  described = _DESCRIBED_ID.fullmatch(text)
+  if described:
+    method, dotted = described.groups()
+    if dotted.endswith("." + method) and dotted.count(".") >= 2:
+      dotted = dotted[:-len(method) - 1]
+    text = f"{dotted}.{method}"
+  if not _DOTTED_ID.fullmatch(text):
+    raise TaskFormatError(f"Test id {text!r} is not a unittest id; write 'module.Class.test_name' or "
+                          "'test_name (module.Class)'.")
+  module, cls, method = text.rsplit(".", 2)
+  return TestId(module=module, cls=cls, method=method)
+
+
+def _id_list(value: object, what: str) -> tuple[str, ...]:
+  if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+    raise TaskFormatError(f"{what} must be a list of test ids (strings), got {value!r:.200}.")
+  return tuple(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedTests:
+  """Grading by named tests (SWE-bench style): which tests decide the reward, and what the test patch deletes.
+
+  The graded repository is the submission with the task's hidden_tests written over it (the test files as the
+  snapshot holds them with the test patch applied, so a submission cannot pre-edit them), `deleted` removed and the
+  rest of the named tests' test directories as `CodingTask.files` holds them; then exactly these tests run
+  (c2jax/envs/grading.py, "Grading by named tests").
+
+  Attributes:
+    fail_to_pass: test ids that fail on the starting repository and pass once the task is solved.
+    pass_to_pass: test ids that pass on both (what a solution must not break).
+    deleted: paths the test patch deletes.
+  """
+
+  fail_to_pass: tuple[str, ...]
+  pass_to_pass: tuple[str, ...] = ()
+  deleted: tuple[str, ...] = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, "fail_to_pass", _id_list(self.fail_to_pass, "FAIL_TO_PASS"))
+    object.__setattr__(self, "pass_to_pass", _id_list(self.pass_to_pass, "PASS_TO_PASS"))
+    if isinstance(self.deleted, str) or not isinstance(self.deleted, (list, tuple)):
+      raise TaskFormatError(f"Named tests' deleted paths must be a list, got {self.deleted!r:.200}.")
+    object.__setattr__(self, "deleted", tuple(sorted(check_path(p) for p in self.deleted)))
+    if not self.ids:
+      raise TaskFormatError("Named tests need at least one FAIL_TO_PASS or PASS_TO_PASS test id.")
+    seen: dict[TestId, str] = {}
+    for text in self.ids:
+      test = parse_test_id(text)
+      if test in seen:
+        raise TaskFormatError(f"Test id {text!r} names the same test as {seen[test]!r}; list each test once, in "
+                              "FAIL_TO_PASS or PASS_TO_PASS.")
+      seen[test] = text
+
+  @property
+  def ids(self) -> tuple[str, ...]:
+    """FAIL_TO_PASS then PASS_TO_PASS, as given."""
+    return self.fail_to_pass + self.pass_to_pass
+
+  def to_json(self) -> dict:
+    return {"fail_to_pass": list(self.fail_to_pass), "pass_to_pass": list(self.pass_to_pass),
+            "deleted": list(self.deleted)}
+
+  @classmethod
+  def from_json(cls, value: object, where: str) -> NamedTests:
+    if not isinstance(value, Mapping) or set(value) - {"fail_to_pass", "pass_to_pass", "deleted"}:
+      raise TaskFormatError(f"{where} field 'named_tests' must be an object with fail_to_pass, pass_to_pass and "
+                            "deleted.")
+    return cls(fail_to_pass=value.get("fail_to_pass", ()), pass_to_pass=value.get("pass_to_pass", ()),
+               deleted=value.get("deleted", ()))
+
+
 @dataclasses.dataclass(frozen=True)
 class CodingTask:
   """One coding task.
@@ -108,6 +222,9 @@ class CodingTask:
     category: the kind of work.
     difficulty: 1 (one small step) .. 3 (several coordinated steps).
     metadata: free-form string pairs (e.g. the suite, the generator family).
+    named_tests: grading by named tests (`NamedTests`) instead of every hidden test*.py module, or None. Then
+      hidden_tests are the test files grading writes over the submission (possibly none, any names), and
+      expected_tests is None.
   """
 
   task_id: str
@@ -120,6 +237,7 @@ class CodingTask:
   category: Category = Category.FEATURE
   difficulty: int = 1
   metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  named_tests: NamedTests | None = None
 
   def __post_init__(self):
     if not isinstance(self.task_id, str) or not self.task_id or ".." in self.task_id.split("/"):
@@ -128,13 +246,23 @@ class CodingTask:
       raise TaskFormatError(f"Task {self.task_id}: category must be a Category, got {self.category!r}.")
     if not _is_int(self.difficulty) or self.difficulty not in (1, 2, 3):
       raise TaskFormatError(f"Task {self.task_id}: difficulty must be 1, 2 or 3, got {self.difficulty!r}.")
-    if not self.hidden_tests:
+    named = self.named_tests
+    if named is not None and not isinstance(named, NamedTests):
+      raise TaskFormatError(f"Task {self.task_id}: named_tests must be a NamedTests, got {type(named).__name__}.")
+    if named is None and not self.hidden_tests:
       raise TaskFormatError(f"Task {self.task_id} has no hidden tests; the hidden tests are its only judge.")
     object.__setattr__(self, "files", _check_files(f"Task {self.task_id}: repository", self.files))
     object.__setattr__(self, "hidden_tests", _check_files(f"Task {self.task_id}: hidden test", self.hidden_tests))
-    if not any(posixpath.basename(p).startswith("test") and p.endswith(".py") for p in self.hidden_tests):
+    if named is None and not any(posixpath.basename(p).startswith("test") and p.endswith(".py")
+                                 for p in self.hidden_tests):
       raise TaskFormatError(f"Task {self.task_id}: no hidden test module; the judge runs the hidden files named "
                             "test*.py.")
+    if named is not None and self.expected_tests is not None:
+      raise TaskFormatError(f"Task {self.task_id}: a task graded by named tests counts them itself; leave "
+                            "expected_tests None.")
+    if named is not None and set(named.deleted) & set(self.hidden_tests):
+      raise TaskFormatError(f"Task {self.task_id}: {sorted(set(named.deleted) & set(self.hidden_tests))[0]!r} is "
+                            "both a hidden test file and deleted by the test patch.")
     if self.expected_tests is not None and (not _is_int(self.expected_tests) or self.expected_tests < 1):
       raise TaskFormatError(f"Task {self.task_id}: expected_tests must be a positive int or None, got "
                             f"{self.expected_tests!r}.")
@@ -166,8 +294,8 @@ class CodingTask:
 
 def to_record(task: CodingTask) -> dict:
   """A JSON-able dict holding the whole task."""
-  return {
-      "format": FORMAT_VERSION,
+  record = {
+      "format": 1 if task.named_tests is None else 2,
       "task_id": task.task_id,
       "prompt": task.prompt,
       "category": task.category.value,
@@ -179,14 +307,20 @@ def to_record(task: CodingTask) -> dict:
       "solution": None if task.solution is None else dict(task.solution),
       "solution_deletes": list(task.solution_deletes),
   }
+  if task.named_tests is not None:
+    record["named_tests"] = task.named_tests.to_json()
+  return record
 
 
 def _header(record: Mapping, where: str) -> dict:
   """The fields of task.json (everything but file trees), checked."""
   if not isinstance(record, Mapping):
     raise TaskFormatError(f"{where} must be a JSON object.")
-  if record.get("format", FORMAT_VERSION) != FORMAT_VERSION:
-    raise TaskFormatError(f"{where} has format {record.get('format')!r}; this code reads format {FORMAT_VERSION}.")
+  if record.get("format", 1) not in _FORMATS or isinstance(record.get("format"), bool):
+    raise TaskFormatError(f"{where} has format {record.get('format')!r}; this code reads formats "
+                          f"{', '.join(map(str, _FORMATS))}.")
+  if "named_tests" in record and record.get("format") != 2:
+    raise TaskFormatError(f"{where} holds named_tests, which format 2 introduced; set \"format\": 2.")
   for key in ("task_id", "prompt", "category"):
     if key not in record:
       raise TaskFormatError(f"{where} lacks the field {key!r}.")
@@ -203,10 +337,12 @@ def _header(record: Mapping, where: str) -> dict:
     raise TaskFormatError(f"{where} field 'metadata' must be a JSON object.")
   if not isinstance(record.get("solution_deletes", []), (list, tuple)):
     raise TaskFormatError(f"{where} field 'solution_deletes' must be a JSON list.")
+  named = record.get("named_tests")
   return dict(task_id=record["task_id"], prompt=record["prompt"], category=category,
               difficulty=record.get("difficulty", 1), metadata=dict(record.get("metadata", {})),
               expected_tests=record.get("expected_tests"),
-              solution_deletes=tuple(record.get("solution_deletes", ())))
+              solution_deletes=tuple(record.get("solution_deletes", ())),
+              named_tests=None if named is None else NamedTests.from_json(named, where))
 
 
 def from_record(record: Mapping) -> CodingTask:
@@ -249,7 +385,7 @@ def _from_tree(tree: Mapping[str, str], where: str) -> CodingTask:
   files, hidden, solution = sub(_REPO), sub(_HIDDEN), sub(_SOLUTION)
   if not files:
     raise TaskFormatError(f"{where} has no {_REPO}/ directory (the starting repository).")
-  if not hidden:
+  if not hidden and header["named_tests"] is None:
     raise TaskFormatError(f"{where} has no {_HIDDEN}/ directory (the hidden tests).")
   return CodingTask(files=files, hidden_tests=hidden, solution=solution or None, **header)
 

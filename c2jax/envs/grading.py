@@ -99,6 +99,38 @@ The terms (all floats, so they flow into reward composition unchanged):
                  file over `LINT_MAX_CHARS`, or one the linter fails on (e.g. nesting deep enough to exhaust the
                  recursion limit), counts as one finding.
   timed_out      1.0 when the judge ran past its wall-clock limit.
+
+Grading by named tests (SWE-bench style: a task with `named_tests`, c2jax/envs/swe_tasks.py) runs the same judge
+on the same channel, with three differences:
+
+  * layout: the repository's test directories belong to the repository, not to the judge. The graded repository is
+    the submission with the task's hidden files written over it (the files the test patch touches, as the snapshot
+    holds them with the test patch applied: SWE-bench's reset-then-apply, so a submission cannot pre-edit them) and
+    the test patch's deletions removed. The modules that hold named tests are stricter still: their source is
+    always the snapshot's (with the test patch), served from memory and instrumented as above, never the
+    submission's (SWE-bench would run a submission's edit of a PASS_TO_PASS module that the test patch leaves
+    alone). A module the test patch changed is on disk nowhere (its canaries' originals must not be); one it left
+    alone is written as the starting repository holds it. The named tests' test directory (`named_test_dirs`: the
+    nearest directory holding a named module whose name says tests, `tests/`, `pkg/tests/`, `testing/`,
+    `unit_tests/`) is the snapshot's too, with the test patch applied: the submission's edits and additions there
+    are dropped. A test whose check sits in a helper, a base class or a data file of that directory (none of which
+    the recorder sees) passed once the submission made the helper a no-op, the base class report success without
+    running the body or the data file hold its wrong answer; SWE-bench's gold patches never touch test directories,
+    and a reference solution's own paths there stay the submission's. A path an import would find instead of a
+    hidden or deleted module or of a test directory (`tests/support/__init__.py` beside the reset
+    `tests/support.py`, a `tests.py` beside a `tests/` without __init__.py) is dropped as well. Elsewhere (a test
+    module beside the code or at the root, the library's own test helpers) the files are the submission's;
+  * selection: exactly the named tests run, each with its canary twin (the judge's "select"); a test is found in
+    its class or, through bases named in the same module, inherited. An id whose module, class or method is not
+    there (or only in another module) counts as failed, never as an error;
+  * terms: besides those above (over the named tests: tests_total is their number; pass_fraction the fraction that
+    passes), `resolved` (1.0 when every FAIL_TO_PASS and every PASS_TO_PASS test passes and no attempt was
+    detected), `fail_to_pass_fraction` and `pass_to_pass_fraction` (1.0 for an empty list; all 0 on a detected
+    attempt). `passed` is `resolved`. The RL outcome `credited_fraction` is resolved - 1 when a canary passed
+    alone, i.e. 1, 0 or -1: a forger that guesses which twin of each pair is real resolves with probability 2^-M
+    and is charged the whole resolution otherwise, so guessing is worth 2^(1-M) - 1 <= 0 (the fraction rule's
+    charge of one pass, 1/N of the reward, would leave a near-solution failing one twinned test a coin toss worth
+    +1/2); the price is paid by a wrong solution that returns exactly a perturbed value (-1 instead of 0).
 """
 
 from __future__ import annotations
@@ -119,7 +151,7 @@ from typing import Any, Callable, Mapping
 from c2jax.envs import canonical
 from c2jax.envs import instrument
 from c2jax.envs import judge
-from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.coding_tasks import CodingTask, parse_test_id
 from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPathError
 
 # The judge logs one line per test to stderr; a generous cap keeps the head and tail of big suites readable.
@@ -161,9 +193,13 @@ def hidden_test_modules(task: CodingTask) -> list[str]:
           if p.endswith(".py") and posixpath.basename(p).startswith("test")]
 
 
-def judge_input(suite: instrument.Instrumented, nonce: str) -> str:
-  """The judge's stdin: one JSON document (the nonce, the rewritten hidden modules, which of them hold tests)."""
-  return json.dumps({"nonce": nonce, "modules": suite.modules, "tests": list(suite.test_modules)})
+def judge_input(suite: instrument.Instrumented, nonce: str, select: list[str] | None = None) -> str:
+  """The judge's stdin: one JSON document (the nonce, the rewritten hidden modules, which of them hold tests, and
+  with `select` the ids of the only tests to run)."""
+  document = {"nonce": nonce, "modules": suite.modules, "tests": list(suite.test_modules)}
+  if select is not None:
+    document["select"] = select
+  return json.dumps(document)
 
 
 def parse_report(stdout: str, nonce: str) -> tuple[dict | None, bool]:
@@ -458,6 +494,8 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
     The terms documented in the module docstring.
   """
   rng = rng or random.Random(secrets.randbits(128))
+  if task.named_tests is not None:
+    return _grade_named(task, files, sandbox_factory, limits or GRADING_LIMITS, rng)
   counts, timed_out = _run_judge(task, files, sandbox_factory, limits or GRADING_LIMITS, rng)
   expected = task.expected_tests
   clean = counts.hack_attempts == 0
@@ -486,4 +524,247 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
   }
   if task.solution is not None:
     terms["over_editing"] = float(max(0, changed - diff_lines(task.files, task.solved_files(), is_hidden)))
+  return terms
+
+
+# ---------------------------------------------------------------------------------------------------- named tests
+
+
+def named_test_paths(task: CodingTask) -> list[str]:
+  """The hidden .py files that hold the task's named tests: the modules served from memory and instrumented."""
+  paths = {parse_test_id(i).module_path for i in task.named_tests.ids}
+  return sorted(p for p in paths if p in task.hidden_tests)
+
+
+# A directory named like this holds tests (fullmatch, any case): test, tests, testing, test_x, tests_x, x_test, x_tests.
+_TEST_DIR = re.compile(r"tests?|testing|tests?_\w*|\w*_tests?", re.IGNORECASE)
+
+
+def named_test_dirs(task: CodingTask) -> set[str]:
+  """The test directories of a task's named tests: for each named module, its nearest parent directory named as tests
+  (`_TEST_DIR`), none for a module at the root or in a package directory of another name."""
+  dirs = set()
+  for text in task.named_tests.ids:
+    parts = parse_test_id(text).module.split(".")[:-1]
+    for i in range(len(parts), 0, -1):
+      if _TEST_DIR.fullmatch(parts[i - 1]):
+        dirs.add("/".join(parts[:i]))
+        break
+  return dirs
+
+
+_IMPORTABLE = (".py", ".pyc", ".so")  # source, bytecode and extension modules: what a path finder loads
+
+
+def _stem(path: str) -> str:
+  """The path with its file name cut at the first dot: what `import` looks for ("a/b.cpython-311.so" -> "a/b")."""
+  head, _, name = path.rpartition("/")
+  name = name.split(".", 1)[0]
+  return f"{head}/{name}" if head else name
+
+
+def named_graded_files(task: CodingTask, files: Mapping[str, str]) -> dict[str, str]:
+  """What the judge's sandbox holds for a task graded by named tests (module docstring, "layout").
+
+  Dropped from the submission: the hidden files' paths, the test patch's deletions, files where a hidden file needs
+  a directory, files inside a path a hidden file occupies, everything in the named tests' test directories (but the
+  reference solution's paths), and paths an import would find instead of a hidden or deleted module (`x/y/...`,
+  `x/y.so` beside `x/y.py`) or of a test directory (`tests.py` beside `tests/`). Written: the starting
+  repository's files in those test directories, then every hidden file but a named test's module whose text the
+  starting repository does not show (one the test patch changed: served from memory only, so the original of its
+  canaries' perturbed checks is nowhere on disk). A module the test patch left alone is the starting repository's,
+  which the submission has seen: it is written too, as SWE-bench's harness leaves it.
+  """
+  hidden = set(task.hidden_tests)
+  owned = hidden | set(task.named_tests.deleted)
+  parents = set().union(*map(_parents, hidden))
+  secret = {p for p in named_test_paths(task) if task.files.get(p) != task.hidden_tests[p]}
+  test_dirs = named_test_dirs(task)
+  # The reference solution's paths in a test directory stay the submission's, so that it still resolves.
+  reference = set(task.solution or ()) | set(task.solution_deletes)
+  # What an import of an owned module could find instead of its file: a package directory of its name (checked
+  # before the .py) or an extension module beside it; and a module beside a test directory without __init__.py.
+  modules = {p[:-3] for p in owned if p.endswith(".py")}
+
+  def in_test_dir(path: str) -> bool:
+    return bool(_parents(path) & test_dirs) and path not in reference
+
+  def collides(path: str) -> bool:
+    return (path in owned or path in parents or path in test_dirs or bool(_parents(path) & (hidden | modules))
+            or (path.endswith(_IMPORTABLE) and _stem(path) in modules | test_dirs) or in_test_dir(path))
+
+  out = {p: c for p, c in files.items() if not collides(p)}
+  out.update({p: c for p, c in task.files.items() if in_test_dir(p) and p not in owned})
+  out.update({p: c for p, c in task.hidden_tests.items() if p not in secret})
+  return out
+
+
+@instrument.serialized
+def _classes(source: str) -> dict[str, tuple[list[str], list[str]]]:
+  """A rewritten module's top-level classes: name -> (base classes named in it, method names as renamed)."""
+  try:
+    tree = ast.parse(source)
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    return {}  # the judge fails to import it too: its tests count as failed
+  return {node.name: ([b.id for b in node.bases if isinstance(b, ast.Name)],
+                      [n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))])
+          for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _find_test(classes: Mapping[str, tuple[list[str], list[str]]], suite: instrument.Instrumented, cls: str,
+               original: str, seen: frozenset[str] = frozenset()) -> tuple[str, str | None] | None:
+  """(the renamed method `original` of class `cls` or of the first base of it that defines it, the renamed canary
+  twin defined beside it or None), or None when no class of the module defines it."""
+  if cls not in classes or cls in seen:
+    return None
+  bases, methods = classes[cls]
+  infos = [(m, suite.tests[m]) for m in methods if m in suite.tests and suite.tests[m].original == original]
+  real = [m for m, info in infos if not info.canary]
+  if real:
+    # A method defined twice in one class body runs twice once renamed; the last is Python's. Its canary is only
+    # known for sure when there is one definition.
+    canaries = [m for m, info in infos if info.canary] if len(real) == 1 else []
+    return real[-1], canaries[0] if canaries else None
+  for base in bases:
+    found = _find_test(classes, suite, base, original, seen | {cls})
+    if found is not None:
+      return found
+  return None
+
+
+def named_runs(task: CodingTask, suite: instrument.Instrumented) -> tuple[dict[str, str | None], dict[str, str]]:
+  """(named id -> the id the judge runs it under, None when it is not found; real run id -> its canary's run id)."""
+  classes = {name: _classes(source) for name, source in suite.modules.items()}
+  runs, twins = {}, {}
+  for text in task.named_tests.ids:
+    test = parse_test_id(text)
+    found = _find_test(classes.get(test.module, {}), suite, test.cls, test.method)
+    if found is None:
+      runs[text] = None
+      continue
+    runs[text] = f"{test.module}.{test.cls}.{found[0]}"
+    if found[1] is not None:
+      twins[runs[text]] = f"{test.module}.{test.cls}.{found[1]}"
+  return runs, twins
+
+
+def named_verdict(report: dict, suite: instrument.Instrumented, runs: Mapping[str, str | None],
+                  twins: Mapping[str, str]) -> tuple[TestCounts, frozenset[str]]:
+  """The host's counts from a judge's `report` on the selected tests, and the run ids of the real tests that
+  passed. Every reported test must be one the host selected, reported once; twins pair as `twins` says (the
+  same findings as `verdict`)."""
+  tests, fixtures, imports = report["tests"], report["fixtures"], report["imports"]
+  planted, integrity = report["planted"], report["integrity"]
+  if not (isinstance(tests, list) and _strings(fixtures) and isinstance(imports, list) and _strings(planted)
+          and _strings(integrity) and all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str
+                                          for i in imports)):
+    return TestCounts(hack_attempts=1, findings=("malformed report: not what the judge writes",)), frozenset()
+  real = {r for r in runs.values() if r is not None}
+  canary_of_twin = {c: r for r, c in twins.items()}
+  findings, results = [], {}  # run id -> (passes, checks)
+  for entry in tests:
+    if not (isinstance(entry, list) and len(entry) == 3 and type(entry[0]) is str and type(entry[1]) is str):
+      findings.append("malformed record: a test entry")
+      continue
+    test_id, status, checks = entry
+    if (test_id not in real and test_id not in canary_of_twin) or test_id in results:
+      findings.append(f"unknown test: never sent, or reported twice: {test_id[:200]}")
+      continue
+    info = suite.tests[test_id.rsplit(".", 1)[-1]]
+    try:
+      ok = _test_passes(status, checks, info, suite.kinds, suite.patterns)
+    except canonical.Malformed as e:
+      findings.append(f"malformed record: {info.original}: {e}")
+      ok = False
+    results[test_id] = (ok, checks)
+  passed = frozenset(r for r in real if results.get(r, (False,))[0])
+  alone = 0
+  for canary, twin in canary_of_twin.items():
+    if not results.get(canary, (False,))[0]:
+      continue
+    info = suite.tests[canary.rsplit(".", 1)[-1]]
+    if twin in passed:
+      findings.append(f"canary passed with its twin: copy of {info.original}")
+      continue
+    alone += 1
+    if twin in results and not _twins_agree(info, results[canary][1], results[twin][1]):
+      findings.append(f"twins disagree: copy of {info.original}")
+  failed_imports = {name for name, _ in imports}
+  if not fixtures:
+    findings += [f"canary missing: copy of {suite.tests[c.rsplit('.', 1)[-1]].original}" for c in canary_of_twin
+                 if c not in results and suite.tests[c.rsplit(".", 1)[-1]].module not in failed_imports]
+  findings += [f"planted module: {name}" for name in planted] + [f"integrity: {name}" for name in integrity]
+  return TestCounts(total=len(real), passed=len(passed), hack_attempts=attempts(findings), canaries_alone=alone,
+                    findings=tuple(findings)), passed
+
+
+def _run_named(task: CodingTask, files: Mapping[str, str], sandbox_factory: Callable, limits: SandboxLimits,
+               rng: random.Random) -> tuple[TestCounts, frozenset[str], bool]:
+  """(the host's counts, the named ids that passed, whether the judge timed out)."""
+  paths = named_test_paths(task)
+  if not paths:
+    return TestCounts(), frozenset(), False  # no named test exists: nothing can pass
+  names = [instrument.module_name(p) for p in paths]
+  suite = instrument.instrument({p: task.hidden_tests[p] for p in paths}, names, rng, canaries=CANARIES)
+  # instrument() adds empty parent packages; here they are the repository's own, imported from disk.
+  suite = dataclasses.replace(suite, modules={n: suite.modules[n] for n in names})
+  runs, twins = named_runs(task, suite)
+  select = sorted({r for r in runs.values() if r is not None} | set(twins.values()))
+  if not select:
+    return TestCounts(), frozenset(), False
+  nonce = secrets.token_hex(16)
+  try:
+    with sandbox_factory(named_graded_files(task, files), limits) as sandbox:
+      result = sandbox.run(judge_command(), stdin=judge_input(suite, nonce, select))
+  except SandboxPathError:
+    return TestCounts(), frozenset(), False
+  report, forged = parse_report(result.stdout, nonce)
+  if forged:
+    finding = "forged report: a second line with the nonce, or one that is not a report"
+    return TestCounts(hack_attempts=1, findings=(finding,)), frozenset(), result.timed_out
+  if report is None or result.exit_code != 0 or result.timed_out:
+    return TestCounts(), frozenset(), result.timed_out
+  counts, passed_runs = named_verdict(report, suite, runs, twins)
+  return counts, frozenset(t for t, r in runs.items() if r in passed_runs), False
+
+
+def _grade_named(task: CodingTask, files: Mapping[str, str], sandbox_factory: Callable, limits: SandboxLimits,
+                 rng: random.Random) -> dict[str, float]:
+  """`grade` for a task with named tests: the terms of the module docstring ("Grading by named tests")."""
+  named = task.named_tests
+  counts, passed, timed_out = _run_named(task, files, sandbox_factory, limits, rng)
+  clean = counts.hack_attempts == 0
+
+  def fraction(ids: tuple[str, ...]) -> float:
+    if not clean:
+      return 0.0
+    return sum(i in passed for i in ids) / len(ids) if ids else 1.0
+
+  resolved = clean and all(i in passed for i in named.ids)
+  owned = set(task.hidden_tests) | set(named.deleted)
+
+  def is_owned(path: str) -> bool:
+    return path in owned
+
+  submitted = {p: c for p, c in files.items() if not is_owned(p)}
+  changed = diff_lines(task.files, submitted, is_owned)
+  terms = {
+      "resolved": float(resolved),
+      "fail_to_pass_fraction": fraction(named.fail_to_pass),
+      "pass_to_pass_fraction": fraction(named.pass_to_pass),
+      "pass_fraction": fraction(named.ids),
+      # A canary passing alone means its twin failed (so resolved is 0): it costs the whole resolution.
+      "credited_fraction": float(resolved) - float(clean and counts.canaries_alone > 0),
+      "canaries_alone": float(counts.canaries_alone),
+      "passed": float(resolved),
+      "tests_total": float(len(named.ids)),
+      "tests_passed": float(len(passed)),
+      "hack_attempts": float(counts.hack_attempts),
+      "diff_lines": float(changed),
+      "lint_errors": float(sum(lint_count(p, c) for p, c in submitted.items()
+                               if p.endswith(".py") and task.files.get(p) != c)),
+      "timed_out": 1.0 if timed_out else 0.0,
+  }
+  if task.solution is not None:
+    terms["over_editing"] = float(max(0, changed - diff_lines(task.files, task.solved_files(), is_owned)))
   return terms

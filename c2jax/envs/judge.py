@@ -3,7 +3,8 @@
 Grading (c2jax/envs/grading.py) runs this file's source as `python3 -I -B -c <source>` in a fresh sandbox holding
 the submission (and no hidden test file: they never touch the sandbox's disk), and feeds it one JSON document on
 stdin (`{"nonce", "modules", "tests"}`: the hidden modules' sources, already rewritten by the host, see
-c2jax/envs/instrument.py, and the names of those that hold tests). The judge
+c2jax/envs/instrument.py, and the names of those that hold tests; grading by named tests adds "select", the ids of
+the tests to run, every other test of those modules is left out). The judge
 
   1. reads the whole document before any submitted code is imported, leaves stdin at /dev/null for the tests, and
      keeps the real stdout (fd 1) for its report alone (the tests' own stdout goes to stderr);
@@ -13,7 +14,11 @@ c2jax/envs/instrument.py, and the names of those that hold tests). The judge
      os, sys.modules' entries for them, this script's own globals), then serves the hidden modules from memory:
      it compiles and executes each into a module object it creates and registers itself (a meta path finder
      serves hidden helper modules imported by name), with `__c2jax_check__` (the recorder) in its globals. A
-     hidden module that some other object has replaced in sys.modules is reported as planted and not run;
+     hidden module that some other object has replaced in sys.modules is reported as planted and not run. A hidden
+     module whose package is not hidden (a named test module of the repository, `pkg/tests/test_x.py`) imports
+     that package from the repository first, as `import pkg.tests.test_x` would; a package directory that holds
+     nothing on disk (a namespace package whose only module is served from memory) becomes an empty namespace
+     package of that directory;
   4. runs the tests with unittest's runner. Every `self.assertXxx(...)` of the hidden tests was rewritten to
      `__c2jax_check__(self, check_id, "assertXxx", ...)`: the recorder records the operands in canonical plain form
      (`canonical`: exact built-in types only, matched with `type(x) is ...`; anything else is opaque) plus the
@@ -464,6 +469,34 @@ class _HiddenFinder(importlib.abc.MetaPathFinder):
     return self.loader.spec(name) if name in self.loader.sources else None
 
 
+def import_package(name, root):
+  """Imports the repository's package `name` (a hidden module's parent that is not hidden) and its parents.
+
+  A package missing only because its directory holds nothing on disk (the served modules are not written there)
+  becomes an empty namespace package of that directory, which is what importing it would have made. Returns an
+  error text, or None.
+  """
+  parts = name.split(".")
+  for i in range(1, _len(parts) + 1):
+    prefix = ".".join(parts[:i])
+    if prefix in sys.modules:
+      continue
+    try:
+      importlib.import_module(prefix)
+    except ModuleNotFoundError as e:
+      directory = os.path.join(root, *parts[:i])
+      if e.name != prefix or os.path.lexists(directory):
+        return f"{_type(e).__name__}: {e}"
+      spec = importlib.machinery.ModuleSpec(prefix, None, is_package=True)
+      spec.submodule_search_locations = [directory]
+      sys.modules[prefix] = importlib.util.module_from_spec(spec)
+      if i > 1:
+        setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[prefix])
+    except BaseException as e:  # pylint: disable=broad-exception-caught  (SystemExit from submitted code too)
+      return f"{_type(e).__name__}: {e}"
+  return None
+
+
 def load_module(loader, name):
   """The hidden module `name` executed by `loader` (its parent packages first), registered in sys.modules.
 
@@ -474,6 +507,10 @@ def load_module(loader, name):
   parent = name.rpartition(".")[0]
   if parent and parent in loader.sources and parent not in loader.made:
     _, error, planted = load_module(loader, parent)
+    if error is not None:
+      return None, error, planted
+  elif parent and parent not in loader.sources:
+    error = import_package(parent, loader.root)
     if error is not None:
       return None, error, planted
   existing = sys.modules.get(name)
@@ -494,7 +531,23 @@ def load_module(loader, name):
   if sys.modules.get(name) is not loader.made[name]:
     planted = True
     sys.modules[name] = loader.made[name]
+  if parent and parent not in loader.sources:
+    try:  # what the import system does for a submodule: `pkg.tests.test_x` reachable from `pkg.tests`
+      setattr(sys.modules[parent], name.rpartition(".")[2], loader.made[name])
+    except Exception:  # pylint: disable=broad-exception-caught  (a package object of the submission's making)
+      pass
   return loader.made[name], None, planted
+
+
+def selected(tests, wanted):
+  """The tests of the suite `tests` whose id is in `wanted` (a frozenset), flattened in the suite's order."""
+  out = unittest.TestSuite()
+  for test in tests:
+    if _isinstance(test, unittest.TestSuite):
+      out.addTests(selected(test, wanted))
+    elif test.id() in wanted:
+      out.addTest(test)
+  return out
 
 
 # -------------------------------------------------------------------------------------------------- integrity
@@ -549,6 +602,7 @@ def main(argv):
   del argv
   document = json.loads(sys.stdin.read())
   nonce, sources, test_modules = document["nonce"], document["modules"], document["tests"]
+  wanted = None if document.get("select") is None else frozenset(document["select"])
   devnull = os.open(os.devnull, os.O_RDONLY)
   os.dup2(devnull, 0)
   sys.stdin = open(devnull, closefd=False)  # pylint: disable=consider-using-with
@@ -572,7 +626,8 @@ def main(argv):
         imports.append([name, _str(error)[:2000]])
         sys.stderr.write(f"importing the hidden tests {name} failed: {error}\n")
         continue
-      suite.addTest(unittest.TestLoader().loadTestsFromModule(module))
+      tests = unittest.TestLoader().loadTestsFromModule(module)
+      suite.addTest(tests if wanted is None else selected(tests, wanted))
 
     def make_result(*args, **kwargs):  # keeps the runner's result reachable even when the run breaks
       made.append(JudgeResult(*args, **kwargs))
