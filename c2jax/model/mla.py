@@ -242,13 +242,19 @@ def attend_cached(p: dict, lat: Latents, q_positions: jax.Array, c_kv: jax.Array
   dt = c_kv.dtype
   w = p["kv_b"].astype(dt)
   w_uk, w_uv = w[..., :cfg.qk_nope_head_dim], w[..., cfg.qk_nope_head_dim:]
-  # Heads go next to the batch ([B, N, t, .]) and the latent and rope parts are scored in one contraction over
-  # [Lkv | R] against the cached [c_kv | k_rope]: two batched matmuls per (b, n) instead of einsums that keep the
-  # heads between t and the contraction, which XLA:CPU ran 2-6x slower (docs/benchmarks.md, "Agent engine").
-  q_lat = jnp.einsum("btnh,lnh->bntl", lat.q_nope, w_uk)
-  q = jnp.concatenate([q_lat, lat.q_rope.transpose(0, 2, 1, 3).astype(dt)], axis=-1)
-  keys = jnp.concatenate([c_kv, k_rope.astype(dt)], axis=-1)
-  logits = jnp.einsum("bntk,bsk->bnts", q, keys, preferred_element_type=jnp.float32)
+  b, t, n = lat.q_nope.shape[:3]
+  s = c_kv.shape[1]
+  # Scores as [B, S, t*N]: the cached latents are the left matrix of a batched matmul in their stored layout
+  # ([S, Lkv] per row, contracted over the minor dim) and the few queries the right one ([Lkv, t*N]); the latent
+  # and rope parts are two such matmuls, summed, so the cache is never copied into a concatenated key. XLA:CPU ran
+  # the queries-on-the-left form ("bntk,bsk->bnts", the cache contracted as a transposed right matrix) with the
+  # [c_kv | k_rope] concatenation 2.7x slower at B=64 and the DeepSeek-V3 width (docs/benchmarks.md,
+  # tools/bench_sampler.py).
+  q_lat = jnp.einsum("btnh,lnh->bltn", lat.q_nope, w_uk).reshape(b, -1, t * n)
+  q_rope = lat.q_rope.astype(dt).transpose(0, 3, 1, 2).reshape(b, -1, t * n)
+  logits = (jnp.einsum("bsl,blm->bsm", c_kv, q_lat, preferred_element_type=jnp.float32)
+            + jnp.einsum("bsr,brm->bsm", k_rope.astype(dt), q_rope, preferred_element_type=jnp.float32))
+  logits = logits.reshape(b, s, t, n).transpose(0, 3, 2, 1)  # [B, N, t, S]
   visible = jnp.arange(c_kv.shape[1])[None, None, None, :] <= q_positions[:, None, :, None]
   logits = jnp.where(visible, logits * cfg.attention_scale, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(logits, axis=-1).astype(dt)

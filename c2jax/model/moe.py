@@ -112,22 +112,33 @@ def experts_ragged(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict,
   dt = x.dtype
   e = w["gate"].shape[0]
   token, order, sizes = sorted_assignments(ids, e)
-  xs = x[token]
-  h = jax.nn.silu(grouped_dot(xs, w["gate"].astype(dt), sizes)) * grouped_dot(xs, w["up"].astype(dt), sizes)
-  ys = grouped_dot(h, w["down"].astype(dt), sizes)
+  ys = grouped_swiglu(x[token], w["gate"].astype(dt), w["up"].astype(dt), w["down"].astype(dt), sizes,
+                      grouped_dot)
   ys = ys * gates.reshape(-1)[order][:, None].astype(dt)
   return jnp.zeros_like(x).at[token].add(ys)
 
 
-def experts_quantized(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict, precision: Precision) -> jax.Array:
-  """`experts_ragged` with each expert matmul (forward and backward) in an FP8/FP4 recipe (report section 5).
+def grouped_swiglu(rows: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, sizes: jax.Array,
+                   grouped_dot=jax.lax.ragged_dot) -> jax.Array:
+  """SwiGLU of expert-sorted rows [A, D] with gate/up [E, D, F], down [E, F, D] and group sizes [E] -> [A, D]."""
+  h = jax.nn.silu(grouped_dot(rows, gate, sizes)) * grouped_dot(rows, up, sizes)
+  return grouped_dot(h, down, sizes)
+
+
+def quantized_grouped_dot(precision: Precision):
+  """`grouped_dot(rows [A, K], w [E, K, N], sizes [E]) -> [A, N]` in an FP8/FP4 recipe, forward and backward.
 
   Pallas kernels on GPU; on other backends the bit-identical reference quantizers with dequantize-then-matmul,
-  since interpreted kernels would add their (large) interpreter compile time to every model compile.
+  since interpreted kernels would add their (large) interpreter compile time to every model compile. The
+  expert-parallel path (`c2jax.parallel.expert_parallel`) calls this same function on each shard's local experts.
   """
   impl = Impl.PALLAS if jax.default_backend() == "gpu" else Impl.REFERENCE
-  return experts_ragged(x, ids, gates, w, grouped_dot=lambda a, b, sizes: expert_matmul(
-      a, b, sizes, precision, impl=impl))
+  return lambda a, b, sizes: expert_matmul(a, b, sizes, precision, impl=impl)
+
+
+def experts_quantized(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict, precision: Precision) -> jax.Array:
+  """`experts_ragged` with each expert matmul (forward and backward) in an FP8/FP4 recipe (report section 5)."""
+  return experts_ragged(x, ids, gates, w, grouped_dot=quantized_grouped_dot(precision))
 
 
 def slot_capacity(num_assignments: int, num_experts: int, capacity_factor: float) -> int:
@@ -164,8 +175,89 @@ class Slots:
   def num_rounds(self) -> jax.Array:
     return (jnp.max(self.sizes) + self.capacity - 1) // self.capacity
 
+  def round(self, r: jax.Array):
+    """`round_rows` with the experts of the round's row groups: None, group e is expert e (see `Tiles.round`)."""
+    rows, valid = self.round_rows(r)
+    return rows, valid, None
+
 
 jax.tree_util.register_dataclass(Slots, data_fields=["token", "starts", "sizes"], meta_fields=["capacity"])
+
+
+def tile_rows(num_assignments: int, num_experts: int) -> int:
+  """Rows per tile of `experts_tiles`: a power of two near a quarter of the balanced load, in [8, 128].
+
+  Each expert's rows are padded to whole tiles, so padding costs about E x tile / 2 rows: 1/8 of the assignments at
+  a quarter of the balanced load; tiles of at least 8 rows keep each matmul's rows a vector width.
+  """
+  quarter = max(1.0, num_assignments / num_experts / 4)
+  return int(min(128, max(8, 2 ** math.floor(math.log2(quarter)))))
+
+
+# Bytes of expert weights one round of `experts_tiles` gathers (gate, up and down of each tile's expert): small
+# enough to stay in a CPU's cache while the round's three matmuls read it.
+_ROUND_WEIGHT_BYTES = 6 * 2**20
+
+
+def tiles_per_round(num_assignments: int, tile: int, expert_shape: tuple[int, int], dtype) -> int:
+  """Tiles per round of `experts_tiles`: a quarter of the assignments' tiles, fewer where their gathered weights
+  (3 x D x F per tile) would pass `_ROUND_WEIGHT_BYTES`; at least one."""
+  d, f = expert_shape
+  by_bytes = _ROUND_WEIGHT_BYTES // (3 * d * f * jnp.dtype(dtype).itemsize)
+  return int(max(1, min(-(-num_assignments // (4 * tile)), by_bytes)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+  """Expert-sorted assignment bookkeeping of `experts_tiles`: each expert's rows padded to whole tiles of `tile`
+  rows, `per_round` tiles per round.
+
+  Tile i holds padded rows [i tile, (i + 1) tile): the padded layout puts expert e's rows at [P_e, P_e + size_e)
+  with P_e the sum of the earlier experts' sizes rounded up to whole tiles, so every tile belongs to one expert and
+  an imbalanced load costs its own rows plus under one tile per expert, not whole extra rounds of E x C slots.
+
+  token [A]: token of each sorted row; starts/sizes [E]: each expert's row range in the sorted rows.
+  """
+
+  token: jax.Array
+  starts: jax.Array
+  sizes: jax.Array
+  tile: int
+  per_round: int
+
+  def _padded_ends(self) -> jax.Array:
+    """[E] end of each expert's padded rows (its start is the previous expert's end)."""
+    return jnp.cumsum((self.sizes + self.tile - 1) // self.tile * self.tile)
+
+  def round(self, r: jax.Array):
+    """Round r's tiles: sorted-row index [G, tile], validity [G, tile] and the expert of each tile [G]."""
+    ends = self._padded_ends()
+    first = (r * self.per_round + jnp.arange(self.per_round, dtype=jnp.int32)) * self.tile  # [G] padded rows
+    # The expert whose padded range holds the tile: the number of experts that end at or before its first row
+    # (empty experts have empty ranges and are skipped). Tiles past the last expert are invalid.
+    experts = jnp.minimum(jnp.searchsorted(ends, first, side="right"), self.sizes.shape[0] - 1).astype(jnp.int32)
+    offs = (first - (ends - (self.sizes + self.tile - 1) // self.tile * self.tile)[experts])[:, None] + jnp.arange(
+        self.tile, dtype=jnp.int32)[None, :]
+    valid = (offs < self.sizes[experts][:, None]) & (first < ends[-1])[:, None]
+    rows = jnp.where(valid, self.starts[experts][:, None] + offs, 0)
+    return rows, valid, experts
+
+  def num_rounds(self) -> jax.Array:
+    tiles = self._padded_ends()[-1] // self.tile
+    return (tiles + self.per_round - 1) // self.per_round
+
+
+jax.tree_util.register_dataclass(Tiles, data_fields=["token", "starts", "sizes"], meta_fields=["tile", "per_round"])
+
+
+def _round_weights(w: jax.Array, experts: jax.Array | None) -> jax.Array:
+  """The weights of a round's row groups: w itself for slots (group e is expert e), else w[experts]."""
+  return w if experts is None else w[experts]
+
+
+def _add_weight_grads(acc: jax.Array, grads: jax.Array, experts: jax.Array | None) -> jax.Array:
+  """Adds a round's per-group weight gradients into the [E, ...] accumulator (tiles of one expert add up)."""
+  return acc + grads if experts is None else acc.at[experts].add(grads)
 
 
 def slot_ffn(xs: jax.Array, wg: jax.Array, wu: jax.Array, wd: jax.Array):
@@ -182,11 +274,12 @@ def _slots_compute(x, gates_sorted, wg, wu, wd, slots: Slots):
 
 
 def _slots_fwd(x, gates_sorted, wg, wu, wd, slots):
+  # `slots` is a `Slots` or a `Tiles`: rounds of row groups [G, C] and, for tiles, the expert of each group.
   def body(r, out):
-    rows, valid = slots.round_rows(r)
+    rows, valid, experts = slots.round(r)
     tok = slots.token[rows]
     xs = jnp.where(valid[..., None], x[tok], 0)
-    _, _, y = slot_ffn(xs, wg, wu, wd)
+    _, _, y = slot_ffn(xs, *(_round_weights(w, experts) for w in (wg, wu, wd)))
     g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
     return out.at[tok.reshape(-1)].add((y * g[..., None]).reshape(-1, y.shape[-1]))
 
@@ -199,24 +292,25 @@ def _slots_bwd(res, d_out):
 
   def body(r, acc):
     dx, dgates, dwg, dwu, dwd = acc
-    rows, valid = slots.round_rows(r)
+    rows, valid, experts = slots.round(r)
+    wg_r, wu_r, wd_r = (_round_weights(w, experts) for w in (wg, wu, wd))
     tok = slots.token[rows]
     xs = jnp.where(valid[..., None], x[tok], 0)
-    hg, hu, y = slot_ffn(xs, wg, wu, wd)
+    hg, hu, y = slot_ffn(xs, wg_r, wu_r, wd_r)
     g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
     dy_full = jnp.where(valid[..., None], d_out[tok], 0)  # d(out)/d(g * y) per slot
     dgates = dgates.at[rows.reshape(-1)].add(
         jnp.where(valid, jnp.sum(dy_full * y, axis=-1), 0).reshape(-1).astype(dgates.dtype))
     dy = dy_full * g[..., None]
     act = jax.nn.silu(hg)
-    dwd = dwd + jnp.einsum("ecf,ecd->efd", act * hu, dy)
-    dh = jnp.einsum("ecd,efd->ecf", dy, wd)
+    dwd = _add_weight_grads(dwd, jnp.einsum("ecf,ecd->efd", act * hu, dy), experts)
+    dh = jnp.einsum("ecd,efd->ecf", dy, wd_r)
     sig = jax.nn.sigmoid(hg)
     dhg = dh * hu * (sig * (1 + hg * (1 - sig)))
     dhu = dh * act
-    dwg = dwg + jnp.einsum("ecd,ecf->edf", xs, dhg)
-    dwu = dwu + jnp.einsum("ecd,ecf->edf", xs, dhu)
-    dxs = jnp.einsum("ecf,edf->ecd", dhg, wg) + jnp.einsum("ecf,edf->ecd", dhu, wu)
+    dwg = _add_weight_grads(dwg, jnp.einsum("ecd,ecf->edf", xs, dhg), experts)
+    dwu = _add_weight_grads(dwu, jnp.einsum("ecd,ecf->edf", xs, dhu), experts)
+    dxs = jnp.einsum("ecf,edf->ecd", dhg, wg_r) + jnp.einsum("ecf,edf->ecd", dhu, wu_r)
     dx = dx.at[tok.reshape(-1)].add(jnp.where(valid[..., None], dxs, 0).reshape(-1, dxs.shape[-1]))
     return dx, dgates, dwg, dwu, dwd
 
@@ -249,11 +343,32 @@ def experts_slots(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict, capac
   return _slots_compute(x, gates_sorted, w["gate"].astype(dt), w["up"].astype(dt), w["down"].astype(dt), slots)
 
 
+def experts_tiles(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict) -> jax.Array:
+  """Dropless tiled dispatch: rounds of one batched matmul over G tiles [G, tile, D] x [G, D, F].
+
+  Assignments are sorted by expert and each expert's rows padded to whole tiles (`Tiles`); a round takes the next G
+  tiles with their experts' weights gathered. Work is the assignments plus under one tile per expert, however
+  imbalanced the load: where `experts_slots` runs whole extra rounds of E x C slots for one overloaded expert (2-3
+  rounds at a random initialization), tiles pay for the overload's rows only. The rounds and their hand-written
+  VJP are `experts_slots`'; `tile_rows` and `tiles_per_round` size them.
+  """
+  dt = x.dtype
+  n, k = ids.shape
+  e = w["gate"].shape[0]
+  token, order, sizes = sorted_assignments(ids, e)
+  tile = tile_rows(n * k, e)
+  per_round = tiles_per_round(n * k, tile, w["gate"].shape[1:], dt)
+  tiles = Tiles(token=token.astype(jnp.int32), starts=(jnp.cumsum(sizes) - sizes).astype(jnp.int32), sizes=sizes,
+                tile=tile, per_round=per_round)
+  gates_sorted = gates.reshape(-1)[order].astype(jnp.float32)
+  return _slots_compute(x, gates_sorted, w["gate"].astype(dt), w["up"].astype(dt), w["down"].astype(dt), tiles)
+
+
 def resolve_dispatch(dispatch: MoeDispatch) -> MoeDispatch:
-  """AUTO -> SLOTS on CPU (ragged_dot is slow there), RAGGED on GPU/TPU."""
+  """AUTO -> TILES on CPU (ragged_dot is slow there), RAGGED on GPU/TPU."""
   if dispatch is not MoeDispatch.AUTO:
     return dispatch
-  return MoeDispatch.SLOTS if jax.default_backend() == "cpu" else MoeDispatch.RAGGED
+  return MoeDispatch.TILES if jax.default_backend() == "cpu" else MoeDispatch.RAGGED
 
 
 def routed_experts(x: jax.Array, routing: Routing, w: dict, cfg: ModelConfig) -> jax.Array:
@@ -265,6 +380,8 @@ def routed_experts(x: jax.Array, routing: Routing, w: dict, cfg: ModelConfig) ->
     return experts_dense(x, routing.ids, routing.gates, w)
   if dispatch is MoeDispatch.RAGGED:
     return experts_ragged(x, routing.ids, routing.gates, w)
+  if dispatch is MoeDispatch.TILES:
+    return experts_tiles(x, routing.ids, routing.gates, w)
   return experts_slots(x, routing.ids, routing.gates, w, cfg.moe_capacity_factor)
 
 
@@ -295,14 +412,11 @@ def moe_ffn(p: dict, x: jax.Array, cfg: ModelConfig, forced_ids: jax.Array | Non
   """The DeepSeek-V3 MoE FFN on x [B, T, D]; forced_ids [B, T, K] replays routing; token_mask [B, T] for load.
 
   Under a `Layout` with expert parallelism the routed experts run there (tokens exchanged between expert
-  shards); otherwise locally with `cfg.moe_dispatch`.
+  shards, in `cfg.precision`); otherwise locally with `cfg.moe_dispatch` (or the quantized recipe).
   """
   b, t, d = x.shape
   layout = current_layout()
   if layout is not None and layout.routed_experts is not None:
-    if cfg.precision is not Precision.BF16:
-      raise ValueError(f"precision={cfg.precision.value} is not wired into the expert-parallel MoE yet; train "
-                       "with precision=Precision.BF16 under an expert-parallel layout, or without a layout.")
     routed = layout.routed_experts(p, x, cfg, forced_ids)
     y, ids, dropped = routed.y, routed.ids.reshape(b * t, -1), routed.dropped
   else:

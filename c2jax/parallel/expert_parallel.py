@@ -32,6 +32,18 @@ The shard_map keeps `check_vma` on, so gradients of values shared across devices
 experts shared by data/fsdp/context ranks, the tokens shared by tensor ranks) are summed by JAX's own
 transposes; see `_expert_parallel_shard`.
 
+Quantized precisions (`ModelConfig.precision` MXFP8, NVFP4_FWD_MXFP8_BWD) run each expert shard's FFN as
+`moe.quantized_grouped_dot` over its rows [E_l P_e C, D] in groups of P_e C (the function the single-device
+`moe.experts_quantized` uses, so forward and custom backward are the same recipe). Every scale of that recipe is
+per row of the tokens or per (expert, channel) of whole local experts, except those along F: the
+forward's down-projection input and weight (NVFP4: 16-blocks with a second-level scale over the whole of F; MXFP8:
+32-blocks) and the backward's gate/up cotangent and weight (MXFP8 32-blocks). So `_check` refuses NVFP4 with a
+split tensor axis and MXFP8 with F_t not a multiple of 32. The weight gradient quantizes x and dy along rows in
+32-row MXFP8 blocks, and which tokens share a block depends on the layout (here a (round, source, expert) slot
+group, on one device all experts' sorted rows back to back); but an E8M0 scale is a power of two, so an element's
+E4M3 code does not depend on its block unless it is ~2^14 or more below the block's largest (a subnormal): the
+results equal the single-device ones up to float reassociation (tests/parallel/expert_parallel_quantized_test.py).
+
 GPU/TPU could send exactly the routed rows with `jax.lax.ragged_all_to_all` instead of padded slots. The slot
 path is the default (and the only one here) because it is a plain dense all-to-all that every backend
 implements well: ragged_all_to_all is not implemented on XLA:CPU, and was reported at about 2% of NVLink
@@ -49,9 +61,10 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from c2jax.model import moe
-from c2jax.model.config import ModelConfig
+from c2jax.model.config import ModelConfig, Precision
 from c2jax.model.sharding import RoutedOutput
 from c2jax.parallel.mesh import AXES, BATCH_AXES, CONTEXT, DATA, EXPERT, FSDP, TENSOR
+from pallas_kernels.formats import MXFP8_BLOCK
 
 # Mesh axes that split tokens (tensor ranks hold copies of the same tokens).
 _TOKEN_AXES = (*BATCH_AXES, CONTEXT)
@@ -66,14 +79,16 @@ class _Dispatch:
     slots: token [A = n K] of each sorted row, starts/sizes [E] of each expert's rows, capacity C.
     rounds: scalar int32, the same on every device of the expert group.
     num_shards: P_e, the expert-axis size.
+    precision: the experts' number format (`moe.slot_ffn` for BF16, else `moe.quantized_grouped_dot`).
   """
 
   slots: moe.Slots
   rounds: jax.Array
   num_shards: int
+  precision: Precision = Precision.BF16
 
 
-jax.tree_util.register_dataclass(_Dispatch, data_fields=["slots", "rounds"], meta_fields=["num_shards"])
+jax.tree_util.register_dataclass(_Dispatch, data_fields=["slots", "rounds"], meta_fields=["num_shards", "precision"])
 
 
 def _to_experts(a: jax.Array, num_shards: int) -> jax.Array:
@@ -91,8 +106,16 @@ def _from_experts(a: jax.Array, num_shards: int) -> jax.Array:
   return jax.lax.all_to_all(a, EXPERT, 0, 0).reshape(el * num_shards, c, *a.shape[3:])
 
 
-def _ffn(xe, wg, wu, wd):
-  return moe.slot_ffn(xe, wg, wu, wd)[2]
+def _ffn(xe, wg, wu, wd, precision: Precision):
+  """SwiGLU of the expert shard's rows xe [E_l, P_e C, D] with its experts [E_l, D, F_t], [E_l, F_t, D] -> [E_l,
+  P_e C, D]: one batched matmul in BF16, else the single-device quantized grouped matmul with groups of P_e C rows
+  (padding slots are zero rows: zero output, and no effect on any scale since a zero never raises an amax)."""
+  if precision is Precision.BF16:
+    return moe.slot_ffn(xe, wg, wu, wd)[2]
+  el, rows, d = xe.shape
+  sizes = jnp.full((el,), rows, jnp.int32)
+  y = moe.grouped_swiglu(xe.reshape(el * rows, d), wg, wu, wd, sizes, moe.quantized_grouped_dot(precision))
+  return y.reshape(el, rows, d)
 
 
 @jax.custom_vjp
@@ -107,7 +130,7 @@ def _exchange_fwd(x, gates_sorted, wg, wu, wd, plan):
     rows, valid = plan.slots.round_rows(r)
     tok = plan.slots.token[rows]
     xs = jnp.where(valid[..., None], x[tok], 0)
-    y = _from_experts(_ffn(_to_experts(xs, plan.num_shards), wg, wu, wd), plan.num_shards)
+    y = _from_experts(_ffn(_to_experts(xs, plan.num_shards), wg, wu, wd, plan.precision), plan.num_shards)
     g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
     return out.at[tok.reshape(-1)].add((y * g[..., None]).reshape(-1, y.shape[-1]))
 
@@ -128,7 +151,7 @@ def _exchange_bwd(res, d_out):
     xe = _to_experts(jnp.where(valid[..., None], x[tok], 0), p)
     ge = _to_experts(jnp.where(valid, gates_sorted[rows], 0), p)
     d_gy = _to_experts(jnp.where(valid[..., None], d_out[tok], 0), p)
-    ye, ffn_vjp = jax.vjp(_ffn, xe, wg, wu, wd)
+    ye, ffn_vjp = jax.vjp(functools.partial(_ffn, precision=plan.precision), xe, wg, wu, wd)
     dge = jnp.sum(d_gy * ye, axis=-1)
     dxe, dwg_r, dwu_r, dwd_r = ffn_vjp(d_gy * ge[..., None].astype(d_gy.dtype))
     dxs = _from_experts(dxe, p)
@@ -185,7 +208,7 @@ def _expert_parallel_shard(x, router, bias, experts, forced_ids=None, *, cfg: Mo
     rounds = jnp.ones((), jnp.int32)
     # Tensor ranks hold copies of the same tokens: count over the token axes only.
     dropped = jax.lax.psum(jnp.sum(jnp.maximum(sizes - capacity, 0)).astype(jnp.float32), _TOKEN_AXES)
-  plan = _Dispatch(slots=slots, rounds=rounds, num_shards=num_shards)
+  plan = _Dispatch(slots=slots, rounds=rounds, num_shards=num_shards, precision=cfg.precision)
 
   # shard_map keeps check_vma on: it tracks which mesh axes each value varies over, and the transpose of
   # "becomes varying" is a psum. The custom VJP's float inputs are made varying over every axis, so its
@@ -213,6 +236,13 @@ def _check(mesh: jax.sharding.Mesh, p_moe: dict, x: jax.Array, cfg: ModelConfig,
   if f % pt:
     raise ValueError(f"moe_intermediate_size={f} cannot be split over a tensor axis of {pt}; choose a tensor axis "
                      f"size that divides {f}.")
+  if cfg.precision is Precision.NVFP4_FWD_MXFP8_BWD and pt > 1:
+    raise ValueError(f"precision={cfg.precision.value} scales each down-projection row over the whole expert hidden "
+                     f"dim, which a tensor axis of {pt} would split; use a tensor axis of 1 for the experts.")
+  if cfg.precision is Precision.MXFP8 and (f // pt) % MXFP8_BLOCK:
+    raise ValueError(f"precision={cfg.precision.value} scales blocks of {MXFP8_BLOCK} along the expert hidden dim, "
+                     f"which a tensor axis of {pt} would split (moe_intermediate_size={f}); choose a tensor axis "
+                     f"that leaves a multiple of {MXFP8_BLOCK} per device.")
   if x.ndim != 3 or x.shape[-1] != cfg.d_model:
     raise ValueError(f"Expert parallelism takes x [B, T, D={cfg.d_model}], got shape {x.shape}; pass the "
                      "un-flattened activations.")
@@ -242,7 +272,8 @@ def make_expert_parallel(mesh: jax.sharding.Mesh, *, capacity_factor: float | No
   Returns:
     fn(p_moe, x [B, T, D], cfg, forced_ids [B, T, K] | None) -> RoutedOutput(y [B, T, D] routed experts only,
     ids [B, T, K] int32, dropped scalar float32 over the whole mesh). p_moe holds router [D, E],
-    router_bias [E] and experts {gate, up: [E, D, F], down: [E, F, D]}. Traceable under jit and scan.
+    router_bias [E] and experts {gate, up: [E, D, F], down: [E, F, D]}; the experts run in cfg.precision.
+    Traceable under jit and scan.
   """
   missing = [a for a in AXES if a not in mesh.shape]
   if missing:

@@ -12,8 +12,9 @@ sections 4 and 6: trainer and rollout workers run independently and meet only in
   reader.publish_progress(version=step + 1, groups_per_step=8)       # feeds the actors' admission control
 
 No coordinator: each writer owns one append-only shard (layout in c2jax/rollouts/schema.py). A commit writes the
-group's rows into the shard's zarr3 arrays first and its commit record last; a commit record is one atomic object
-(a renamed file locally, one PUT on S3/GCS), so a reader sees a group whole or not at all. Rows written by a writer
+groups' rows into the shard's zarr3 arrays first and its commit record last; a commit record is one atomic object
+(a renamed file locally, one PUT on S3/GCS) holding every group of its call, so a reader sees a call's groups whole
+or not at all. Rows written by a writer
 that died before its commit record are invisible, and the restarted writer (same id) overwrites them, after it has
 removed what the dead one's unfinished writes left in a local shard (tensorstore would reuse it untruncated and
 store garbage: see `storage.remove_unfinished_write`).
@@ -27,9 +28,11 @@ commit records: a writer whose shard was taken over stops at its next commit ins
 one process a second writer of the same id is allowed: it stands for a crashed one, and fences the first.)
 
 Cost: every stored object costs a file (or a PUT) and, in FSYNC mode, an fsync, which for groups of a few hundred
-KB outweigh the bytes. `commit_many` therefore writes the rows of all its groups with one write per array (into
-shards of SHARD_ROWS rows: whole objects when an actor commits 8 groups of 8 rows at once), then all their commit
-records concurrently, then head.json once.
+KB outweigh the bytes. `commit_many` therefore writes the rows of all its groups with one write per array of the
+[R, T] fields (into shards of SHARD_ROWS rows: whole objects when an actor commits 8 groups of 8 rows at once), all
+in flight together, then one commit record for all of them (which also holds the few numbers per row of the [R]
+fields), then head.json: an 8-group commit is 6 stored objects, not the 19 of a record per group and an array per
+field.
 """
 
 from __future__ import annotations
@@ -65,10 +68,13 @@ TOKEN_CHUNK_ROWS = 8
 SHARD_ROWS = 64
 # Rows of a new shard's arrays before the first resize (a metadata rewrite of every array, fsynced in FSYNC mode).
 INITIAL_ROWS = 16 * SHARD_ROWS
-# zstd level 1: on rollouts (random-ish tokens, log-probs, zero padding) it stores within a few percent of level 3
-# at about twice the speed, and compression is most of a commit's CPU time.
+# blosc (lz4 after a byte shuffle, which puts the bytes of each element's significance together, so that the zero
+# high bytes of small token ids, expert ids and versions line up): on rollouts (random-ish tokens, log-probs, zero
+# padding) it stores within a few percent of zstd level 1 (tokens 0.34 vs 0.35 of the raw bytes, log-probs 0.46 vs
+# 0.45, expert ids 0.26 vs 0.25) at about half its CPU time, and encoding is most of a commit's CPU time. The codec
+# is recorded in each array's zarr.json, so shards written with another codec stay readable.
 _ZARR_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}},
-                {"name": "zstd", "configuration": {"level": 1}},
+                {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}},
                 {"name": "crc32c"}]  # after the compressor: checks the stored bytes, so corruption fails the read
 _IO_CONCURRENCY = 32
 _SHARD_INDEX_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
@@ -106,6 +112,13 @@ class Group:
 
 def commit_key(seq: int) -> str:
   return f"commits/{seq:012d}.json"
+
+
+def _record_seqs(store: Store, end: int | None = None) -> list[int]:
+  """The seqs of the commit records in a shard's `store` (each a call's first seq), sorted; below `end` only."""
+  keys = store.list("commits/") if end is None else store.list_range("commits/", commit_key(end))
+  names = (k[len("commits/"):-len(".json")] for k in keys if k.endswith(".json"))
+  return sorted(int(n) for n in names if n.isdigit())
 
 
 def shard_ids(root: Store) -> list[str]:
@@ -325,13 +338,12 @@ class RolloutWriter:
   def commit_many(self, groups: Sequence[Mapping], metas: Sequence[Mapping[str, Any] | None],
                   ticket_ids: Sequence[str | None] | None = None) -> list[int]:
     """Appends several groups (e.g. the groups of one sampler call) at the cost of about one: their rows go into
-    one write per array, then their commit records are written together.
+    one write per array, then one commit record holds them all.
 
     All groups are checked before anything is written. Once this returns, every group is committed (durable in
-    FSYNC mode) under consecutive sequence numbers. A crash before that may leave some of their records written
-    and others not: readers hand out none past a missing one, the reopened writer turns a missing record below a
-    written one into a void record that readers skip (see `_recover`), and the missing groups' tickets stay
-    pending, so they are re-run.
+    FSYNC mode) under consecutive sequence numbers. The call is atomic: a crash before its commit record lands
+    commits none of its groups (their rows are overwritten by the reopened writer, their tickets stay pending, so
+    they are re-run).
 
     Args:
       groups: the groups' arrays (schema in c2jax/rollouts/schema.py).
@@ -351,7 +363,7 @@ class RolloutWriter:
     named = [t for t in ticket_ids if t is not None]
     if len(set(named)) != len(named):
       raise ValueError("commit_many got the same ticket id twice; each ticket completes one group.")
-    data, records = [], []
+    data, entries = [], []
     seq, row0 = self._next_seq, self._next_row
     for group, meta, ticket_id in zip(groups, metas, ticket_ids):
       data.append(schema_lib.normalize_group(group, self.spec))
@@ -366,26 +378,21 @@ class RolloutWriter:
       if task_id is None:
         raise ValueError("Commit meta lacks task_id; pass meta={'task_id': ...} (or begin() a ticket with one).")
       rows = schema_lib.group_rows(data[-1])
-      # "call": the first seq of this commit_many, so that a reopened writer can tell a record this call never
-      # wrote (a crash between its concurrent record writes) from one lost later (see `_recover`).
-      record = {"schema_version": schema_lib.SCHEMA_VERSION, "seq": seq, "row0": row0, "rows": rows,
-                "task_id": str(task_id), "meta": meta, "ticket_id": ticket_id, "call": self._next_seq,
-                "time": time.time()}
-      records.append((seq, _json_bytes(record, "commit meta")))
+      entries.append({"row0": row0, "rows": rows, "task_id": str(task_id), "meta": meta, "ticket_id": ticket_id,
+                      "row_fields": schema_lib.row_fields_to_json(data[-1], self.spec)})
       seq, row0 = seq + 1, row0 + rows
     if not data:
       return []
+    record = _json_bytes({"schema_version": schema_lib.SCHEMA_VERSION, "seq": self._next_seq, "groups": entries,
+                          "time": time.time()}, "commit meta")
     self._check_owner()
     try:
       self._write_rows(data, self._next_row)
-      self._check_owner()  # again: rows of a writer that took over meanwhile must not get our records
-      # Only once every row is durable. The records may land in any order: a reader reads seqs in order and waits
-      # for a missing one (head.json, written below, does not count it yet).
-      futures = [self._record_kv.write(commit_key(s), b) for s, b in records]
-      for f in futures:
-        f.result()
+      self._check_owner()  # again: rows of a writer that took over meanwhile must not get our record
+      # Only once every row is durable.
+      self._record_kv.write(commit_key(self._next_seq), record).result()
     except BaseException:
-      # Some records may be written (and read): only reopening, which resumes after them, is safe.
+      # The record may be written (and read): only reopening, which resumes after it, is safe.
       self._closed = True
       raise
     first = self._next_seq
@@ -462,72 +469,45 @@ class RolloutWriter:
     return arr
 
   def _recover(self) -> tuple[int, int]:
-    """(next seq, next row) of a reopened shard, after tidying what a crash mid-`commit_many` left.
+    """(next seq, next row) of a reopened shard, from its last commit record; tickets whose groups did commit (a
+    crash between a call's record and its ticket deletions) are deleted.
 
-    Rows after the last commit record are unreferenced and get overwritten. A seq missing below the last record
-    is one of two things:
-      * a record the LAST commit_many never wrote (it died between two of its concurrent record writes): at or
-        after that call's first seq (the last record's "call") and not counted by head.json. It gets a void
-        record, which readers skip silently (no group was ever committed there); its group keeps its pending
-        ticket, so it is re-run.
-      * a record lost afterwards (deleted, a damaged disk): every other hole, since only the last call can be
-        interrupted (a failed commit_many closes its writer). It gets a void record marked "lost", which readers
-        count in `stats["lost_groups"]` and report, never skip silently.
-    Tickets whose groups did commit are deleted.
+    Rows after the last commit record are unreferenced and get overwritten. A call is one record, so a crash never
+    leaves part of a call committed. A record lost after it was written (deleted, a damaged disk) is left as a hole,
+    which readers count in `stats["lost_groups"]` once head.json (rewritten by this writer) and a later record show
+    that it was committed (see `RolloutReader._record_lost`).
     """
-    seqs = sorted(int(k[len("commits/"):-len(".json")]) for k in self._store.list("commits/")
-                  if k.endswith(".json") and k[len("commits/"):-len(".json")].isdigit())
+    seqs = _record_seqs(self._store)
     if not seqs:
       return 0, 0
     try:
       head = self._store.read_json("head.json") or {}
-      head_committed, head_rows = int(head.get("committed", 0)), int(head.get("rows", 0))
+      head_rows = int(head.get("rows", 0))
     except (ValueError, TypeError, AttributeError):
-      head_committed = head_rows = 0
-    present = set(seqs)
-    holes = [s for s in range(seqs[-1]) if s not in present]
-    if holes:
-      try:
-        last = json.loads(self._store.read(commit_key(seqs[-1])) or b"null")
-        call = int(last["call"])
-      except (ValueError, TypeError, KeyError):  # unreadable, or written before records named their call
-        call = seqs[-1]
-      interrupted = [s for s in holes if s >= max(call, head_committed)]
-      lost = sorted(set(holes) - set(interrupted))
-      if interrupted:
-        logging.warning("Shard %r: commit records %s of the last commit_many are missing (its writer died mid "
-                        "call); voiding them.", self.writer_id, interrupted[:10])
-      if lost:
-        logging.warning("Shard %r: %d commit records (%s...) below record %d were lost after they were written; "
-                        "marking them lost (readers count them in stats['lost_groups']).", self.writer_id,
-                        len(lost), lost[:10], seqs[-1])
-      void = {"schema_version": schema_lib.SCHEMA_VERSION, "void": True, "time": time.time()}
-      gone = set(lost)
-      futures = [self._record_kv.write(commit_key(s), _json_bytes({**void, "seq": s, "lost": s in gone}, "void"))
-                 for s in holes]
-      for f in futures:
-        f.result()
-    # A crash after the records of a call and before its ticket deletions leaves tickets of committed groups: they
-    # are among the last len(pending) records.
+      head_rows = 0
     pending = [k[len("pending/"):-len(".json")] for k in self._store.list("pending/") if k.endswith(".json")]
-    tail = seqs[-max(1, len(pending)):]
-    end, done = None, []
-    for s in reversed(tail):
+    next_seq = end = None
+    done, covered = [], 0
+    for s in reversed(seqs):  # newest first, until the records read cover as many groups as there are tickets
       try:
-        rec = json.loads(self._store.read(commit_key(s)) or b"null")
-        if end is None:
-          end = int(rec["row0"]) + int(rec["rows"])
-        if isinstance(rec.get("ticket_id"), str):
-          done.append(rec["ticket_id"])
+        groups = RolloutReader._parse_record(self._store.read(commit_key(s)) or b"null", s)["groups"]
       except (ValueError, TypeError, KeyError) as e:
+        groups = []
         if end is None:
-          # An unreadable last record hides how many rows it used: start past everything the arrays ever held.
+          # An unreadable last record hides how many groups and rows it held: the next call starts after its
+          # first seq, and its rows past everything the arrays ever held.
           logging.warning("Shard %r: last commit record %d is unreadable (%s); new rows start at the array end %d.",
                           self.writer_id, s, e, self._capacity)
-          end = self._capacity
+          next_seq, end = s + 1, self._capacity
+      if end is None:
+        next_seq, end = s + len(groups), groups[-1]["row0"] + groups[-1]["rows"]
+      done += [g["ticket_id"] for g in groups if isinstance(g.get("ticket_id"), str)]
+      covered += max(1, len(groups))
+      if covered >= len(pending):
+        break
     for ticket_id in set(done) & set(pending):
       self._store.delete(f"pending/{ticket_id}.json")
-    return seqs[-1] + 1, max(end, head_rows)
+    return next_seq, max(end, head_rows)
 
   def _list_pending(self) -> list[tuple[str, dict]]:
     out = []
@@ -570,10 +550,7 @@ class RolloutWriter:
     futures = []
     for key, arr in self._arrays.items():
       axis = self._axes[key]
-      if key.startswith("reward_terms/"):
-        parts = [g["reward_terms"][key.split("/", 1)[1]] for g in groups]
-      else:
-        parts = [g[key] for g in groups]
+      parts = [g[key] for g in groups]
       # One pass: concatenated and cast to the stored dtype (values were range-checked by normalize_group).
       value = np.concatenate(parts, axis=axis, dtype=arr.dtype.numpy_dtype, casting="unsafe")
       index = (slice(None), slice(row0, row0 + rows)) if axis else slice(row0, row0 + rows)
@@ -619,11 +596,12 @@ class _Shard:
 
 
 class _Pending:
-  """A group whose commit record is read and whose array reads are in flight."""
+  """A commit call whose record is read and whose groups' array reads are in flight (one dict of futures per
+  group), or a seq whose record is missing or garbage (`error`)."""
 
   def __init__(self, shard: _Shard, seq: int, record: dict | None, error: str | None, lost: bool = False):
     self.shard, self.seq, self.record, self.error, self.lost = shard, seq, record, error, lost
-    self.futures: dict[str, Any] = {}
+    self.futures: list[dict[str, Any]] = []
     self.exception: BaseException | None = None
 
 
@@ -666,6 +644,7 @@ class RolloutReader:
     self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "lost_groups": 0, "skipped_shards": 0,
                    "bytes_read": 0, "transient_errors": 0}
     self._retries: dict[tuple[str, int], int] = {}  # (shard, seq) -> transient read failures so far
+    self._skip_below: dict[str, int] = {}  # shard -> the cursor inside the call it reads first (see _refresh_shards)
     self._progress_written = False  # by this reader (see publish_progress)
 
   @property
@@ -764,11 +743,10 @@ class RolloutReader:
         raise CursorError(f"Buffer cursor entry {k!r}: {v} names a shard that buffer {self.url} does not hold; the "
                          f"cursor belongs to another buffer (resume with the buffer URL the checkpoint was trained "
                          f"from).")
-      store = Store(join(self.url, "shards", k))
-      if store.read(commit_key(v - 1)) is None and not self._record_lost(store, v - 1, confirm=False):
+      if not self._committed(Store(join(self.url, "shards", k)), v):
         raise CursorError(f"Buffer cursor entry {k!r}: {v} is past the end of that shard of buffer {self.url} (it "
-                         f"has no commit record {v - 1}); the cursor belongs to another buffer, or the shard was "
-                         f"rewritten.")
+                         f"has no commit record holding seq {v - 1}); the cursor belongs to another buffer, or the "
+                         f"shard was rewritten.")
       out[k] = v
     return out
 
@@ -791,6 +769,18 @@ class RolloutReader:
       if theirs != self.spec:
         self._skip_shard(sid, f"it holds groups of {theirs}, not {self.spec}")
         continue
+      start = self._fetched.get(sid, 0)
+      if start:
+        # A cursor inside a call (a take() that split its groups): read from the call's record, and hand out only
+        # its groups from the cursor on.
+        try:
+          first = self._locate(store, start)
+        except Exception as e:  # pylint: disable=broad-except  (storage hiccup: accept the shard on a later call)
+          logging.warning("Rollout buffer %s: finding the commit record of seq %d in shard %r failed (%s); will "
+                          "retry.", self.url, start, sid, e)
+          continue
+        if first is not None and first < start:
+          self._fetched[sid], self._skip_below[sid] = first, start
       self._shards[sid] = _Shard(sid, store, self.spec)
       self._queues[sid] = collections.deque()
       self._fetched.setdefault(sid, 0)
@@ -811,7 +801,7 @@ class RolloutReader:
 
   def _fill(self, want: int | None) -> None:
     """Reads up to `want` (None: all) newly committed groups into the per-shard queues, round-robin: each round
-    reads the next commit record of every shard, then all their arrays concurrently."""
+    reads the next commit record (one call's groups) of every shard, then all their arrays concurrently."""
     self._refresh_shards()
     before = _kvstore_bytes_read()
     active = self._order()
@@ -829,15 +819,15 @@ class RolloutReader:
       for p in batch:
         done = self._finish(p)
         if done is None:
-          idle.add(p.shard.id)  # a transient storage error: this group is read again on a later call
-        elif done:
-          got += 1
+          idle.add(p.shard.id)  # a transient storage error: this call is read again on a later call
+        else:
+          got += done
       active = [sid for sid in active if sid not in idle]
     self._turn += 1
     self._stats["bytes_read"] += _kvstore_bytes_read() - before
 
   def _start(self, shard: _Shard) -> _Pending | None:
-    """Reads the shard's next commit record and starts reading its rows; None when there is none yet."""
+    """Reads the shard's next commit record and starts reading its groups' rows; None when there is none yet."""
     seq = self._fetched[shard.id]
     try:
       raw = shard.store.read(commit_key(seq))
@@ -860,93 +850,118 @@ class RolloutReader:
       record = self._parse_record(raw, seq)
     except (ValueError, TypeError, KeyError) as e:
       return _Pending(shard, seq, None, f"its commit record is garbage ({e})")
-    if record.get("void") is True:
-      if record.get("lost") is True:
-        return _Pending(shard, seq, None, "its commit record was lost after it was written", lost=True)
-      return _Pending(shard, seq, None, None)  # void: no group was committed there
     p = _Pending(shard, seq, record, None)
-    row0, rows = record["row0"], record["rows"]
     try:
-      for key, path, axis, _ in shard.fields:
-        arr = shard.array(key, path, axis, row0 + rows)
-        index = (slice(None), slice(row0, row0 + rows)) if axis else slice(row0, row0 + rows)
-        p.futures[key] = arr[index].read()
+      for entry in record["groups"]:
+        row0, rows = entry["row0"], entry["rows"]
+        futures = {}
+        for key, path, axis, _ in shard.fields:
+          arr = shard.array(key, path, axis, row0 + rows)
+          index = (slice(None), slice(row0, row0 + rows)) if axis else slice(row0, row0 + rows)
+          futures[key] = arr[index].read()
+        p.futures.append(futures)
     except Exception as e:  # pylint: disable=broad-except
       p.error, p.exception = f"its data cannot be read ({e})", e
     return p
 
-  def _finish(self, p: _Pending) -> bool | None:
-    """Queues the group (True) or a skip marker for a corrupt or void one (False); the shard moves to the next
-    seq. None: a transient storage error, the shard stays at this seq (skipped as corrupt after
-    MAX_TRANSIENT_RETRIES failures)."""
-    group = None
-    if p.record is None and p.error is None:  # a void record
-      self._fetched[p.shard.id] = p.seq + 1
-      self._queues[p.shard.id].append((p.seq, None))
-      return False
+  def _finish(self, p: _Pending) -> int | None:
+    """Queues the call's groups, each as a Group or as a skip marker for a corrupt one (a missing or garbage
+    record is one skip marker); the shard moves past the call. Returns the groups queued, or None: a transient
+    storage error, the shard stays at this call (skipped as corrupt after MAX_TRANSIENT_RETRIES failures)."""
+    n = 1 if p.record is None else len(p.record["groups"])
+    groups: list[Group | None] = [None] * n
+    errors: list[str | None] = [p.error] * n
+    exceptions: list[BaseException | None] = [p.exception] * n
     if p.error is None:
-      try:
-        data = {"reward_terms": {}}
-        for key, future in p.futures.items():
-          value = future.result()
-          if key.startswith("reward_terms/"):
-            data["reward_terms"][key.split("/", 1)[1]] = value
-          else:
-            data[key] = value
-        data = schema_lib.normalize_group(data, self.spec)
-        rec = p.record
-        meta = dict(rec["meta"])
-        meta.update(task_id=rec["task_id"], shard=p.shard.id, seq=p.seq, rows=rec["rows"], row0=rec["row0"],
-                    time=rec.get("time"))
-        group = Group(data=data, meta=meta)
-      except Exception as e:  # pylint: disable=broad-except  (checksum errors, missing chunks, bad shapes)
-        p.error, p.exception = f"its data cannot be read ({e})", e
+      for i, (entry, futures) in enumerate(zip(p.record["groups"], p.futures)):
+        try:
+          data = {key: future.result() for key, future in futures.items()}
+          data.update(schema_lib.row_fields_from_json(entry["row_fields"], self.spec))
+          data = schema_lib.normalize_group(data, self.spec)
+          meta = dict(entry["meta"])
+          meta.update(task_id=entry["task_id"], shard=p.shard.id, seq=p.seq + i, rows=entry["rows"],
+                      row0=entry["row0"], time=p.record.get("time"))
+          groups[i] = Group(data=data, meta=meta)
+        except Exception as e:  # pylint: disable=broad-except  (checksum errors, missing chunks, bad shapes)
+          errors[i], exceptions[i] = f"its data cannot be read ({e})", e
     else:
-      for future in p.futures.values():
-        future.cancel()
-    if group is None and _transient(p.exception):
-      key = (p.shard.id, p.seq)
+      for futures in p.futures:
+        for future in futures.values():
+          future.cancel()
+    key = (p.shard.id, p.seq)
+    transient = next((e for e in exceptions if _transient(e)), None)
+    if transient is not None:
       self._retries[key] = self._retries.get(key, 0) + 1
       self._stats["transient_errors"] += 1
       if self._retries[key] <= MAX_TRANSIENT_RETRIES:
-        logging.warning("Rollout buffer %s: reading group %d of shard %r failed (%s); will retry.", self.url, p.seq,
-                        p.shard.id, p.exception)
+        logging.warning("Rollout buffer %s: reading the call at seq %d of shard %r failed (%s); will retry.",
+                        self.url, p.seq, p.shard.id, transient)
         return None
-    self._retries.pop((p.shard.id, p.seq), None)
-    self._fetched[p.shard.id] = p.seq + 1
-    self._queues[p.shard.id].append((p.seq, group))
-    if group is None:
-      logging.warning("Rollout buffer %s: skipping group %d of shard %r because %s.", self.url, p.seq, p.shard.id,
-                      p.error)
-      self._stats["lost_groups" if p.lost else "corrupt_groups"] += 1
-      return False
-    self._stats["groups_read"] += 1
-    self._stats["rows_read"] += group.meta["rows"]
-    return True
+    self._retries.pop(key, None)
+    self._fetched[p.shard.id] = p.seq + n
+    skip = self._skip_below.pop(p.shard.id, 0)
+    queued = 0
+    for i, (group, error) in enumerate(zip(groups, errors)):
+      seq = p.seq + i
+      if seq < skip:
+        continue  # handed out before the cursor this reader resumed from
+      self._queues[p.shard.id].append((seq, group))
+      if group is None:
+        logging.warning("Rollout buffer %s: skipping group %d of shard %r because %s.", self.url, seq, p.shard.id,
+                        error)
+        self._stats["lost_groups" if p.lost else "corrupt_groups"] += 1
+        continue
+      queued += 1
+      self._stats["groups_read"] += 1
+      self._stats["rows_read"] += group.meta["rows"]
+    return queued
 
   @staticmethod
-  def _record_lost(shard: _Shard | Store, seq: int, confirm: bool = True) -> bool:
-    """True if head.json says `seq` was committed (head.json is written after the record, so a missing record
-    that head.json counts was lost, and waiting for it would stall the shard forever).
+  def _record_lost(shard: _Shard | Store, seq: int) -> bool:
+    """True if the missing record of `seq` was lost after it was written: head.json says `seq` was committed, and
+    a later record exists.
 
-    With `confirm`, the last record head.json counts must exist too (one more read): a damaged head.json that
-    counts records never written would otherwise make a reader skip seqs its writer has yet to commit, and lose
-    those groups. A lost LAST record is therefore only declared lost once a later record exists; until then the
-    shard waits (a stall of one shard, never a lost group)."""
+    head.json is written after the record, so a missing record that it counts was lost; waiting for it would stall
+    the shard forever. The later record is asked for too because a damaged head.json that counts records never
+    written would otherwise make a reader skip seqs its writer has yet to commit, and lose those groups; a writer
+    writes its records in seq order, so a later one means that `seq`'s call returned. A lost LAST record is
+    therefore only declared lost once a later record exists; until then the shard waits (a stall of one shard,
+    never a lost group)."""
     store = shard if isinstance(shard, Store) else shard.store
     try:
       head = store.read_json("head.json") or {}
       committed = int(head.get("committed", 0))
-      if committed <= seq:
-        return False
-      return not confirm or (committed - 1 != seq and store.read(commit_key(committed - 1)) is not None)
+      return committed > seq and bool(store.list_range(commit_key(seq + 1), commit_key(committed)))
     except Exception:  # pylint: disable=broad-except
       return False
 
+  @classmethod
+  def _locate(cls, store: Store, seq: int) -> int | None:
+    """The first seq of the commit record that holds `seq`, or None when no record does (yet)."""
+    if store.read(commit_key(seq)) is not None:
+      return seq
+    before = _record_seqs(store, end=seq)
+    if not before:
+      return None
+    try:
+      record = cls._parse_record(store.read(commit_key(before[-1])) or b"null", before[-1])
+    except (ValueError, TypeError, KeyError):
+      return None
+    return before[-1] if before[-1] + len(record["groups"]) > seq else None
+
+  @classmethod
+  def _committed(cls, store: Store, n: int) -> bool:
+    """Whether the shard at `store` committed seqs 0..n-1: head.json counts them, or a record holds seq n-1."""
+    try:
+      if int((store.read_json("head.json") or {}).get("committed", 0)) >= n:
+        return True
+    except (ValueError, TypeError, AttributeError):
+      pass
+    return cls._locate(store, n - 1) is not None
+
   @staticmethod
   def _parse_record(raw: bytes, seq: int) -> dict:
-    """The checked commit record; a void one ("void": True, a seq without a group, see `RolloutWriter._recover`)
-    holds only its seq and whether its record was "lost"."""
+    """The checked commit record of the call whose first group has `seq`."""
     rec = json.loads(raw)
     if not isinstance(rec, dict):
       raise ValueError("not a JSON object")
@@ -954,13 +969,17 @@ class RolloutReader:
       raise ValueError(f"schema_version {rec.get('schema_version')!r}")
     if rec.get("seq") != seq:
       raise ValueError(f"seq {rec.get('seq')!r} in the record of seq {seq}")
-    if rec.get("void") is True:
-      return rec
-    for name in ("row0", "rows"):
-      if not isinstance(rec.get(name), int) or rec[name] < (1 if name == "rows" else 0):
-        raise ValueError(f"{name} {rec.get(name)!r}")
-    if not isinstance(rec.get("task_id"), str) or not isinstance(rec.get("meta"), dict):
-      raise ValueError("task_id or meta has the wrong type")
+    groups = rec.get("groups")
+    if not isinstance(groups, list) or not groups:
+      raise ValueError("groups is not a non-empty list")
+    for g in groups:
+      if not isinstance(g, dict):
+        raise ValueError("a group entry is not a JSON object")
+      for name in ("row0", "rows"):
+        if not isinstance(g.get(name), int) or g[name] < (1 if name == "rows" else 0):
+          raise ValueError(f"{name} {g.get(name)!r}")
+      if not isinstance(g.get("task_id"), str) or not isinstance(g.get("meta"), dict):
+        raise ValueError("task_id or meta has the wrong type")
     return rec
 
   def _hand_out(self, n: int | None) -> list[Group]:

@@ -12,19 +12,21 @@ chains have several segments (each generation of a chain is a row; its rows shar
   expert_ids          [Lm, R, T, K]    int32             int16       routed experts of input token t per MoE layer
                                                                      (routing replay); only when Lm > 0, ids in
                                                                      [0, MAX_EXPERT_ID]
-  reward_terms        {name: [R]}      float32           float32     raw reward signals, exactly spec.reward_terms
-  truncated           [R]              float32           float32     1 if the chain hit its length budget
-  chain_id            [R]              int32             int32       chain within the group (segments share it)
-  segment             [R]              int32             int32       segment index within its chain
-  prompt_length       [R]              int32             int32       prompt tokens at the start of the row
-  length              [R]              int32             int32       tokens after the prompt (generated, and in a
+  reward_terms        {name: [R]}      float32           JSON        raw reward signals, exactly spec.reward_terms
+  truncated           [R]              float32           JSON        1 if the chain hit its length budget
+  chain_id            [R]              int32             JSON        chain within the group (segments share it)
+  segment             [R]              int32             JSON        segment index within its chain
+  prompt_length       [R]              int32             JSON        prompt tokens at the start of the row
+  length              [R]              int32             JSON        tokens after the prompt (generated, and in a
                                                                      multi-turn row the observations between turns)
   source              [R, T]           int32             uint8       with spec.ledger only: the token's
                                                                      `c2jax.actors.ledger.Source` (prompt 0, model 1,
                                                                      observation 2, notice 3)
   turn                [R, T]           int32             int16       with spec.ledger only: the token's turn index
 
-The group id, task id and the actor's metadata live in the group's commit record (JSON), not in arrays.
+The group id, task id, the actor's metadata and the [R] fields (reward terms and ROW_FIELDS, a few numbers per row;
+as JSON numbers, which hold float32 and int32 values exactly) live in the commit record, not in arrays: an array
+costs a stored object (and an fsync) per commit, which for a few bytes per row is most of its cost.
 
 On-disk layout of a buffer at URL (a local directory, s3:// or gs://), schema version SCHEMA_VERSION:
 
@@ -35,15 +37,18 @@ On-disk layout of a buffer at URL (a local directory, s3:// or gs://), schema ve
   URL/shards/<id>/owner.json                 {"token", "pid", "host", "time"} of the writer that opened it last
   URL/shards/<id>/writer.lock                local filesystems: held (flock) by the live writer's process
   URL/shards/<id>/pending/<ticket>.json      intent records of groups being generated
-  URL/shards/<id>/commits/<seq:012d>.json    commit records {"schema_version", "seq", "row0", "rows", "task_id",
-                                             "meta", "ticket_id", "call", "time"}, written after the group's rows;
-                                             or void {"schema_version", "seq", "void", "lost", "time"}
-  URL/shards/<id>/arrays/<field>/            zarr3 arrays, rows along axis 0 (axis 1 for expert_ids):
-  URL/shards/<id>/arrays/reward/<name>/      reward term arrays
+  URL/shards/<id>/commits/<seq:012d>.json    one commit record per commit call, named by the seq of its first
+                                             group: {"schema_version", "seq", "time", "groups": [{"row0", "rows",
+                                             "task_id", "meta", "ticket_id", "row_fields": {field: [R values],
+                                             "reward_terms": {name: [R values]}}}, ...]}, the call's groups in seq
+                                             order on consecutive rows; written after their rows. Seqs inside a
+                                             call have no object of their own.
+  URL/shards/<id>/arrays/<field>/            zarr3 arrays of the [R, T] fields and expert_ids, rows along axis 0
+                                             (axis 1 for expert_ids)
 
-Arrays are zstd-compressed (padding costs almost nothing) with a crc32c checksum per chunk, so a corrupt chunk is
-detected on read. Their row extent only grows and may exceed the committed rows: the commit records, not the
-array shapes, say which rows hold data.
+Arrays are blosc-compressed (lz4 after a byte shuffle; padding costs almost nothing) with a crc32c checksum per
+chunk, so a corrupt chunk is detected on read. Their row extent only grows and may exceed the committed rows: the
+commit records, not the array shapes, say which rows hold data.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+# 2: one commit record per commit call holding the [R] fields (1: a record per group, [R] fields in arrays).
+SCHEMA_VERSION = 2
 
 # Expert ids are stored as int16: models with more than MAX_EXPERT_ID + 1 experts need a new schema version.
 MAX_EXPERT_ID = 32767
@@ -135,7 +141,8 @@ class BufferSpec:
       raise ValueError(f"Buffer schema must be a JSON object, got {type(d).__name__}.")
     if d.get("schema_version") != SCHEMA_VERSION:
       raise ValueError(f"Buffer schema field schema_version is {d.get('schema_version')!r}; this code reads "
-                       f"version {SCHEMA_VERSION}.")
+                       f"version {SCHEMA_VERSION} (a buffer written by other code: write to a new buffer URL, or read "
+                       f"it with the code that wrote it).")
     known = {"schema_version", "seq_len", "n_moe_layers", "experts_per_tok", "reward_terms", "ledger"}
     unknown = sorted(set(d) - known)
     if unknown:
@@ -229,15 +236,33 @@ def normalize_group(group: Mapping, spec: BufferSpec) -> dict:
 
 
 def array_fields(spec: BufferSpec) -> list[tuple[str, str, int, tuple[int, ...]]]:
-  """Every stored array as (key in the group, path under arrays/, rows axis, shape of the non-row axes).
-
-  Reward terms use the key "reward_terms/<name>" and live under arrays/reward/<name>.
-  """
+  """Every stored array as (key in the group, path under arrays/, rows axis, shape of the non-row axes): the [R, T]
+  fields and expert_ids (the [R] fields are in the commit records: `row_fields_to_json`)."""
   t = spec.seq_len
-  out = [(f, f, 0, (t,)) for f in spec.token_fields] + [(f, f, 0, ()) for f in ROW_FIELDS]
-  out += [(f"reward_terms/{n}", f"reward/{n}", 0, ()) for n in spec.reward_terms]
+  out = [(f, f, 0, (t,)) for f in spec.token_fields]
   if spec.n_moe_layers:
     out.append(("expert_ids", "expert_ids", 1, (spec.n_moe_layers, t, spec.experts_per_tok)))
+  return out
+
+
+def row_fields_to_json(group: Mapping, spec: BufferSpec) -> dict:
+  """The [R] fields of a normalized group as the commit record stores them: {field: [R numbers], "reward_terms":
+  {name: [R numbers]}} (Python floats hold every float32 exactly, and JSON writes them exactly)."""
+  out = {f: np.asarray(group[f]).tolist() for f in ROW_FIELDS}
+  out["reward_terms"] = {n: np.asarray(group["reward_terms"][n]).tolist() for n in spec.reward_terms}
+  return out
+
+
+def row_fields_from_json(d: Any, spec: BufferSpec) -> dict:
+  """Inverse of `row_fields_to_json`: the [R] fields as arrays of their in-memory dtypes (shapes unchecked: pass the
+  group through `normalize_group`); ValueError when `d` does not hold them."""
+  if not isinstance(d, Mapping) or not isinstance(d.get("reward_terms"), Mapping):
+    raise ValueError("row_fields is not an object with reward_terms")
+  try:
+    out = {f: np.asarray(d[f], DTYPES[f]) for f in ROW_FIELDS}
+    out["reward_terms"] = {n: np.asarray(d["reward_terms"][n], np.float32) for n in spec.reward_terms}
+  except (KeyError, TypeError, OverflowError) as e:
+    raise ValueError(f"row_fields lacks or mistypes {e}") from e
   return out
 
 

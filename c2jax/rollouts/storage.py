@@ -96,6 +96,10 @@ class Store:
       keys = self._kv.list().result()
     return sorted(k.decode() for k in keys)
 
+  def list_range(self, start: str, end: str) -> list[str]:
+    """Keys k with start <= k < end (relative to this store), sorted."""
+    return sorted(k.decode() for k in self._kv.list(ts.KvStore.KeyRange(start, end)).result())
+
   def delete(self, key: str) -> None:
     self._kv.delete_range(ts.KvStore.KeyRange(key, key + "\0")).result()
 

@@ -107,6 +107,58 @@ class DispatchTest(parameterized.TestCase):
     g_got = jax.jit(jax.grad(functools.partial(loss, fast), argnums=(0, 1, 2)))(x, gates, w)
     chex.assert_trees_all_close(g_got, g_ref, atol=1e-4, rtol=1e-4)
 
+  @parameterized.named_parameters(
+      # (name, routing): balanced; every token on experts 0 and 1 (12 tiles of 8 rows, 4 rounds of 3); experts
+      # 1, 4 and 6 empty and the loads not multiples of the tile; one expert holding all but one assignment.
+      ("balanced", "balanced"), ("skew", "skew"), ("empty_experts", "empty"), ("one_expert", "one"))
+  def test_tiles_match_dense_values_and_grads(self, routing):
+    n, d, f, e, k = 48, 16, 12, 8, 2
+    x = jax.random.normal(jax.random.key(0), (n, d))
+    w = _experts(jax.random.key(1), e, d, f)
+    ids = {
+        "balanced": jnp.stack([jnp.arange(n) % e, (jnp.arange(n) + 3) % e], 1),
+        "skew": jnp.tile(jnp.array([[0, 1]]), (n, 1)),
+        "empty": jnp.stack([jnp.array([0, 2, 3, 5, 7])[jnp.arange(n) % 5],
+                            jnp.array([2, 3, 5, 7, 0])[(jnp.arange(n) * 3) % 5]], 1),
+        "one": jnp.concatenate([jnp.tile(jnp.array([[5, 7]]), (1, 1)), jnp.tile(jnp.array([[7, 2]]), (n - 1, 1))]),
+    }[routing].astype(jnp.int32)
+    gates = jax.random.uniform(jax.random.key(3), (n, k))
+    probe = jax.random.normal(jax.random.key(4), (n, d))
+
+    def loss(fn, x, gates, w):
+      return jnp.sum(fn(x, ids, gates, w) * probe)
+
+    chex.assert_trees_all_close(jax.jit(moe.experts_tiles)(x, ids, gates, w),
+                                jax.jit(moe.experts_dense)(x, ids, gates, w), atol=1e-5, rtol=1e-5)
+    g_ref = jax.jit(jax.grad(functools.partial(loss, moe.experts_dense), argnums=(0, 1, 2)))(x, gates, w)
+    g_got = jax.jit(jax.grad(functools.partial(loss, moe.experts_tiles), argnums=(0, 1, 2)))(x, gates, w)
+    chex.assert_trees_all_close(g_got, g_ref, atol=1e-4, rtol=1e-4)
+
+  def test_tiles_cover_every_row_once_within_its_expert(self):
+    sizes = np.array([0, 13, 1, 0, 40, 8, 0, 2], np.int32)  # empty experts first, last and in between
+    starts = np.cumsum(sizes) - sizes
+    tiles = moe.Tiles(token=jnp.zeros((int(sizes.sum()),), jnp.int32), starts=jnp.asarray(starts, jnp.int32),
+                      sizes=jnp.asarray(sizes), tile=8, per_round=3)
+    padded_tiles = int(np.sum(-(-sizes // 8)))  # 0 + 2 + 1 + 0 + 5 + 1 + 0 + 1 = 10
+    self.assertEqual(int(tiles.num_rounds()), -(-padded_tiles // 3))
+    seen = []
+    for r in range(int(tiles.num_rounds())):
+      rows, valid, experts = (np.asarray(a) for a in tiles.round(jnp.int32(r)))
+      chex.assert_shape((rows, valid, experts), ((3, 8), (3, 8), (3,)))
+      for g in range(3):
+        for row in rows[g][valid[g]]:
+          self.assertTrue(starts[experts[g]] <= row < starts[experts[g]] + sizes[experts[g]])
+          seen.append(int(row))
+    self.assertEqual(sorted(seen), list(range(int(sizes.sum()))))
+
+  def test_tile_sizes(self):
+    self.assertEqual(moe.tile_rows(8192, 16), 128)  # a quarter of the balanced 512
+    self.assertEqual(moe.tile_rows(16384, 64), 64)
+    self.assertEqual((moe.tile_rows(96, 8), moe.tile_rows(10**7, 8)), (8, 128))
+    # 3 x 512 x 256 float32 weights per tile: 4 tiles stay under 6 MiB; tiny experts: a quarter of the tiles.
+    self.assertEqual(moe.tiles_per_round(16384, 64, (512, 256), jnp.float32), 4)
+    self.assertEqual(moe.tiles_per_round(8192, 128, (64, 32), jnp.float32), 16)
+
   def test_slot_capacity(self):
     self.assertEqual(moe.slot_capacity(8192, 16, 1.25), 640)  # cf x balanced load
     self.assertEqual(moe.slot_capacity(8192, 128, 1.25), 96)  # balanced + 4 sigma: 64 + 32

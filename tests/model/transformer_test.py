@@ -71,7 +71,7 @@ class TransformerTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "forced_expert_ids"):
       forward(p, toks, cfg=cfg, forced_expert_ids=out.expert_ids[:, :1])
 
-  @parameterized.parameters(MoeDispatch.SLOTS, MoeDispatch.RAGGED)
+  @parameterized.parameters(MoeDispatch.SLOTS, MoeDispatch.TILES, MoeDispatch.RAGGED)
   def test_dispatch_equals_dense_with_grads(self, dispatch):
     cfg, p, toks = _setup()
 

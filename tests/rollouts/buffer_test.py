@@ -153,6 +153,56 @@ class BufferTest(parameterized.TestCase):
     resumed = RolloutReader(self.url, cursor={"a": 1, "b": 1})
     self.assertLen(resumed.poll(), 4)
 
+  def test_a_call_is_one_commit_record_holding_the_row_fields_exactly(self):
+    groups = [make_group(s, rows=r) for s, r in ((0, 3), (1, 1), (2, 4))]
+    extremes = np.array([0.1, np.nextafter(np.float32(0), np.float32(1)), -3.4028235e38, np.nan], np.float32)
+    groups[2]["reward_terms"]["outcome"] = extremes
+    groups[2]["chain_id"] = np.array([2**31 - 1, -2**31, 0, 7], np.int32)
+    with RolloutWriter(self.url, "w", SPEC) as w:
+      self.assertEqual(w.commit_many(groups, [{"task_id": f"t{i}"} for i in range(3)]), [0, 1, 2])
+    shard = Store(os.path.join(self.url, "shards", "w"))
+    self.assertEqual(shard.list("commits/"), [buffer_lib.commit_key(0)])
+    arrays = sorted({k.split("/")[1] for k in shard.list("arrays/")})
+    self.assertEqual(arrays, ["behaviour_logprobs", "expert_ids", "loss_mask", "policy_version", "tokens"])
+    got = RolloutReader(self.url, SPEC).poll()
+    self.assertEqual([(g.meta["seq"], g.meta["row0"], g.meta["task_id"]) for g in got],
+                     [(0, 0, "t0"), (1, 3, "t1"), (2, 4, "t2")])
+    for want, g in zip(groups, got):
+      assert_group_equal(self, want, g.data)
+    chex.assert_trees_all_equal(got[2].data["reward_terms"]["outcome"].view(np.uint32), extremes.view(np.uint32))
+
+  def test_a_cursor_inside_a_call_resumes_at_the_cursor(self):
+    groups = [make_group(s) for s in range(5)]
+    with RolloutWriter(self.url, "w", SPEC) as w:
+      w.commit_many(groups[:4], [{"task_id": f"t{i}"} for i in range(4)])
+      w.commit(groups[4], {"task_id": "t4"})
+    reader = RolloutReader(self.url, SPEC)
+    self.assertLen(reader.take(2, timeout_s=5), 2)
+    self.assertEqual(reader.cursor, {"w": 2})
+    resumed = RolloutReader(self.url, SPEC, cursor=reader.cursor)
+    got = resumed.poll()
+    self.assertEqual([g.meta["seq"] for g in got], [2, 3, 4])
+    for want, g in zip(groups[2:], got):
+      assert_group_equal(self, want, g.data)
+    self.assertEqual(resumed.cursor, {"w": 5})
+    self.assertEqual(resumed.stats["groups_read"], 3)
+    self.assertEqual([g.meta["seq"] for g in RolloutReader(self.url, SPEC, cursor={"w": 3}).poll()], [3, 4])
+    self.assertEqual(RolloutReader(self.url, SPEC, cursor={"w": 5}).poll(), [])
+    with self.assertRaisesRegex(buffer_lib.CursorError, "past the end"):
+      RolloutReader(self.url, SPEC, cursor={"w": 6})
+
+  def test_a_shard_of_another_schema_version_is_refused_in_one_sentence(self):
+    old = Store(os.path.join(self.url, "shards", "old"))
+    old.write_json("schema.json", {**SPEC.to_json(), "schema_version": schema.SCHEMA_VERSION - 1})
+    Store(self.url).write_json("writers/old.json", {"shard": "old"})
+    with self.assertRaisesRegex(buffer_lib.BufferRefusal, "schema_version is 1; .* new buffer URL"):
+      RolloutWriter(self.url, "old", SPEC)
+    with RolloutWriter(self.url, "new", SPEC) as w:
+      w.commit(make_group(0), {"task_id": "t"})
+    reader = RolloutReader(self.url, SPEC)
+    self.assertEqual([g.meta["shard"] for g in reader.poll()], ["new"])
+    self.assertEqual(reader.stats["skipped_shards"], 1)
+
   def test_commit_many_is_in_order_and_exactly_once(self):
     w = RolloutWriter(self.url, "w", SPEC, shard_rows=8)  # small objects: calls straddle and fill several
     reader = RolloutReader(self.url, SPEC)
@@ -194,8 +244,8 @@ class BufferTest(parameterized.TestCase):
     self.assertEqual(reader.poll(), [])
 
   def crash_mid_commit_many(self):
-    """Commits groups 0-1, then a call of groups 2-4 that died after writing records 3 and 4 but not record 2
-    (written concurrently), before deleting its tickets and updating head.json. Returns (record 2, tickets)."""
+    """Commits groups 0-1, then a call of groups 2-4 that died after writing its rows but before its commit record
+    landed (so before deleting its tickets and updating head.json). Returns (the call's record, tickets)."""
     w = RolloutWriter(self.url, "w", SPEC)
     w.commit_many([make_group(0), make_group(1)], [{"task_id": "a"}, {"task_id": "b"}])
     head = os.path.join(self.url, "shards", "w", "head.json")
@@ -225,21 +275,20 @@ class BufferTest(parameterized.TestCase):
     self.assertEqual([g.meta["seq"] for g in got], [2, 3, 4])
     assert_group_equal(self, make_group(2), got[0].data)
 
-  def test_reopen_after_crash_mid_commit_many_voids_the_hole(self):
+  def test_a_call_whose_record_never_landed_commits_none_of_its_groups(self):
     _, tickets = self.crash_mid_commit_many()
     reader = RolloutReader(self.url, SPEC)
     self.assertLen(reader.poll(), 2)
     w = RolloutWriter(self.url, "w", SPEC)
-    self.assertEqual(w.next_seq, 5)
-    self.assertEqual([t for t, _ in w.pending()], tickets[:1])  # the group without a record is re-run
-    self.assertEqual(w.commit(make_group(5), {}, tickets[0]), 5)
+    self.assertEqual(w.next_seq, 2)
+    self.assertEqual([t for t, _ in w.pending()], tickets)  # every group of the call is re-run
+    self.assertEqual(w.commit_many([make_group(s) for s in (5, 6, 7)], [None] * 3, tickets), [2, 3, 4])
     got = reader.poll()
-    self.assertEqual([g.meta["seq"] for g in got], [3, 4, 5])
-    for g, s in zip(got, (3, 4, 5)):
+    self.assertEqual([g.meta["seq"] for g in got], [2, 3, 4])
+    for g, s in zip(got, (5, 6, 7)):
       assert_group_equal(self, make_group(s), g.data)
-    self.assertEqual(reader.stats["corrupt_groups"], 0)
-    self.assertEqual(reader.cursor, {"w": 6})
-    self.assertEqual([g.meta["seq"] for g in RolloutReader(self.url).poll()], [0, 1, 3, 4, 5])
+    self.assertEqual((reader.stats["corrupt_groups"], reader.stats["lost_groups"]), (0, 0))
+    self.assertEqual(w.pending(), [])
 
   def test_take_waits_for_new_commits(self):
     w = RolloutWriter(self.url, "w", SPEC)
@@ -493,9 +542,11 @@ class BufferTest(parameterized.TestCase):
 
   def test_spec_json(self):
     self.assertEqual(schema.BufferSpec.from_json(json.loads(json.dumps(SPEC.to_json()))), SPEC)
-    for d, msg in (({"schema_version": 1}, "seq_len"), ({"seq_len": 4}, "schema_version"),
-                   ({"schema_version": 1, "seq_len": 4, "k": 1}, "unknown field 'k'"),
-                   ({"schema_version": 1, "seq_len": "4"}, "seq_len must be an int")):
+    v = schema.SCHEMA_VERSION
+    for d, msg in (({"schema_version": v}, "seq_len"), ({"seq_len": 4}, "schema_version"),
+                   ({"schema_version": v, "seq_len": 4, "k": 1}, "unknown field 'k'"),
+                   ({"schema_version": v, "seq_len": "4"}, "seq_len must be an int"),
+                   ({"schema_version": v - 1, "seq_len": 4}, "new buffer URL")):
       with self.assertRaisesRegex(ValueError, msg):
         schema.BufferSpec.from_json(d)
     with self.assertRaisesRegex(ValueError, "safe name"):
