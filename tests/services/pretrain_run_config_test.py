@@ -64,7 +64,7 @@ class ConfigTest(absltest.TestCase):
   def test_unknown_model_name(self):
     c = pretrain_tiny.get_config()
     c.model = "nope"
-    with self.assertRaisesRegex(ValueError, "Unknown model preset 'nope'; known: kimi_k25, tiny"):
+    with self.assertRaisesRegex(ValueError, "Unknown model preset 'nope'; known: kimi_k25, small, tiny"):
       _phases(c)
 
 

@@ -57,7 +57,7 @@ class RunConfigsTest(parameterized.TestCase):
        "actors.weight_updates='sometimes' is not one of 'in_flight', 'between_calls'"),
       ("bad_schedule", {"schedule": "later"}, "schedule='later' is not one of 'async', 'sync'"),
       ("bad_model_field", {"model_overrides": {"layers": 2}}, "model_overrides has no field 'layers'; its fields"),
-      ("bad_preset", {"model": "huge"}, "Unknown model preset 'huge'; known: kimi_k25, tiny"),
+      ("bad_preset", {"model": "huge"}, "Unknown model preset 'huge'; known: kimi_k25, small, tiny"),
       ("bad_suite", {"task": {"suite": "chess"}}, "Unknown task suite 'chess'"),
       ("field_of_another_suite", {"task": {"suite": "char_class", "coding_suite": "x"}, "sft": {"enabled": False}},
        "task has no field 'coding_suite'; its fields are answer_tokens, prefix_len, seed, size_per_split"),
