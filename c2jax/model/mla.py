@@ -92,26 +92,75 @@ def _scores_bias(q_positions, k_positions, q_segments, k_segments) -> jax.Array:
 
 
 def _block_forward(q, k, v, bias):
-  """Softmax attention of one query block: q [B, t, N, H] (pre-scaled), k [B, s, N, H], v [B, s, N, Hv].
+  """Softmax attention of one query block, head-major: q [B, N, t, H] (pre-scaled), k [B, N, s, H], v [B, N, s, Hv].
 
-  Returns (out [B, t, N, Hv], log-sum-exp [B, N, t, 1] float32), the only residual the backward pass needs
+  Returns (out [B, N, t, Hv], log-sum-exp [B, N, t, 1] float32), the only residual the backward pass needs
   besides the inputs.
   """
-  logits = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) + bias
+  logits = jnp.einsum("bnth,bnsh->bnts", q, k, preferred_element_type=jnp.float32) + bias
   m = jnp.max(logits, axis=-1, keepdims=True)
   e = jnp.exp(logits - m)
   denom = jnp.sum(e, axis=-1, keepdims=True)
-  out = jnp.einsum("bnts,bsnh->btnh", (e / denom).astype(v.dtype), v)
+  out = jnp.einsum("bnts,bnsh->bnth", (e / denom).astype(v.dtype), v)
   return out, m + jnp.log(denom)
 
 
+# The blocks compute head-major ([B, N, T, H]): every contraction is then a plain batched matmul over (B, N) with
+# the operands in their stored layout. In the token-major layout of the model ([B, T, N, H]) XLA:CPU transposed
+# each operand and result of each of the ten einsums per block; `attend` transposes q, k, v once per layer
+# instead (docs/benchmarks.md, tools/bench_model.py).
 @jax.custom_vjp
+def _head_major_block(q, k, v, q_positions, k_positions, q_segments, k_segments):
+  """`attention_block` in the head-major layout: q [B, N, t, H], k [B, N, s, H], v [B, N, s, Hv] ->
+  (out [B, N, t, Hv], lse [B, N, t])."""
+  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
+  out, lse = _block_forward(q, k, v, bias)
+  return out, lse[..., 0]
+
+
+def _head_major_block_fwd(q, k, v, q_positions, k_positions, q_segments, k_segments):
+  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
+  out, lse = _block_forward(q, k, v, bias)
+  return (out, lse[..., 0]), (q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse)
+
+
+def _head_major_block_bwd(res, cotangents):
+  # Recomputes the probabilities from the saved log-sum-exp (flash-attention style): nothing of size T x S is
+  # kept between the passes, which on CPU saves more memory traffic than the recompute costs.
+  q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse = res
+  d_out, d_lse = cotangents
+  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
+  logits = jnp.einsum("bnth,bnsh->bnts", q, k, preferred_element_type=jnp.float32) + bias
+  probs = jnp.exp(logits - lse)
+  dv = jnp.einsum("bnts,bnth->bnsh", probs.astype(d_out.dtype), d_out)
+  dprobs = jnp.einsum("bnth,bnsh->bnts", d_out, v, preferred_element_type=jnp.float32)
+  delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
+  # d lse / d logits = probs, so the log-sum-exp's cotangent (nonzero when partial blocks are merged by their
+  # log-sum-exp, as context parallelism does) joins the softmax's: probs * (dprobs - delta + d_lse).
+  dlogits = (probs * (dprobs - delta + d_lse.astype(jnp.float32)[..., None])).astype(q.dtype)
+  dq = jnp.einsum("bnts,bnsh->bnth", dlogits, k)
+  dk = jnp.einsum("bnts,bnth->bnsh", dlogits, q)
+
+  def no_grad(a):
+    return None if a is None else np.zeros(a.shape, jax.dtypes.float0)
+
+  return dq, dk, dv, no_grad(q_positions), no_grad(k_positions), no_grad(q_segments), no_grad(k_segments)
+
+
+_head_major_block.defvjp(_head_major_block_fwd, _head_major_block_bwd)
+
+
+def _heads_first(a: jax.Array) -> jax.Array:
+  """[B, T, N, H] <-> [B, N, T, H]."""
+  return a.transpose(0, 2, 1, 3)
+
+
 def attention_block(q, k, v, q_positions, k_positions, q_segments, k_segments):
   """Masked softmax attention of one block of queries over one block of keys, with its log-sum-exp.
 
   The mask is `attention_mask` of the positions and segment ids. A query row with no visible key gets the
   mean of v and a log-sum-exp of about float32 min, so any log-sum-exp merge of partial blocks (context
-  parallelism) gives it weight 0.
+  parallelism) gives it weight 0. The backward pass keeps only the inputs, the output and the log-sum-exp.
 
   Args:
     q: [B, t, N, H] queries, already multiplied by the softmax scale.
@@ -122,41 +171,9 @@ def attention_block(q, k, v, q_positions, k_positions, q_segments, k_segments):
   Returns:
     (out [B, t, N, Hv] in v's dtype, lse [B, N, t] float32 log-sum-exp of the scaled, masked logits).
   """
-  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
-  out, lse = _block_forward(q, k, v, bias)
-  return out, lse[..., 0]
-
-
-def _attention_block_fwd(q, k, v, q_positions, k_positions, q_segments, k_segments):
-  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
-  out, lse = _block_forward(q, k, v, bias)
-  return (out, lse[..., 0]), (q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse)
-
-
-def _attention_block_bwd(res, cotangents):
-  # Recomputes the probabilities from the saved log-sum-exp (flash-attention style): nothing of size T x S is
-  # kept between the passes, which on CPU saves more memory traffic than the recompute costs.
-  q, k, v, q_positions, k_positions, q_segments, k_segments, out, lse = res
-  d_out, d_lse = cotangents
-  bias = _scores_bias(q_positions, k_positions, q_segments, k_segments)
-  logits = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) + bias
-  probs = jnp.exp(logits - lse)
-  dv = jnp.einsum("bnts,btnh->bsnh", probs.astype(d_out.dtype), d_out)
-  dprobs = jnp.einsum("btnh,bsnh->bnts", d_out, v, preferred_element_type=jnp.float32)
-  delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1).transpose(0, 2, 1)[..., None]
-  # d lse / d logits = probs, so the log-sum-exp's cotangent (nonzero when partial blocks are merged by their
-  # log-sum-exp, as context parallelism does) joins the softmax's: probs * (dprobs - delta + d_lse).
-  dlogits = (probs * (dprobs - delta + d_lse.astype(jnp.float32)[..., None])).astype(q.dtype)
-  dq = jnp.einsum("bnts,bsnh->btnh", dlogits, k)
-  dk = jnp.einsum("bnts,btnh->bsnh", dlogits, q)
-
-  def no_grad(a):
-    return None if a is None else np.zeros(a.shape, jax.dtypes.float0)
-
-  return dq, dk, dv, no_grad(q_positions), no_grad(k_positions), no_grad(q_segments), no_grad(k_segments)
-
-
-attention_block.defvjp(_attention_block_fwd, _attention_block_bwd)
+  out, lse = _head_major_block(_heads_first(q), _heads_first(k), _heads_first(v), q_positions, k_positions,
+                               q_segments, k_segments)
+  return _heads_first(out), lse
 
 
 def query_block_size(t: int) -> int:
@@ -183,22 +200,24 @@ def attend(p: dict, lat: Latents, positions: jax.Array, segment_ids: jax.Array |
     cfg: model config.
   """
   dt = lat.c_kv.dtype
-  kv = jnp.einsum("bsl,lnh->bsnh", lat.c_kv, p["kv_b"].astype(dt))
+  # Head-major throughout (see `_head_major_block`): K and V come out of kv_b as [B, N, S, H], q is transposed once.
+  kv = jnp.einsum("bsl,lnh->bnsh", lat.c_kv, p["kv_b"].astype(dt))
   k_nope, v = kv[..., :cfg.qk_nope_head_dim], kv[..., cfg.qk_nope_head_dim:]
   # One contraction over [nope | rope] (the rope key broadcast to every head) costs one T x S pass instead of
   # two; the scale goes on q, which is S/H times smaller than the scores.
-  q = jnp.concatenate([lat.q_nope, lat.q_rope], axis=-1) * jnp.asarray(cfg.attention_scale, dt)
-  k_rope = jnp.broadcast_to(lat.k_rope[:, :, None, :], k_nope.shape[:3] + lat.k_rope.shape[-1:])
+  q = _heads_first(jnp.concatenate([lat.q_nope, lat.q_rope], axis=-1) * jnp.asarray(cfg.attention_scale, dt))
+  k_rope = jnp.broadcast_to(lat.k_rope[:, None, :, :], k_nope.shape[:3] + lat.k_rope.shape[-1:])
   k = jnp.concatenate([k_nope, k_rope], axis=-1)
-  t = q.shape[1]
+  t = q.shape[2]
   block = query_block_size(t)
   outs = []
   for i in range(0, t, block):
     j = min(i + block, t)
     seg_q = None if segment_ids is None else segment_ids[:, i:j]
     seg_k = None if segment_ids is None else segment_ids[:, :j]
-    outs.append(attention_block(q[:, i:j], k[:, :j], v[:, :j], positions[:, i:j], positions[:, :j], seg_q, seg_k)[0])
-  return jnp.concatenate(outs, axis=1)
+    outs.append(_head_major_block(q[:, :, i:j], k[:, :, :j], v[:, :, :j], positions[:, i:j], positions[:, :j],
+                                  seg_q, seg_k)[0])
+  return _heads_first(jnp.concatenate(outs, axis=2))
 
 
 def attend_reference(p: dict, lat: Latents, mask: jax.Array, cfg: ModelConfig) -> jax.Array:

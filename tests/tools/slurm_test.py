@@ -112,7 +112,11 @@ def _result(out: pathlib.Path) -> dict:
 
 def _steps(work: pathlib.Path) -> list[int]:
   metrics = work / "metrics.jsonl"
-  return [json.loads(l)["step"] for l in metrics.read_text().splitlines()] if metrics.exists() else []
+  if not metrics.exists():
+    return []
+  # Only whole lines: this polls while the trainer appends, and a read can land between two writes of one line.
+  lines = metrics.read_text().split("\n")[:-1]
+  return [json.loads(l)["step"] for l in lines if l]
 
 
 def _checkpoints(work: pathlib.Path) -> list[int]:
