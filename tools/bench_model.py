@@ -7,6 +7,7 @@
   XLA_FLAGS=--xla_cpu_multi_thread_eigen=false .venv/bin/python tools/bench_model.py   # try an XLA flag
   python tools/bench_model.py --model=configs/model/gpu_mid.py --dtype=bfloat16 --skip_hf --batch=4 \
       --seq_len=1024 --experts_sweep= --matmul_size=8192      # a GPU: MFU (as in tools/gpu_check.sh)
+  make peer-maxtext && .venv/bin/python tools/bench_model.py --experts_sweep= --skip_hf --maxtext   # vs MaxText
 
 Three measurements, all in one process so that they share the machine's state of the moment:
 
@@ -28,6 +29,13 @@ Three measurements, all in one process so that they share the machine's state of
    Executed FLOPs differ (masked scores, recomputation, capacity padding); this counts the model's.
    MFU is the same model FLOP/s over the accelerator's published dense peak in the compute dtype (--peak_tflops,
    or `device_peak_tflops` of jax.devices()[0].device_kind: 989 TFLOP/s bf16 on H100 SXM and H200); null on CPU.
+   --maxtext adds MaxText (an optional peer, `make peer-maxtext`: its own venv, .venv-maxtext) as a third
+   interleaved side: tools/maxtext_step.py runs MaxText's jitted training step on the same architecture, batch and
+   dtype (`maxtext_overrides`; MaxText's synthetic data, a fixed batch), in a subprocess of that venv that times
+   each repeat itself (wall and its own CPU time) when asked. MaxText runs its best CPU setting: dense MoE matmuls
+   (`sparse_matmul=False`: its ragged_dot and Pallas paths are slower on CPU, tokamax's fails there), no
+   rematerialization, dot-product attention, unscanned layers. `peers` in the JSON lists the peers that ran,
+   `maxtext.reason` why MaxText did not.
 3. c2jax step time as the number of routed experts grows at fixed top-k (n_group = topk_group = 1), t(E) and
    t(E_max) / t(E_min): dispatch that does work proportional to K (not E) keeps this near 1.
 
@@ -41,7 +49,10 @@ import importlib.util
 import inspect
 import json
 import os
+import select
 import statistics
+import subprocess
+import tempfile
 import sys
 import time
 import types
@@ -86,6 +97,15 @@ _PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", None, "The accelerator's dense 
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and of the random token batch.")
 _C2JAX_PATH = flags.DEFINE_string("c2jax_path", None, "A directory holding a candidate `c2jax` package to "
                                   "benchmark instead of this checkout's, e.g. a scratch copy.")
+_MAXTEXT = flags.DEFINE_bool("maxtext", False, "Also time MaxText's training step on the same architecture "
+                             "(interleaved), from --maxtext_python; absent there, the JSON says so and the run goes "
+                             "on.")
+_MAXTEXT_PYTHON = flags.DEFINE_string("maxtext_python", os.path.join(_ROOT, ".venv-maxtext", "bin", "python"),
+                                      "The Python of MaxText's venv (`make peer-maxtext`).")
+_MAXTEXT_OVERRIDES = flags.DEFINE_list("maxtext_overrides", [], "Extra MaxText config overrides (key=value, "
+                                       "comma-separated), after the ones that match the c2jax config.")
+_MAXTEXT_TIMEOUT = flags.DEFINE_integer("maxtext_timeout_s", 1200, "Seconds MaxText may take to set up and "
+                                        "compile, and to answer one timed repeat.")
 _MALLOC_TUNING = flags.DEFINE_bool(
     "malloc_tuning", False, "Keep freed memory in glibc's main heap (mallopt: one arena, no mmap, no trim) for "
     "both sides. XLA allocates each step's temp buffer afresh; above the mmap threshold (and always from a "
@@ -247,6 +267,147 @@ class HfRunner:
       self._step()
 
 
+def maxtext_overrides(cfg: ModelConfig, b: int, t: int, hp=None) -> tuple[list[str], list[str]]:
+  """MaxText (0.2.5) config overrides for the architecture, batch and dtype of `cfg`, and the differences that
+  remain (in words): (key=value arguments of tools/maxtext_step.py, notes).
+
+  The settings are MaxText's best on CPU: dense MoE matmuls (`sparse_matmul=False`, `megablox=False`; on the tiny
+  preset its ragged_dot path took 1.7x as long, its Pallas grouped matmul runs interpreted at ~22 s/step, and
+  tokamax's gmm refuses a CPU device), dropless (`capacity_factor=-1`, as c2jax; 1.25,
+  which drops tokens, was no faster here), no rematerialization, dot-product attention, unscanned layers (about
+  10% faster than scanned on the tiny preset, interleaved; c2jax unrolls its scan there).
+  `hp` is c2jax's StepConfig (AdamW hyperparameters, router-bias update rate), default StepConfig().
+  """
+  hp = hp or _c2.step.StepConfig()
+  opt, rope = hp.optim, cfg.rope
+  kw: dict[str, Any] = {
+      # Run: one CPU process, synthetic data, no checkpoints / tensorboard / goodput.
+      "run_name": "c2jax_peer", "base_output_directory": os.path.join(tempfile.gettempdir(), "maxtext_peer"),
+      "hardware": "cpu", "skip_jax_distributed_system": "true", "dataset_type": "synthetic", "steps": 1_000_000,
+      "enable_checkpointing": "false", "enable_tensorboard": "false", "enable_goodput_recording": "false",
+      "jax_cache_dir": "",  # no persistent compilation cache (its default, ~/jax_cache): compile_s as c2jax's
+      "monitor_goodput": "false", "per_device_batch_size": b, "max_target_length": t,
+      "dtype": cfg.dtype, "weight_dtype": cfg.param_dtype,
+      # Architecture.
+      "decoder_block": "deepseek", "vocab_size": cfg.vocab_size, "base_emb_dim": cfg.d_model,
+      "base_num_decoder_layers": cfg.n_layers, "first_num_dense_layers": cfg.first_k_dense_replace,
+      "base_num_query_heads": cfg.n_heads, "base_num_kv_heads": cfg.n_heads,
+      "base_mlp_dim": cfg.intermediate_size, "base_moe_mlp_dim": cfg.moe_intermediate_size,
+      "mlp_activations": '["silu","linear"]', "logits_via_embedding": "false", "enable_dropout": "false",
+      "normalization_layer_epsilon": cfg.rms_norm_eps, "attention_bias": str(cfg.attention_bias).lower(),
+      "attention_type": "mla", "q_lora_rank": cfg.q_lora_rank or 0, "kv_lora_rank": cfg.kv_lora_rank,
+      "qk_nope_head_dim": cfg.qk_nope_head_dim, "qk_rope_head_dim": cfg.qk_rope_head_dim,
+      "v_head_dim": cfg.v_head_dim, "num_experts": cfg.n_routed_experts,
+      "num_experts_per_tok": cfg.num_experts_per_tok, "shared_experts": cfg.n_shared_experts,
+      "routed_scaling_factor": cfg.routed_scaling_factor, "routed_score_func": "sigmoid", "routed_bias": "true",
+      "routed_bias_update_rate": hp.bias_update_rate, "norm_topk_prob": str(cfg.norm_topk_prob).lower(),
+      "n_routing_groups": cfg.n_group if cfg.n_group > 1 else -1,
+      "topk_routing_group": cfg.topk_group if cfg.n_group > 1 else -1,
+      "load_balance_loss_weight": 0.0, "mtp_num_layers": 0, "z_loss_multiplier": hp.z_loss_weight,
+      "max_position_embeddings": cfg.max_position_embeddings, "rope_max_timescale": rope.theta,
+      "rope_interleave": str(rope.layout.value == "interleaved").lower(),
+      # Optimizer: AdamW as c2jax's (the schedule does not change the cost).
+      "opt_type": "adamw", "learning_rate": opt.learning_rate, "adam_b1": opt.b1, "adam_b2": opt.b2,
+      "adam_eps": opt.eps, "adam_weight_decay": opt.weight_decay, "gradient_clipping_threshold": opt.grad_clip,
+      # MaxText's best CPU setting.
+      "sparse_matmul": "false", "megablox": "false", "capacity_factor": -1, "remat_policy": "none",
+      "attention": "dot_product", "scan_layers": "false",
+  }
+  if rope.type.value == "yarn":
+    kw.update(rope_type="yarn", rope_factor=rope.factor,
+              original_max_position_embeddings=rope.original_max_position_embeddings, beta_fast=rope.beta_fast,
+              beta_slow=rope.beta_slow, mscale=rope.mscale, rope_truncate=str(rope.truncate).lower())
+  else:
+    kw["rope_type"] = "default"
+  notes = [
+      "MoE: MaxText's dense matmul (sparse_matmul=False, capacity_factor=-1) runs every token through all "
+      f"{cfg.n_routed_experts} routed experts and masks the combine "
+      f"({cfg.n_routed_experts / cfg.num_experts_per_tok:g}x "
+      "the routed-expert FLOPs of the model); its sparse paths are slower or fail on CPU (measured on the tiny "
+      "preset: ragged_dot 1.7x the dense step, the Pallas megablox kernel interpreted ~22 s/step, tokamax's gmm "
+      "refuses a CPU device)",
+      "weights: each side's own initializer (first-step losses differ); the batch: MaxText's synthetic tokens "
+      "(random, like c2jax's), fixed",
+      "optimizer: AdamW with c2jax's b1/b2/eps/weight decay/clipping; learning-rate schedules differ (no cost)",
+  ]
+  if rope.type.value not in ("yarn", "default"):
+    notes.append(f"rope {rope.type.value}: MaxText runs default RoPE instead")
+  if rope.type.value == "yarn" and rope.mscale_all_dim not in (0.0, rope.mscale):
+    notes.append(f"yarn mscale_all_dim={rope.mscale_all_dim} has no MaxText key (its one `mscale` = {rope.mscale})")
+  if cfg.dtype != cfg.param_dtype:
+    notes.append(f"mixed precision: MaxText's dtype={cfg.dtype}, weight_dtype={cfg.param_dtype}")
+  return [f"{k}={v}" for k, v in kw.items()], notes
+
+
+class MaxtextRunner:
+  """MaxText's training step in a subprocess of its venv (tools/maxtext_step.py), which times each repeat itself.
+
+  `timed_repeat` returns that process's wall and CPU seconds per step (the parent only waits on a pipe).
+  """
+
+  def __init__(self, python: str, args: list[str], timeout_s: int):
+    self.python, self.args, self.timeout_s = python, args, timeout_s
+    self.log = tempfile.NamedTemporaryFile("w+", prefix="bench_model_maxtext_", suffix=".log", delete=False)
+    self.proc = None
+    self.info: dict[str, Any] = {}
+    self.compile_s = 0.0
+
+  def _read(self) -> dict[str, Any]:
+    ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout_s)
+    line = self.proc.stdout.readline() if ready else ""
+    if not line:
+      self.close()
+      raise RuntimeError(f"MaxText gave no answer ({'timed out' if not ready else 'exited'}); log "
+                         f"{self.log.name}:\n" + self.log_tail())
+    return json.loads(line)
+
+  def log_tail(self, n: int = 15) -> str:
+    with open(self.log.name) as f:
+      lines = [x for x in f.read().splitlines() if "rope_scaling" not in x]
+    return "\n".join(lines[-n:])
+
+  def warmup(self, steps: int = 3):
+    """Starts the subprocess: setup, compile (`compile_s`) and 3 steps there; `loss` is the first step's."""
+    del steps  # tools/maxtext_step.py runs 3 warm-up steps
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONPATH", None)
+    self.proc = subprocess.Popen([self.python, os.path.join(_ROOT, "tools", "maxtext_step.py"), *self.args],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+                                 cwd=tempfile.gettempdir())
+    self.info = self._read()
+    if not self.info.get("ready"):
+      self.close()
+      raise RuntimeError(f"MaxText failed to start: {self.info.get('error')}; log {self.log.name}")
+    self.compile_s = self.info["compile_s"]
+    self.loss = self.info["first_loss"]
+
+  def timed_repeat(self, steps: int) -> tuple[float, float]:
+    self.proc.stdin.write(f"{steps}\n")
+    self.proc.stdin.flush()
+    out = self._read()
+    return out["wall_s"], out["cpu_s"]
+
+  def repeat(self, steps: int):
+    self.timed_repeat(steps)
+
+  def close(self):
+    if self.proc is not None and self.proc.poll() is None:
+      try:
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=60)
+      except (OSError, subprocess.TimeoutExpired):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def maxtext_status(python: str) -> str | None:
+  """Why MaxText cannot run (None: it can)."""
+  if not os.access(python, os.X_OK):
+    return f"not installed: no {python} (make peer-maxtext)"
+  return None
+
+
 def matmul_flops_per_s(n: int, repeats: int = 10, dtype: str = "float32") -> float:
   """Best-of-`repeats` FLOP/s of a jitted n x n `jnp.dot` in `dtype` (2 n^3 FLOPs)."""
   a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
@@ -279,6 +440,8 @@ def timed(runner, steps: int) -> tuple[float, float]:
 
   CPU time is the steadier figure on a shared machine: other tenants stretch wall time, much less our CPU time.
   """
+  if hasattr(runner, "timed_repeat"):  # a subprocess (MaxText) that times itself
+    return runner.timed_repeat(steps)
   c0, t0 = time.process_time(), time.perf_counter()
   runner.repeat(steps)
   return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
@@ -354,19 +517,57 @@ def main(argv):
   runners: dict[str, Any] = {"c2jax": C2jaxRunner(cfg, tokens, _SEED.value)}
   if not _SKIP_HF.value:
     runners["hf"] = HfRunner(cfg, tokens, _SEED.value, cores)
-  for name, runner in runners.items():
+  # MaxText, an optional peer: absent or failing, the JSON says why (`maxtext.reason`) and the run goes on.
+  maxtext: dict[str, Any] = {"requested": _MAXTEXT.value, "ran": False}
+  if _MAXTEXT.value:
+    maxtext["reason"] = maxtext_status(_MAXTEXT_PYTHON.value)
+    if maxtext["reason"] is None:
+      mt_args, maxtext["differences"] = maxtext_overrides(cfg, b, t)
+      mt_args += _MAXTEXT_OVERRIDES.value
+      maxtext["overrides"] = mt_args
+      runners["maxtext"] = MaxtextRunner(_MAXTEXT_PYTHON.value, mt_args, _MAXTEXT_TIMEOUT.value)
+      maxtext["log"] = runners["maxtext"].log.name
+    else:
+      _log(f"maxtext: {maxtext['reason']}")
+
+  def drop_maxtext(e: Exception):
+    maxtext["reason"] = f"failed: {e}"
+    _log(f"maxtext {maxtext['reason']}")
+    runners.pop("maxtext").close()
+
+  for name, runner in list(runners.items()):
     t0 = time.perf_counter()
-    runner.warmup()
+    try:
+      runner.warmup()
+    except RuntimeError as e:
+      if name != "maxtext":
+        raise
+      drop_maxtext(e)
+      continue
     _log(f"warm-up {name}: {time.perf_counter() - t0:.1f}s")
   wall: dict[str, list[float]] = {name: [] for name in runners}
   cpu: dict[str, list[float]] = {name: [] for name in runners}
   peaks = []
   for _ in range(_REPEATS.value):
-    w, c = interleaved(runners, 1, steps)
-    for name in runners:
-      wall[name] += w[name]
-      cpu[name] += c[name]
+    for name, runner in list(runners.items()):  # interleaved: c2jax, hf, maxtext, c2jax, ...
+      try:
+        w, c = timed(runner, steps)
+      except RuntimeError as e:
+        if name != "maxtext":
+          raise
+        drop_maxtext(e)
+        del wall[name], cpu[name]
+        continue
+      wall[name].append(w)
+      cpu[name].append(c)
     peaks.append(matmul_flops_per_s(_MATMUL_SIZE.value, repeats=3, dtype=cfg.dtype))
+  if "maxtext" in runners:
+    maxtext["ran"] = True
+    mt = runners["maxtext"]
+    mt.close()  # frees its memory and threads before the sweep
+    maxtext.update(version=mt.info.get("maxtext_version"), jax_version=mt.info.get("jax_version"),
+                   backend=mt.info.get("backend"), params=mt.info.get("params"),
+                   params_match=mt.info.get("params") == pc.total, setup_s=mt.info.get("setup_s"))
   peak = max(peaks)
   torch_peak = None if _SKIP_HF.value else torch_matmul_flops_per_s(_MATMUL_SIZE.value)
   med = {name: statistics.median(ws) for name, ws in wall.items()}
@@ -402,6 +603,15 @@ def main(argv):
                  f"first-step loss {hf.loss:.4f}; "
                  f"c2jax/hf tok/s ratio {tok_s['c2jax'] / tok_s['hf']:.2f} "
                  f"(by CPU time {med_cpu['hf'] / med_cpu['c2jax']:.2f})")
+  if "maxtext" in runners:
+    mt = runners["maxtext"]
+    lines.append(f"maxtext {maxtext['version']} (jax {maxtext['jax_version']}): {maxtext['params']:,} params "
+                 f"(c2jax {pc.total:,}{'' if maxtext['params_match'] else ': MISMATCH'}), compile {mt.compile_s:.1f}s, "
+                 f"first-step loss {mt.loss:.4f}; c2jax/maxtext tok/s ratio {tok_s['c2jax'] / tok_s['maxtext']:.2f} "
+                 f"(by CPU time {med_cpu['maxtext'] / med_cpu['c2jax']:.2f})")
+    lines += [f"  maxtext differs: {note}" for note in maxtext["differences"]]
+  elif _MAXTEXT.value:
+    lines.append(f"maxtext did not run: {maxtext['reason']}")
   mfu = achieved["c2jax"] / (peak_tflops * 1e12) if peak_tflops else None
   lines.append(f"c2jax MFU {mfu:.1%} of {device_kind}'s {peak_tflops:g} TFLOP/s dense {cfg.dtype} peak" if mfu else
                f"MFU not computed: no known {cfg.dtype} peak for {device_kind!r} (--peak_tflops gives one)")
@@ -412,8 +622,19 @@ def main(argv):
   def ms(x):
     return None if x is None else round(1e3 * x, 2)
 
-  has_hf = "hf" in runners
+  has_hf, has_mt = "hf" in runners, "maxtext" in runners
   result = {
+      "peers": [name for name in runners if name != "c2jax"],
+      "maxtext_tok_s": round(tok_s["maxtext"], 1) if has_mt else None,
+      "ratio_vs_maxtext": round(tok_s["c2jax"] / tok_s["maxtext"], 3) if has_mt else None,
+      "ratio_vs_maxtext_cpu_time": round(med_cpu["maxtext"] / med_cpu["c2jax"], 3) if has_mt else None,
+      "maxtext_ms_per_step": ms(med.get("maxtext")),
+      "maxtext_cpu_ms_per_step": ms(med_cpu.get("maxtext")),
+      "maxtext_ms_all": [ms(x) for x in wall["maxtext"]] if has_mt else None,
+      "maxtext_params": maxtext.get("params"),
+      "maxtext_compile_s": round(runners["maxtext"].compile_s, 2) if has_mt else None,
+      "maxtext_first_loss": round(runners["maxtext"].loss, 4) if has_mt else None,
+      "maxtext": maxtext,
       "c2jax_tok_s": round(tok_s["c2jax"], 1),
       "hf_tok_s": round(tok_s["hf"], 1) if has_hf else None,
       "ratio": round(tok_s["c2jax"] / tok_s["hf"], 3) if has_hf else None,
