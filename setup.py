@@ -50,6 +50,11 @@ setup(
             "nbclient>=0.10",
             "nbformat>=5.9",
             "ipykernel>=6.29",
+            # tunix's sampler and GRPO learner on c2jax's model (tests/interop/tunix_test.py, tools/bench_tunix.py).
+            # 0.1.6 pins transformers<=4.57.1 and 0.1.7 safetensors<0.8, against transformers 5.25's >=0.8.
+            "google-tunix==0.1.5",
         ],
+        # The same peer alone, for a user who plugs c2jax's model into tunix (README, "Flax NNX and tunix").
+        "tunix": ["google-tunix==0.1.5"],
     },
 )
