@@ -38,14 +38,18 @@ setup:
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-# Three pytest processes: in one process holding the whole suite, XLA:CPU crashed (SIGSEGV or SIGABRT inside a
+# Four pytest processes: in one process holding the whole suite, XLA:CPU crashed (SIGSEGV or SIGABRT inside a
 # compilation) in tests/rl/update_test.py's 8-device update test, which passes in a process of its own, and after
 # tests/actors, tests/envs, or tests/parallel + tests/pretrain alone; with everything before tests/rl in one process
-# it crashed the same way in tests/pretrain/sharded_test.py (writing a compiled program to the compilation cache).
+# it crashed the same way in tests/pretrain/sharded_test.py (writing a compiled program to the compilation cache),
+# and with the model, interop and kernel tests in the first process, in tests/pallas_kernels (the same write).
+TEST_MODEL := tests/model tests/interop tests/pallas_kernels
 TEST_MID := tests/parallel tests/pretrain
 TEST_LATE := tests/rl tests/rollouts tests/services tests/tools tests/typed_config_test.py
 test: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests $(addprefix --ignore=,$(TEST_MID) $(TEST_LATE))
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests \
+	  $(addprefix --ignore=,$(TEST_MODEL) $(TEST_MID) $(TEST_LATE))
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_MODEL)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_MID)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_LATE)
 
