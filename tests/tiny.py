@@ -7,6 +7,7 @@
   params = tiny.params()          # its params (seed 0), initialized once per process; copy before donating them
   f = tiny.jit(forward, cfg=tiny.MODEL, with_mtp=False)   # one jitted function per (function, static args)
   tiny.ENGINE, tiny.ENGINE_SAMPLING                # the agent engine's shapes and draw settings of every test
+  tiny.random_params(cfg, seed)   # numpy draws at scales where routing and norms matter (the HF parity tests)
 
 On 2 CPU cores a compile of the tiny model's value-and-grad costs ~15-20 s and a sampler config ~10 s, so a test
 should reuse a config and a jitted function of this module before it makes its own. `tests/conftest.py` also puts
@@ -17,13 +18,16 @@ compiled twice through different Python functions (and by the processes the test
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable
 
 import jax
+import numpy as np
 
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.sampling import SamplingConfig
-from c2jax.model import presets
+from c2jax.model import hf_convert, presets
+from c2jax.model import params as params_lib
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params, init_params
 
@@ -55,3 +59,37 @@ def _jit(fn: Callable, static: tuple) -> Callable:
 def jit(fn: Callable, **static) -> Callable:
   """`jax.jit(functools.partial(fn, **static))`, one per (fn, static) in the process (static values hashable)."""
   return _jit(fn, tuple(sorted(static.items())))
+
+
+def random_params(cfg: ModelConfig, seed: int = 0) -> Params:
+  """Norms ~U(0.5, 1.5), router ~N(0, 0.5), biases ~N(0, 0.1), embedding ~N(0, 1), matrices ~N(0, 1/fan_in):
+  scales at which routing, norms and attention matter (and the top-k choice is rarely near a tie).
+
+  numpy, not `init_params`: jax.random would compile one kernel per leaf shape (seconds each on CPU).
+  """
+  rng = np.random.default_rng(seed)
+  specs = params_lib.param_specs(cfg)
+  fan_in = {}
+  for t in hf_convert.conversion_plan(cfg).values():
+    if t.n_in is not None:
+      leaf = specs
+      for k in t.path:
+        leaf = leaf[k]
+      fan_in[t.path] = math.prod(leaf.shape[len(t.index):][:t.n_in])
+
+  def draw(path, a):
+    path = tuple(k.key for k in path)
+    name = path[-1]
+    if "norm" in name:
+      x = rng.uniform(0.5, 1.5, a.shape)
+    elif name == "router":
+      x = rng.normal(0.0, 0.5, a.shape)
+    elif name.endswith("bias"):
+      x = rng.normal(0.0, 0.1, a.shape)
+    elif name == "embed":
+      x = rng.normal(0.0, 1.0, a.shape)
+    else:
+      x = rng.normal(0.0, fan_in[path] ** -0.5, a.shape)
+    return x.astype(a.dtype)
+
+  return jax.tree_util.tree_map_with_path(draw, params_lib.abstract_params(cfg))

@@ -10,7 +10,6 @@ attention matter (as in hf_parity_test).
 """
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -54,35 +53,6 @@ def _tempdir(test: absltest.TestCase) -> str:
   return path
 
 
-def _random_params(cfg: ModelConfig, seed: int = 0):
-  """Norms ~U(0.5, 1.5), router ~N(0, 0.5), biases ~N(0, 0.1), embedding ~N(0, 1), matrices ~N(0, 1/fan_in)."""
-  # numpy, not params.init_params: jax.random would compile one kernel per leaf shape (seconds each on CPU).
-  rng = np.random.default_rng(seed)
-  specs = params_lib.param_specs(cfg)
-  fan_in = {}
-  for t in hf_convert.conversion_plan(cfg).values():
-    if t.n_in is not None:
-      leaf = specs
-      for k in t.path:
-        leaf = leaf[k]
-      fan_in[t.path] = math.prod(leaf.shape[len(t.index):][:t.n_in])
-
-  def draw(path, a):
-    path = tuple(k.key for k in path)
-    name = path[-1]
-    if "norm" in name:
-      x = rng.uniform(0.5, 1.5, a.shape)
-    elif name == "router":
-      x = rng.normal(0.0, 0.5, a.shape)
-    elif name.endswith("bias"):
-      x = rng.normal(0.0, 0.1, a.shape)
-    elif name == "embed":
-      x = rng.normal(0.0, 1.0, a.shape)
-    else:
-      x = rng.normal(0.0, fan_in[path] ** -0.5, a.shape)
-    return x.astype(a.dtype)
-
-  return jax.tree_util.tree_map_with_path(draw, params_lib.abstract_params(cfg))
 
 
 def _tokens(cfg: ModelConfig) -> np.ndarray:
@@ -163,7 +133,7 @@ class HfExportTest(parameterized.TestCase):
       dict(testcase_name="no_qlora_bias_no_shared", cfg=_NO_QLORA),
   )
   def test_float32_export_loads_in_hf_with_our_logits_and_converts_back_exactly(self, cfg):
-    params = _random_params(cfg)
+    params = tiny.random_params(cfg)
     ckpt, out, back = (os.path.join(self.tmp, d) for d in ("ckpt", "hf", "back"))
     ckpt_lib.save_checkpoint(ckpt, params, cfg)
     max_bytes = 48_000
@@ -201,7 +171,7 @@ class HfExportTest(parameterized.TestCase):
 
   def test_sharded_checkpoint_and_any_read_budget_export_the_same_tensors(self):
     cfg = tiny.MODEL
-    params = _random_params(cfg, seed=3)
+    params = tiny.random_params(cfg, seed=3)
     # Experts sharded over 8 devices: orbax stores a chunk per device shard ([1, 2, D, F] of [1, 16, D, F]), so
     # slabs span two experts; a 1-byte budget reads every piece alone (decompressing its chunk again).
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("x",))
@@ -223,7 +193,7 @@ class HfExportTest(parameterized.TestCase):
 
   def test_bfloat16_export_is_the_rounded_params_with_a_float32_router(self):
     cfg = tiny.MODEL_MTP
-    params = _random_params(cfg, seed=2)
+    params = tiny.random_params(cfg, seed=2)
     out, back = os.path.join(self.tmp, "hf"), os.path.join(self.tmp, "back")
     summary = hf_export.export_params(params, cfg, out)  # the defaults: bfloat16, 5GB shards
     self.assertEqual(summary.num_shards, 1)
@@ -277,7 +247,7 @@ class HfExportTest(parameterized.TestCase):
     cfg = tiny.MODEL
     tok_dir = self._tokenizer_dir(40)
     out = os.path.join(self.tmp, "hf")
-    summary = hf_export.export_params(_random_params(cfg), cfg, out, tokenizer_dir=tok_dir)
+    summary = hf_export.export_params(tiny.random_params(cfg), cfg, out, tokenizer_dir=tok_dir)
     self.assertEqual(sorted(os.listdir(out)), ["config.json", "model.safetensors", "tokenizer.json",
                                                "tokenizer_config.json"])
     self.assertEqual(sorted(summary.files), sorted(os.listdir(out)))
@@ -291,7 +261,7 @@ class HfExportTest(parameterized.TestCase):
 
   def test_export_without_a_tokenizer_names_no_special_tokens(self):
     out = os.path.join(self.tmp, "hf")
-    hf_export.export_params(_random_params(_NO_QLORA), _NO_QLORA, out)
+    hf_export.export_params(tiny.random_params(_NO_QLORA), _NO_QLORA, out)
     with open(os.path.join(out, "config.json")) as f:
       hf = json.load(f)
     self.assertIsNone(hf["bos_token_id"])  # not DeepseekV3Config's defaults 0 / 1, which would name random tokens
@@ -301,7 +271,7 @@ class HfExportTest(parameterized.TestCase):
 
   def test_yarn_config_carries_the_v4_rope_keys(self):
     out = os.path.join(self.tmp, "hf")
-    hf_export.export_params(_random_params(tiny.MODEL), tiny.MODEL, out)
+    hf_export.export_params(tiny.random_params(tiny.MODEL), tiny.MODEL, out)
     with open(os.path.join(out, "config.json")) as f:
       hf = json.load(f)
     r = tiny.MODEL.rope
@@ -321,7 +291,7 @@ class HfExportTest(parameterized.TestCase):
 
   def test_refusals(self):
     cfg = _NO_QLORA
-    params = _random_params(cfg)
+    params = tiny.random_params(cfg)
     full = os.path.join(self.tmp, "full")
     os.makedirs(full)
     with open(os.path.join(full, "x"), "w") as f:
@@ -337,7 +307,7 @@ class HfExportTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "is not a size"):
       hf_export.export_params(params, cfg, os.path.join(self.tmp, "d"), max_shard_size="5 parsecs")
     with self.assertRaisesRegex(ValueError, "unexpected mtp"):
-      hf_export.export_params(_random_params(tiny.MODEL_MTP), tiny.MODEL, os.path.join(self.tmp, "e"))
+      hf_export.export_params(tiny.random_params(tiny.MODEL_MTP), tiny.MODEL, os.path.join(self.tmp, "e"))
     with self.assertRaisesRegex(ValueError, "has 200 tokens but the model's vocab_size is 96"):
       hf_export.export_params(params, cfg, os.path.join(self.tmp, "f"), tokenizer_dir=self._tokenizer_dir(200))
     with self.assertRaisesRegex(FileNotFoundError, "is not a directory"):
@@ -357,7 +327,7 @@ class HfExportTest(parameterized.TestCase):
   def test_tool_end_to_end(self):
     cfg = tiny.MODEL_MTP
     ckpt, out = os.path.join(self.tmp, "ckpt"), os.path.join(self.tmp, "hf")
-    ckpt_lib.save_checkpoint(ckpt, _random_params(cfg), cfg)
+    ckpt_lib.save_checkpoint(ckpt, tiny.random_params(cfg), cfg)
     env = {**os.environ, "PYTHONPATH": _REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
     def run(*flags):

@@ -12,7 +12,6 @@ Only the DeepSeek-V3 layout is walked: Kimi K2.5 releases go through the same co
 """
 
 import json
-import math
 import os
 import pathlib
 import re
@@ -37,7 +36,6 @@ from c2jax.envs import sandbox as sandbox_lib
 from c2jax.envs.chat_format import SYSTEM_PROMPT, chat_format
 from c2jax.envs.env import EnvConfig, first_observation
 from c2jax.model import checkpoint as ckpt_lib
-from c2jax.model import hf_convert
 from c2jax.model import hf_export
 from c2jax.model import params as params_lib
 from c2jax.model import presets
@@ -45,6 +43,7 @@ from c2jax.model import transformer
 from c2jax.rollouts.buffer import RolloutReader
 from c2jax.rollouts.weight_store import WeightStore
 from c2jax.services import rl_run_config
+from tests import tiny
 
 pytestmark = pytest.mark.e2e  # four entry points as subprocesses, an RL run with an actor process and sandboxes
 
@@ -93,36 +92,6 @@ def readme_walkthrough() -> tuple[set[str], list[list[str]]]:
   return variables, commands
 
 
-def _random_params(cfg, seed: int = 0):
-  """Norms ~U(0.5, 1.5), router ~N(0, 0.5), biases ~N(0, 0.1), embedding ~N(0, 1), matrices ~N(0, 1/fan_in):
-  scales at which routing, norms and attention matter (and the top-k choice is rarely near a tie), as in
-  hf_export_test; numpy, as jax would compile a draw per leaf shape."""
-  rng = np.random.default_rng(seed)
-  specs = params_lib.param_specs(cfg)
-  fan_in = {}
-  for t in hf_convert.conversion_plan(cfg).values():
-    if t.n_in is not None:
-      leaf = specs
-      for k in t.path:
-        leaf = leaf[k]
-      fan_in[t.path] = math.prod(leaf.shape[len(t.index):][:t.n_in])
-
-  def draw(path, a):
-    path = tuple(k.key for k in path)
-    name = path[-1]
-    if "norm" in name:
-      x = rng.uniform(0.5, 1.5, a.shape)
-    elif name == "router":
-      x = rng.normal(0.0, 0.5, a.shape)
-    elif name.endswith("bias"):
-      x = rng.normal(0.0, 0.1, a.shape)
-    elif name == "embed":
-      x = rng.normal(0.0, 1.0, a.shape)
-    else:
-      x = rng.normal(0.0, fan_in[path] ** -0.5, a.shape)
-    return x.astype(a.dtype)
-
-  return jax.tree_util.tree_map_with_path(draw, params_lib.abstract_params(cfg))
 
 
 def _bf16_rounded(params, cfg):
@@ -165,7 +134,7 @@ def write_release(workdir: str):
   tok.save_pretrained(tok_dir)
   vocab = -(-len(tok) // 128) * 128
   cfg = presets.model_config("tiny", {"vocab_size": vocab, "n_layers": 2, "num_mtp_layers": 1})
-  params = _random_params(cfg)
+  params = tiny.random_params(cfg)
   hf_export.export_params(params, cfg, release, tokenizer_dir=tok_dir, progress=False)  # bf16, as released
   return release, params, cfg
 
