@@ -478,6 +478,26 @@ def _run_judge(task: CodingTask, files: Mapping[str, str], sandbox_factory: Call
   return verdict(report, suite), False
 
 
+def _edit_terms(task: CodingTask, files: Mapping[str, str], owned: set[str], timed_out: bool) -> dict[str, float]:
+  """The terms both graders measure on the submission itself (files not in `owned`, the grader's): diff_lines,
+  lint_errors, timed_out and, when the task has a reference solution, over_editing."""
+
+  def is_owned(path: str) -> bool:
+    return path in owned
+
+  submitted = {p: c for p, c in files.items() if not is_owned(p)}
+  changed = diff_lines(task.files, submitted, is_owned)
+  terms = {
+      "diff_lines": float(changed),
+      "lint_errors": float(sum(lint_count(p, c) for p, c in submitted.items()
+                               if p.endswith(".py") and task.files.get(p) != c)),
+      "timed_out": 1.0 if timed_out else 0.0,
+  }
+  if task.solution is not None:
+    terms["over_editing"] = float(max(0, changed - diff_lines(task.files, task.solved_files(), is_owned)))
+  return terms
+
+
 def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callable = Sandbox,
           limits: SandboxLimits | None = None, rng: random.Random | None = None) -> dict[str, float]:
   """Runs the hidden tests on the submitted repository `files` and measures the auxiliary signals.
@@ -500,13 +520,6 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
   expected = task.expected_tests
   clean = counts.hack_attempts == 0
   complete = clean and counts.total > 0 and (expected is None or counts.total == expected)
-  hidden = set(task.hidden_tests)
-
-  def is_hidden(path: str) -> bool:
-    return path in hidden
-
-  submitted = {p: c for p, c in files.items() if not is_hidden(p)}
-  changed = diff_lines(task.files, submitted, is_hidden)
   denominator = max(counts.total, expected or 0)
   terms = {
       "pass_fraction": counts.passed / denominator if counts.total and clean else 0.0,
@@ -517,14 +530,8 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
       "tests_total": float(counts.total),
       "tests_passed": float(counts.passed),
       "hack_attempts": float(counts.hack_attempts),
-      "diff_lines": float(changed),
-      "lint_errors": float(sum(lint_count(p, c) for p, c in submitted.items()
-                               if p.endswith(".py") and task.files.get(p) != c)),
-      "timed_out": 1.0 if timed_out else 0.0,
   }
-  if task.solution is not None:
-    terms["over_editing"] = float(max(0, changed - diff_lines(task.files, task.solved_files(), is_hidden)))
-  return terms
+  return terms | _edit_terms(task, files, set(task.hidden_tests), timed_out)
 
 
 # ---------------------------------------------------------------------------------------------------- named tests
@@ -741,13 +748,6 @@ def _grade_named(task: CodingTask, files: Mapping[str, str], sandbox_factory: Ca
     return sum(i in passed for i in ids) / len(ids) if ids else 1.0
 
   resolved = clean and all(i in passed for i in named.ids)
-  owned = set(task.hidden_tests) | set(named.deleted)
-
-  def is_owned(path: str) -> bool:
-    return path in owned
-
-  submitted = {p: c for p, c in files.items() if not is_owned(p)}
-  changed = diff_lines(task.files, submitted, is_owned)
   terms = {
       "resolved": float(resolved),
       "fail_to_pass_fraction": fraction(named.fail_to_pass),
@@ -760,11 +760,6 @@ def _grade_named(task: CodingTask, files: Mapping[str, str], sandbox_factory: Ca
       "tests_total": float(len(named.ids)),
       "tests_passed": float(len(passed)),
       "hack_attempts": float(counts.hack_attempts),
-      "diff_lines": float(changed),
-      "lint_errors": float(sum(lint_count(p, c) for p, c in submitted.items()
-                               if p.endswith(".py") and task.files.get(p) != c)),
-      "timed_out": 1.0 if timed_out else 0.0,
   }
-  if task.solution is not None:
-    terms["over_editing"] = float(max(0, changed - diff_lines(task.files, task.solved_files(), is_owned)))
-  return terms
+  # The hidden tests and the deleted test files are the grader's, not the submission's.
+  return terms | _edit_terms(task, files, set(task.hidden_tests) | set(named.deleted), timed_out)
