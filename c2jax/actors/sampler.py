@@ -397,13 +397,18 @@ def _decode(params, state, version, steps, *, cfg, sampling, mode, speculative):
   return carry[1]
 
 
-# Cache windows of plain decoding: multiples of this many slots, then the whole cache.
+# Cache windows of plain decoding: multiples of this many slots, then the whole cache; at most
+# `MAX_DECODE_WINDOWS` of them, since each window is one more compiled copy of the decode step (a long cache
+# widens the step between windows instead of multiplying the compile time).
 DECODE_WINDOW_STEP = 32
+MAX_DECODE_WINDOWS = 16
 
 
 def decode_windows(t: int) -> list[int]:
-  """The static attention windows of plain decoding over a T-slot cache, ascending, the last T."""
-  return list(range(DECODE_WINDOW_STEP, t, DECODE_WINDOW_STEP)) + [t]
+  """The static attention windows of plain decoding over a T-slot cache, ascending, the last T: every
+  DECODE_WINDOW_STEP slots up to 16 x DECODE_WINDOW_STEP, evenly spaced multiples of it beyond."""
+  step = DECODE_WINDOW_STEP * max(1, -(-t // (DECODE_WINDOW_STEP * MAX_DECODE_WINDOWS)))
+  return list(range(step, t, step)) + [t]
 
 
 def finish(params: Params, state: DecodeState, *, cfg: ModelConfig, layout: Layout | None = None) -> SamplerOutput:

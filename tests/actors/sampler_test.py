@@ -128,6 +128,19 @@ class SamplerTest(absltest.TestCase):
     self.assertLessEqual(int(fast.samples.lengths[1]), 3)
 
 
+class DecodeWindowsTest(absltest.TestCase):
+
+  def test_windows_step_by_32_and_stay_few_for_long_caches(self):
+    self.assertEqual(sampler.decode_windows(144), [32, 64, 96, 128, 144])
+    self.assertEqual(sampler.decode_windows(20), [20])
+    for t in (512, 513, 4096, 32768, 100_000):
+      windows = sampler.decode_windows(t)
+      self.assertLessEqual(len(windows), sampler.MAX_DECODE_WINDOWS, t)
+      self.assertEqual(windows[-1], t)
+      self.assertEqual(windows, sorted(set(windows)))
+      self.assertTrue(all(w % sampler.DECODE_WINDOW_STEP == 0 for w in windows[:-1]), t)
+
+
 class SpeculativeTest(absltest.TestCase):
 
   def test_greedy_speculative_equals_plain(self):
