@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +35,27 @@ E2M1_MAX = 6.0
 # E8M0 byte for NaN (OCP MX v1.0 section 5.4.1); bytes 0..254 encode 2^(byte - 127).
 E8M0_NAN = 0xFF
 E8M0_BIAS = 127
+
+
+def out_struct(shape: tuple[int, ...], dtype, *inputs: jax.Array) -> jax.ShapeDtypeStruct:
+  """A `pallas_call` output's ShapeDtypeStruct, varying over every manual mesh axis that its inputs vary over.
+
+  Inside `jax.shard_map` with `check_vma=True` (the expert-parallel MoE's region) a Pallas output must say which
+  mesh axes it varies over; outside any shard_map that set is empty and this is a plain ShapeDtypeStruct. jax 0.10
+  spells the field `manual_axis_type` (a `ManualAxisType`), earlier releases `vma` (a frozenset).
+  """
+  axes = frozenset()
+  for x in inputs:
+    aval = jax.typeof(x)
+    mat = getattr(aval, "manual_axis_type", None)
+    axes |= mat.varying if mat is not None else frozenset(getattr(aval, "vma", ()))
+  fields = inspect.signature(jax.ShapeDtypeStruct).parameters
+  if "manual_axis_type" in fields:
+    from jax._src.core import ManualAxisType  # pylint: disable=g-import-not-at-top  (not exported by jax 0.10)
+    return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=ManualAxisType(varying=axes))
+  if "vma" in fields:
+    return jax.ShapeDtypeStruct(shape, dtype, vma=axes)
+  return jax.ShapeDtypeStruct(shape, dtype)
 
 
 class ScaleMode(enum.Enum):

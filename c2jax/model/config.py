@@ -17,6 +17,7 @@ import math
 from typing import Any, Mapping
 
 from pallas_kernels.recipe.precision import Precision  # the experts' number format (kernels know no model)
+from pallas_kernels.target import Platform  # which backend's program is traced (kernels know no model)
 
 
 class RopeType(enum.Enum):
@@ -87,8 +88,8 @@ class ModelConfig:
   """DeepSeek-V3-style MoE decoder with MLA and optional MTP modules.
 
   Attributes mirror HF `DeepseekV3Config`: d_model=hidden_size, n_layers=num_hidden_layers,
-  n_heads=num_attention_heads, num_mtp_layers=num_nextn_predict_layers. `moe_dispatch`,
-  `moe_capacity_factor`, `remat`, `scan_unroll` and `dtype` are implementation choices: they never change the math;
+  n_heads=num_attention_heads, num_mtp_layers=num_nextn_predict_layers. `moe_dispatch`, `moe_capacity_factor`,
+  `remat`, `scan_unroll`, `platform` and `dtype` are implementation choices: they never change the math;
   `precision` (the experts' FP8/FP4 recipe) changes it within quantization error and is not exported to HF.
   """
 
@@ -124,6 +125,10 @@ class ModelConfig:
   moe_capacity_factor: float = 1.25
   remat: Remat = Remat.NONE
   scan_unroll: int = 1  # layers per scan iteration; unrolling shallow models saves per-iteration overhead on CPU.
+  # The backend whose program is traced (MoE dispatch, Pallas kernels or reference quantizers): AUTO is the devices
+  # the program runs on (the layout's mesh, the mesh in context, else the default device; pallas_kernels.target).
+  # Where a program runs is not part of a model: checkpoints do not store it (`config_to_json_dict`).
+  platform: Platform = Platform.AUTO
   # Training numerics (changes the numbers within quantization error; not part of the HF architecture).
   precision: Precision = Precision.BF16
 
@@ -293,7 +298,9 @@ def config_to_json_dict(cfg: ModelConfig) -> dict[str, Any]:
       return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
     return v
 
-  return conv(cfg)
+  out = conv(cfg)
+  del out["platform"]  # where a program runs is not part of the model: a GPU run's checkpoint must load on a CPU
+  return out
 
 
 def config_from_json_dict(d: Mapping[str, Any]) -> ModelConfig:
@@ -308,7 +315,8 @@ def config_from_json_dict(d: Mapping[str, Any]) -> ModelConfig:
     rope["type"] = RopeType(rope["type"])
   if "layout" in rope:
     rope["layout"] = RopeLayout(rope["layout"])
-  for key, enum_cls in (("moe_dispatch", MoeDispatch), ("remat", Remat), ("precision", Precision)):
+  for key, enum_cls in (("moe_dispatch", MoeDispatch), ("remat", Remat), ("precision", Precision),
+                        ("platform", Platform)):
     if key in d:
       d[key] = enum_cls(d[key])
   return ModelConfig(rope=RopeConfig(**rope), **d)

@@ -25,8 +25,10 @@ import jax.numpy as jnp
 
 from c2jax.model.config import ModelConfig, MoeDispatch, Precision
 from c2jax.model.sharding import constrain, current_layout
+from pallas_kernels import target
 from pallas_kernels.formats import Impl
 from pallas_kernels.recipe.ops import expert_matmul
+from pallas_kernels.target import Platform
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,20 +127,30 @@ def grouped_swiglu(rows: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Ar
   return grouped_dot(h, down, sizes)
 
 
-def quantized_grouped_dot(precision: Precision):
+def platform_of(cfg: ModelConfig) -> Platform:
+  """The platform this program is traced for: `cfg.platform`, or for AUTO the devices it runs on (the active
+  layout's mesh, else the mesh in context, else jax's default device; `pallas_kernels.target.resolve`)."""
+  layout = current_layout()
+  return target.resolve(cfg.platform, None if layout is None else layout.mesh)
+
+
+def quantized_grouped_dot(precision: Precision, platform: Platform):
   """`grouped_dot(rows [A, K], w [E, K, N], sizes [E]) -> [A, N]` in an FP8/FP4 recipe, forward and backward.
 
-  Pallas kernels on GPU; on other backends the bit-identical reference quantizers with dequantize-then-matmul,
-  since interpreted kernels would add their (large) interpreter compile time to every model compile. The
-  expert-parallel path (`c2jax.parallel.expert_parallel`) calls this same function on each shard's local experts.
+  Pallas kernels compiled for a GPU; on a CPU or TPU the bit-identical reference quantizers with
+  dequantize-then-matmul (interpreted kernels would add their large interpreter compile time to every CPU model
+  compile, and the kernels lower through Triton only). The expert-parallel path (`c2jax.parallel.expert_parallel`)
+  calls this same function on each shard's local experts.
   """
-  impl = Impl.PALLAS if jax.default_backend() == "gpu" else Impl.REFERENCE
-  return lambda a, b, sizes: expert_matmul(a, b, sizes, precision, impl=impl)
+  if platform is Platform.GPU:
+    return lambda a, b, sizes: expert_matmul(a, b, sizes, precision, impl=Impl.PALLAS, interpret=False)
+  return lambda a, b, sizes: expert_matmul(a, b, sizes, precision, impl=Impl.REFERENCE)
 
 
-def experts_quantized(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict, precision: Precision) -> jax.Array:
+def experts_quantized(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict, precision: Precision,
+                      platform: Platform) -> jax.Array:
   """`experts_ragged` with each expert matmul (forward and backward) in an FP8/FP4 recipe (report section 5)."""
-  return experts_ragged(x, ids, gates, w, grouped_dot=quantized_grouped_dot(precision))
+  return experts_ragged(x, ids, gates, w, grouped_dot=quantized_grouped_dot(precision, platform))
 
 
 def slot_capacity(num_assignments: int, num_experts: int, capacity_factor: float) -> int:
@@ -364,18 +376,19 @@ def experts_tiles(x: jax.Array, ids: jax.Array, gates: jax.Array, w: dict) -> ja
   return _slots_compute(x, gates_sorted, w["gate"].astype(dt), w["up"].astype(dt), w["down"].astype(dt), tiles)
 
 
-def resolve_dispatch(dispatch: MoeDispatch) -> MoeDispatch:
-  """AUTO -> TILES on CPU (ragged_dot is slow there), RAGGED on GPU/TPU."""
+def resolve_dispatch(dispatch: MoeDispatch, platform: Platform) -> MoeDispatch:
+  """AUTO -> TILES on a CPU (ragged_dot is slow there), RAGGED (grouped-GEMM kernels) on a GPU or TPU."""
   if dispatch is not MoeDispatch.AUTO:
     return dispatch
-  return MoeDispatch.TILES if jax.default_backend() == "cpu" else MoeDispatch.RAGGED
+  return MoeDispatch.TILES if platform is Platform.CPU else MoeDispatch.RAGGED
 
 
 def routed_experts(x: jax.Array, routing: Routing, w: dict, cfg: ModelConfig) -> jax.Array:
   """sum_k gates_k FFN_{ids_k}(x) for x [N, D] with the configured dispatch (or the quantized recipe)."""
+  platform = platform_of(cfg)
   if cfg.precision is not Precision.BF16:
-    return experts_quantized(x, routing.ids, routing.gates, w, cfg.precision)
-  dispatch = resolve_dispatch(cfg.moe_dispatch)
+    return experts_quantized(x, routing.ids, routing.gates, w, cfg.precision, platform)
+  dispatch = resolve_dispatch(cfg.moe_dispatch, platform)
   if dispatch is MoeDispatch.DENSE:
     return experts_dense(x, routing.ids, routing.gates, w)
   if dispatch is MoeDispatch.RAGGED:

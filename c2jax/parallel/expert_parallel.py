@@ -65,6 +65,7 @@ from c2jax.model.config import ModelConfig, Precision
 from c2jax.model.sharding import RoutedOutput
 from c2jax.parallel.mesh import AXES, BATCH_AXES, CONTEXT, DATA, EXPERT, FSDP, TENSOR
 from pallas_kernels.formats import MXFP8_BLOCK
+from pallas_kernels.target import Platform
 
 # Mesh axes that split tokens (tensor ranks hold copies of the same tokens).
 _TOKEN_AXES = (*BATCH_AXES, CONTEXT)
@@ -80,15 +81,18 @@ class _Dispatch:
     rounds: scalar int32, the same on every device of the expert group.
     num_shards: P_e, the expert-axis size.
     precision: the experts' number format (`moe.slot_ffn` for BF16, else `moe.quantized_grouped_dot`).
+    platform: the platform the program is traced for (the quantized recipe's kernels or reference).
   """
 
   slots: moe.Slots
   rounds: jax.Array
   num_shards: int
   precision: Precision = Precision.BF16
+  platform: Platform = Platform.CPU
 
 
-jax.tree_util.register_dataclass(_Dispatch, data_fields=["slots", "rounds"], meta_fields=["num_shards", "precision"])
+jax.tree_util.register_dataclass(_Dispatch, data_fields=["slots", "rounds"],
+                                 meta_fields=["num_shards", "precision", "platform"])
 
 
 def _to_experts(a: jax.Array, num_shards: int) -> jax.Array:
@@ -106,7 +110,7 @@ def _from_experts(a: jax.Array, num_shards: int) -> jax.Array:
   return jax.lax.all_to_all(a, EXPERT, 0, 0).reshape(el * num_shards, c, *a.shape[3:])
 
 
-def _ffn(xe, wg, wu, wd, precision: Precision):
+def _ffn(xe, wg, wu, wd, precision: Precision, platform: Platform):
   """SwiGLU of the expert shard's rows xe [E_l, P_e C, D] with its experts [E_l, D, F_t], [E_l, F_t, D] -> [E_l,
   P_e C, D]: one batched matmul in BF16, else the single-device quantized grouped matmul with groups of P_e C rows
   (padding slots are zero rows: zero output, and no effect on any scale since a zero never raises an amax)."""
@@ -114,7 +118,7 @@ def _ffn(xe, wg, wu, wd, precision: Precision):
     return moe.slot_ffn(xe, wg, wu, wd)[2]
   el, rows, d = xe.shape
   sizes = jnp.full((el,), rows, jnp.int32)
-  y = moe.grouped_swiglu(xe.reshape(el * rows, d), wg, wu, wd, sizes, moe.quantized_grouped_dot(precision))
+  y = moe.grouped_swiglu(xe.reshape(el * rows, d), wg, wu, wd, sizes, moe.quantized_grouped_dot(precision, platform))
   return y.reshape(el, rows, d)
 
 
@@ -130,7 +134,8 @@ def _exchange_fwd(x, gates_sorted, wg, wu, wd, plan):
     rows, valid = plan.slots.round_rows(r)
     tok = plan.slots.token[rows]
     xs = jnp.where(valid[..., None], x[tok], 0)
-    y = _from_experts(_ffn(_to_experts(xs, plan.num_shards), wg, wu, wd, plan.precision), plan.num_shards)
+    ye = _ffn(_to_experts(xs, plan.num_shards), wg, wu, wd, plan.precision, plan.platform)
+    y = _from_experts(ye, plan.num_shards)
     g = jnp.where(valid, gates_sorted[rows], 0).astype(y.dtype)
     return out.at[tok.reshape(-1)].add((y * g[..., None]).reshape(-1, y.shape[-1]))
 
@@ -151,7 +156,7 @@ def _exchange_bwd(res, d_out):
     xe = _to_experts(jnp.where(valid[..., None], x[tok], 0), p)
     ge = _to_experts(jnp.where(valid, gates_sorted[rows], 0), p)
     d_gy = _to_experts(jnp.where(valid[..., None], d_out[tok], 0), p)
-    ye, ffn_vjp = jax.vjp(functools.partial(_ffn, precision=plan.precision), xe, wg, wu, wd)
+    ye, ffn_vjp = jax.vjp(functools.partial(_ffn, precision=plan.precision, platform=plan.platform), xe, wg, wu, wd)
     dge = jnp.sum(d_gy * ye, axis=-1)
     dxe, dwg_r, dwu_r, dwd_r = ffn_vjp(d_gy * ge[..., None].astype(d_gy.dtype))
     dxs = _from_experts(dxe, p)
@@ -208,7 +213,8 @@ def _expert_parallel_shard(x, router, bias, experts, forced_ids=None, *, cfg: Mo
     rounds = jnp.ones((), jnp.int32)
     # Tensor ranks hold copies of the same tokens: count over the token axes only.
     dropped = jax.lax.psum(jnp.sum(jnp.maximum(sizes - capacity, 0)).astype(jnp.float32), _TOKEN_AXES)
-  plan = _Dispatch(slots=slots, rounds=rounds, num_shards=num_shards, precision=cfg.precision)
+  plan = _Dispatch(slots=slots, rounds=rounds, num_shards=num_shards, precision=cfg.precision,
+                   platform=moe.platform_of(cfg))
 
   # shard_map keeps check_vma on: it tracks which mesh axes each value varies over, and the transpose of
   # "becomes varying" is a psum. The custom VJP's float inputs are made varying over every axis, so its

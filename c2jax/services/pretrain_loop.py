@@ -64,6 +64,8 @@ from c2jax.pretrain.step import StepConfig, document_mask, init_state, train_ste
 from c2jax.services import loglinear
 from c2jax.services.pretrain_run_config import Phase, PretrainRunConfig, phase_at
 from c2jax.services.run_log import RunLog, read_records
+from pallas_kernels import target
+from pallas_kernels.target import Platform
 
 
 @functools.lru_cache(maxsize=8)
@@ -224,7 +226,7 @@ class _Run:
     # XLA:CPU runs every fake device's part of a collective on one shared thread pool: two sharded programs in flight
     # at once can each hold threads the other's collectives wait for (a deadlock, seen with 8 fake devices on 2
     # cores). One program at a time there; accelerators keep async dispatch.
-    self.cpu_mesh = self.mesh is not None and jax.default_backend() == "cpu"
+    self.cpu_mesh = self.mesh is not None and target.of_mesh(self.mesh) is Platform.CPU
     if (self.mesh is not None and self.n_proc > 1
         and self.mesh.shape["context"] * self.mesh.shape["tensor"] > jax.local_device_count()):
       # Each host loads whole rows of its own data shard; rows split across hosts would need every host of a row

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from pallas_kernels.formats import out_struct
 from pallas_kernels.scaled_matmul.kernel import (ANY, Operand, OperandFormat, TuningConfig, check_pair,
                                                  chunk_product, compiler_params, contraction_block, epilogue,
                                                  next_pow2, pad_contraction, pad_rows,
@@ -100,7 +101,7 @@ def gmm_kernel(lhs: Operand, rhs: Operand, group_sizes: jax.Array, *, out_dtype=
   kernel = functools.partial(_gmm_kernel, lhs=lhs, rhs=rhs, bm=bm, bn=bn, bk=bk, out_dtype=out_dtype)
   args = (offsets, lo, hi, *lhs.arrays(), *rhs.arrays())
   out = pl.pallas_call(
-      kernel, out_shape=jax.ShapeDtypeStruct((mp, np_), out_dtype), grid=(mp // bm, np_ // bn),
+      kernel, out_shape=out_struct((mp, np_), out_dtype, *args), grid=(mp // bm, np_ // bn),
       in_specs=[ANY] * len(args), out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
       interpret=interpret, compiler_params=compiler_params(config, interpret), name="grouped_matmul")(*args)
   return out[:m, :n]
@@ -155,7 +156,7 @@ def tgmm_kernel(lhs_t: Operand, rhs_t: Operand, group_sizes: jax.Array, *, out_d
   kernel = functools.partial(_tgmm_kernel, lhs=lhs_t, rhs=rhs_t, bm=bm, bn=bn, bc=bc, out_dtype=out_dtype)
   args = (group_offsets(group_sizes), *lhs_t.arrays(), *rhs_t.arrays())
   out = pl.pallas_call(
-      kernel, out_shape=jax.ShapeDtypeStruct((e, kp, np_), out_dtype), grid=(e, kp // bm, np_ // bn),
+      kernel, out_shape=out_struct((e, kp, np_), out_dtype, *args), grid=(e, kp // bm, np_ // bn),
       in_specs=[ANY] * len(args), out_specs=pl.BlockSpec((None, bm, bn), lambda g, i, j: (g, i, j)),
       interpret=interpret, compiler_params=compiler_params(config, interpret),
       name="transposed_grouped_matmul")(*args)

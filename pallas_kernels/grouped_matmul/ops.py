@@ -18,11 +18,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels import target
 from pallas_kernels.formats import Impl
 from pallas_kernels.grouped_matmul import reference
 from pallas_kernels.grouped_matmul.kernel import gmm_kernel, tgmm_kernel
 from pallas_kernels.scaled_matmul.kernel import TuningConfig
-from pallas_kernels.scaled_matmul.ops import QuantizedOrArray, resolve_interpret, to_operand
+from pallas_kernels.scaled_matmul.ops import QuantizedOrArray, to_operand
 
 
 def _check_sizes(group_sizes: jax.Array, groups: int):
@@ -42,7 +43,8 @@ def grouped_matmul(lhs: QuantizedOrArray, rhs: QuantizedOrArray, group_sizes: ja
     group_sizes: [E] int rows per group, sum <= M.
     out_dtype: output dtype; accumulation is float32.
     impl: PALLAS or REFERENCE.
-    interpret: Pallas interpreter; None: unless on a GPU.
+    interpret: Pallas interpreter; None: compiled on a GPU, interpreted on a CPU
+      (`pallas_kernels.target`).
     config: tile sizes.
   Returns:
     [M, N] out_dtype; rows past sum(group_sizes) are zero.
@@ -54,7 +56,7 @@ def grouped_matmul(lhs: QuantizedOrArray, rhs: QuantizedOrArray, group_sizes: ja
     raise ValueError(f"grouped_matmul takes lhs [M, K] and rhs [E, N, K], got {a.data.shape} and {b.data.shape}.")
   _check_sizes(group_sizes, b.data.shape[0])
   return gmm_kernel(a, b, group_sizes.astype(jnp.int32), out_dtype=out_dtype, config=config,
-                    interpret=resolve_interpret(interpret))
+                    interpret=target.kernel_interpret(impl, interpret, "grouped_matmul"))
 
 
 def transposed_grouped_matmul(lhs_t: QuantizedOrArray, rhs_t: QuantizedOrArray, group_sizes: jax.Array, *,
@@ -77,7 +79,7 @@ def transposed_grouped_matmul(lhs_t: QuantizedOrArray, rhs_t: QuantizedOrArray, 
     raise ValueError(f"transposed_grouped_matmul takes lhs_t [K, M] and rhs_t [N, M], got {a.data.shape} and "
                      f"{b.data.shape}.")
   return tgmm_kernel(a, b, group_sizes.astype(jnp.int32), out_dtype=out_dtype, config=config,
-                     interpret=resolve_interpret(interpret))
+                     interpret=target.kernel_interpret(impl, interpret, "grouped_matmul"))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
@@ -109,4 +111,5 @@ def ragged_matmul(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, imp
   weights) and d_rhs = transposed_grouped_matmul(lhs^T, dy^T). Output dtype = lhs.dtype; accumulation float32.
   """
   _check_sizes(group_sizes, rhs.shape[0])
-  return _ragged(lhs, rhs, group_sizes.astype(jnp.int32), impl, resolve_interpret(interpret), config)
+  return _ragged(lhs, rhs, group_sizes.astype(jnp.int32), impl,
+                 target.kernel_interpret(impl, interpret, "grouped_matmul"), config)

@@ -24,8 +24,8 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels import formats
-from pallas_kernels.formats import MXFP8_BLOCK, NVFP4_BLOCK, E2M1_MAX, E4M3_MAX, ScaleMode
+from pallas_kernels import exact_divide, formats
+from pallas_kernels.formats import MXFP8_BLOCK, NVFP4_BLOCK, E2M1_MAX, E4M3_MAX, ScaleMode, out_struct
 from pallas_kernels.quantize import random_bits
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -98,8 +98,7 @@ def mxfp8_last_axis(x: jax.Array, *, scale_mode: ScaleMode, config: TuningConfig
   br, bg = _tile(r, config.block_rows), _tile(g, config.block_groups)
   return pl.pallas_call(
       functools.partial(_mxfp8_kernel, red=2, scale_mode=scale_mode),
-      out_shape=(jax.ShapeDtypeStruct((r, g, MXFP8_BLOCK), jnp.float8_e4m3fn),
-                 jax.ShapeDtypeStruct((r, g), jnp.uint8)),
+      out_shape=(out_struct((r, g, MXFP8_BLOCK), jnp.float8_e4m3fn, x), out_struct((r, g), jnp.uint8, x)),
       grid=(r // br, g // bg),
       in_specs=[pl.BlockSpec((br, bg, MXFP8_BLOCK), lambda i, j: (i, j, 0))],
       out_specs=(pl.BlockSpec((br, bg, MXFP8_BLOCK), lambda i, j: (i, j, 0)),
@@ -122,8 +121,7 @@ def mxfp8_inner_axis(x: jax.Array, *, scale_mode: ScaleMode, config: TuningConfi
   bg, bq = _tile(g, config.block_groups), _tile(q, config.block_cols)
   return pl.pallas_call(
       functools.partial(_mxfp8_kernel, red=1, scale_mode=scale_mode),
-      out_shape=(jax.ShapeDtypeStruct((p, g, MXFP8_BLOCK, q), jnp.float8_e4m3fn),
-                 jax.ShapeDtypeStruct((p, g, q), jnp.uint8)),
+      out_shape=(out_struct((p, g, MXFP8_BLOCK, q), jnp.float8_e4m3fn, x), out_struct((p, g, q), jnp.uint8, x)),
       grid=(p, g // bg, q // bq),
       in_specs=[pl.BlockSpec((None, bg, MXFP8_BLOCK, bq), lambda b, i, j: (b, i, 0, j))],
       out_specs=(pl.BlockSpec((None, bg, MXFP8_BLOCK, bq), lambda b, i, j: (b, i, 0, j)),
@@ -153,10 +151,11 @@ def _e2m1_stochastic_codes(v: jax.Array, bits: jax.Array) -> jax.Array:
   ge = lambda t: (a >= t).astype(jnp.int32)
   lo_idx = ge(0.5) + ge(1.0) + ge(1.5) + ge(2.0) + ge(3.0) + ge(4.0) + ge(6.0)
   # Grid by index 0..7: 0 .5 1 1.5 2 3 4 6; steps up from index i: 0.5 for i < 4, 1 for i = 4, 5, 2 for i = 6.
-  step = jnp.where(lo_idx < 4, 0.5, jnp.where(lo_idx < 6, 1.0, 2.0)).astype(jnp.float32)
+  # 1 / step, so that the fraction is a product (exact: steps are powers of two) rather than a division.
+  inv_step = jnp.where(lo_idx < 4, 2.0, jnp.where(lo_idx < 6, 1.0, 0.5)).astype(jnp.float32)
   lo = jnp.where(lo_idx < 4, lo_idx.astype(jnp.float32) * 0.5,
                  jnp.where(lo_idx < 7, (lo_idx - 2).astype(jnp.float32), jnp.float32(6.0)))
-  frac = (a - lo) / step
+  frac = (a - lo) * inv_step
   up = ((random_bits.uniform_from_bits(bits) < frac) & (lo_idx < 7)).astype(jnp.int32)
   sign = jnp.where(v < 0, 8, 0)
   codes = jnp.where(jnp.isnan(v), 0, lo_idx + up + sign)
@@ -170,13 +169,13 @@ def _nvfp4_kernel(*refs, stochastic: bool, block_groups: int):
     x_ref, s_enc_ref, codes_ref, scale_ref = refs
   x = x_ref[...].astype(jnp.float32)  # [br, bg, 16]
   s_enc = s_enc_ref[...]  # [br, 1]
-  s_dec = jnp.float32(1.0) / s_enc
+  s_dec = exact_divide.reciprocal(s_enc)  # IEEE-exact on every backend (a GPU's `/` is not; exact_divide.py)
   block_amax = jnp.max(jnp.abs(x), axis=2)  # [br, bg]
   has_nan = jnp.max(jnp.where(jnp.isnan(x), 1, 0).astype(jnp.int32), axis=2) > 0
   block_amax = jnp.where(has_nan, jnp.float32(jnp.nan), block_amax)
   dec = block_amax * (s_enc * jnp.float32(_INV_E2M1_MAX))
   block_scale = jnp.minimum(dec, jnp.float32(E4M3_MAX)).astype(jnp.float8_e4m3fn)
-  enc = jnp.minimum(jnp.float32(1.0) / (block_scale.astype(jnp.float32) * s_dec), jnp.float32(_F32_MAX))
+  enc = jnp.minimum(exact_divide.reciprocal(block_scale.astype(jnp.float32) * s_dec), jnp.float32(_F32_MAX))
   v = jnp.clip(x * enc[:, :, None], -E2M1_MAX, E2M1_MAX)
   if stochastic:
     shape = x.shape
@@ -218,8 +217,7 @@ def nvfp4(x: jax.Array, s_enc: jax.Array, seeds: jax.Array | None = None, *, con
     args += [seeds[:, :1], seeds[:, 1:]]
   return pl.pallas_call(
       functools.partial(_nvfp4_kernel, stochastic=stochastic, block_groups=bg),
-      out_shape=(jax.ShapeDtypeStruct((r, g, NVFP4_BLOCK), jnp.uint8),
-                 jax.ShapeDtypeStruct((r, g), jnp.float8_e4m3fn)),
+      out_shape=(out_struct((r, g, NVFP4_BLOCK), jnp.uint8, *args), out_struct((r, g), jnp.float8_e4m3fn, *args)),
       grid=(r // br, g // bg),
       in_specs=in_specs,
       out_specs=(pl.BlockSpec((br, bg, NVFP4_BLOCK), lambda i, j: (i, j, 0)),

@@ -1,7 +1,8 @@
 """Public quantizers: MXFP8 (E4M3 + E8M0 per 32) and NVFP4 (E2M1 + E4M3 per 16 + FP32 per tensor or token).
 
 `impl=Impl.PALLAS` runs the Pallas kernels (`kernel.py`), `Impl.REFERENCE` the pure-jnp specification
-(`reference.py`); the two are bit-identical. `interpret=None` means "interpret unless running on a GPU".
+(`reference.py`); the two are bit-identical. `interpret=None` means "compiled when the program runs on a GPU,
+interpreted on a CPU, refused on a TPU" (`pallas_kernels.target`).
 Quantization is not differentiable by itself (the recipe op that consumes these defines the gradients).
 """
 
@@ -13,18 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import formats
+from pallas_kernels import exact_divide, formats, target
 from pallas_kernels.formats import MXFP8_BLOCK, NVFP4_BLOCK, Impl, MXFP8Tensor, NVFP4Scaling, NVFP4Tensor
 from pallas_kernels.formats import Rounding, ScaleMode
 from pallas_kernels.quantize import kernel, random_bits, reference
 from pallas_kernels.quantize.kernel import TuningConfig
-
-
-def resolve_interpret(interpret: bool | None) -> bool:
-  """None -> True unless the default backend is a GPU (the kernels target GPUs; elsewhere they are interpreted)."""
-  if interpret is None:
-    return jax.default_backend() != "gpu"
-  return bool(interpret)
 
 
 def _check_impl(impl: Impl) -> None:
@@ -49,7 +43,8 @@ def quantize_mxfp8(
     axis: the contraction axis.
     scale_mode: RCEIL (cuBLAS/TransformerEngine) or FLOOR (OCP, saturating).
     impl: PALLAS kernel or REFERENCE.
-    interpret: run the kernel in the Pallas interpreter; None: unless on GPU.
+    interpret: run the kernel in the Pallas interpreter; None: compiled on a GPU, interpreted on a CPU
+      (`pallas_kernels.target`).
     config: kernel tile sizes.
 
   Returns:
@@ -60,7 +55,8 @@ def quantize_mxfp8(
     raise ValueError(f"Unknown scale mode {scale_mode!r}; pass formats.ScaleMode.RCEIL or FLOOR.")
   if impl is Impl.REFERENCE:
     return reference.quantize_mxfp8(x, axis, scale_mode)
-  return _mxfp8_pallas(x, axis=axis, scale_mode=scale_mode, interpret=resolve_interpret(interpret), config=config)
+  return _mxfp8_pallas(x, axis=axis, scale_mode=scale_mode, config=config,
+                       interpret=target.resolve_interpret(interpret, "quantize_mxfp8"))
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "scale_mode", "interpret", "config"))
@@ -103,7 +99,8 @@ def quantize_nvfp4(
     key: for STOCHASTIC: one PRNG key (element (r, c) draws from (key, global row r, column c)) or one key per
       row with shape x.shape[:-1] (a row's draw then ignores its position in the batch).
     impl: PALLAS kernel or REFERENCE.
-    interpret: run the kernel in the Pallas interpreter; None: unless on GPU.
+    interpret: run the kernel in the Pallas interpreter; None: compiled on a GPU, interpreted on a CPU
+      (`pallas_kernels.target`).
     config: kernel tile sizes.
 
   Returns:
@@ -118,7 +115,8 @@ def quantize_nvfp4(
     raise ValueError("quantize_nvfp4: stochastic rounding needs a PRNG key; pass key=jax.random.key(...).")
   if impl is Impl.REFERENCE:
     return reference.quantize_nvfp4(x, scaling, rounding=rounding, key=key)
-  return _nvfp4_pallas(x, key, scaling=scaling, rounding=rounding, interpret=resolve_interpret(interpret),
+  return _nvfp4_pallas(x, key, scaling=scaling, rounding=rounding,
+                       interpret=target.resolve_interpret(interpret, "quantize_nvfp4"),
                        config=config)
 
 
@@ -135,7 +133,7 @@ def _nvfp4_pallas(x, key, *, scaling, rounding, interpret, config) -> NVFP4Tenso
                                     interpret=interpret)
   return NVFP4Tensor(data=formats.fp4_from_codes(codes.reshape(x.shape)),
                      block_scale=block_scale.reshape(*x.shape[:-1], g),
-                     global_scale=jnp.float32(1.0) / s_enc, scaling=scaling)
+                     global_scale=exact_divide.reciprocal(s_enc), scaling=scaling)
 
 
 def dequantize_nvfp4(q: NVFP4Tensor, dtype=jnp.float32) -> jax.Array:

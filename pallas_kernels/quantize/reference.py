@@ -24,6 +24,9 @@ PER_TOKEN), in float32:
   and every block scale of its row (PER_TOKEN) or tensor (PER_TENSOR), NaN, so the dequantized group is NaN;
   NaN elements are coded +0. Inf saturates (S_enc = 1, block scale 448, value +-6), as in TE.
 
+Every division is `exact_divide.divide` (IEEE round-to-nearest-even from integer operations), which gives TE's
+CUDA results (nvcc divides exactly by default) on every backend: a GPU's own float32 `/` is approximate.
+
 Float32 subnormal inputs (|x| < 2^-126) may be flushed to zero by the platform (XLA on CPU does); every other
 intermediate here stays normal (powers of two are applied as two normal factors), so the codes do not depend on it.
 """
@@ -36,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import formats
+from pallas_kernels import exact_divide, formats
 from pallas_kernels.formats import MXFP8_BLOCK, NVFP4_BLOCK, E2M1_MAX, E4M3_MAX, MXFP8Tensor, NVFP4Tensor
 from pallas_kernels.formats import NVFP4Scaling, Rounding, ScaleMode
 from pallas_kernels.quantize import random_bits
@@ -128,7 +131,8 @@ def nvfp4_amax(x: jax.Array, scaling: NVFP4Scaling) -> jax.Array:
 
 def global_encode_scale(amax: jax.Array) -> jax.Array:
   """TE's `compute_global_encode_scaling_factor_FP4`: S_enc = min(448 * 6 / amax, f32 max), 1 for amax 0 or Inf."""
-  s = jnp.minimum(jnp.float32(E4M3_MAX * E2M1_MAX) / amax, jnp.float32(F32_MAX))
+  s = jnp.minimum(exact_divide.divide(jnp.full_like(amax, E4M3_MAX * E2M1_MAX, jnp.float32), amax),
+                  jnp.float32(F32_MAX))
   return jnp.where((amax == 0) | (s == 0), jnp.float32(1.0), s)
 
 
@@ -150,7 +154,7 @@ def e2m1_round_stochastic(v: jax.Array, bits: jax.Array) -> jax.Array:
   lo = grid[lo_idx]
   hi = grid[jnp.minimum(lo_idx + 1, 7)]
   step = jnp.where(hi > lo, hi - lo, jnp.float32(1.0))
-  frac = (a - lo) / step  # exact: steps are powers of two
+  frac = (a - lo) * jnp.where(step == 2.0, 0.5, jnp.where(step == 1.0, 1.0, 2.0))  # steps are 0.5, 1 or 2
   up = (random_bits.uniform_from_bits(bits) < frac) & (lo_idx < 7)
   mag = (lo_idx + up.astype(lo_idx.dtype)).astype(jnp.uint8)
   sign = jnp.where(v < 0, jnp.uint8(8), jnp.uint8(0))
@@ -182,13 +186,13 @@ def quantize_nvfp4(
   x32 = x.astype(jnp.float32)
   amax = nvfp4_amax(x32, scaling)
   s_enc = global_encode_scale(amax)
-  s_dec = jnp.float32(1.0) / s_enc
+  s_dec = exact_divide.reciprocal(s_enc)
   blocks = x32.reshape(*x.shape[:-1], k // NVFP4_BLOCK, NVFP4_BLOCK)
   block_amax = jnp.max(jnp.abs(blocks), axis=-1)
   # s_enc is [] or [..., 1]: either broadcasts over the [..., K // 16] blocks.
   dec = block_amax * (s_enc * INV_E2M1_MAX)
   block_scale = jnp.minimum(dec, jnp.float32(E4M3_MAX)).astype(jnp.float8_e4m3fn)
-  enc = jnp.minimum(jnp.float32(1.0) / (block_scale.astype(jnp.float32) * s_dec), jnp.float32(F32_MAX))
+  enc = jnp.minimum(exact_divide.reciprocal(block_scale.astype(jnp.float32) * s_dec), jnp.float32(F32_MAX))
   v = jnp.clip(blocks * enc[..., None], -E2M1_MAX, E2M1_MAX)
   if rounding is Rounding.NEAREST:
     codes = e2m1_round_nearest(v)

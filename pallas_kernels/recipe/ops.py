@@ -27,12 +27,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels import target
 from pallas_kernels.formats import MXFP8_BLOCK, Impl, NVFP4Scaling
 from pallas_kernels.grouped_matmul.ops import grouped_matmul, transposed_grouped_matmul
 from pallas_kernels.quantize.ops import quantize_mxfp8, quantize_nvfp4
 from pallas_kernels.recipe.precision import Precision
 from pallas_kernels.scaled_matmul.kernel import TuningConfig
-from pallas_kernels.scaled_matmul.ops import resolve_interpret
 
 
 def _forward(x, w, group_sizes, precision, impl, interpret, config):
@@ -92,7 +92,8 @@ def expert_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, precision:
     group_sizes: [E] int rows per expert (sum <= M; later rows are padding and get zero output and gradient).
     precision: BF16, MXFP8 or NVFP4_FWD_MXFP8_BWD (see the module docstring).
     impl: PALLAS kernels or REFERENCE (pure jnp) for the quantizers and the matmuls.
-    interpret: Pallas interpreter; None: unless on a GPU.
+    interpret: Pallas interpreter; None: compiled on a GPU, interpreted on a CPU
+      (`pallas_kernels.target`).
     config: matmul tile sizes.
   Returns:
     [M, N] in x.dtype.
@@ -106,7 +107,7 @@ def expert_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, precision:
     raise ValueError(f"{precision.value} needs both matmul dims divisible by {MXFP8_BLOCK}, got K={k}, N={n}; "
                      "choose model widths that are multiples of 32.")
   return _quantized(x, w.astype(x.dtype), group_sizes.astype(jnp.int32), precision, impl,
-                    resolve_interpret(interpret), config)
+                    target.kernel_interpret(impl, interpret, "expert_matmul"), config)
 
 
 def dense_matmul(x: jax.Array, w: jax.Array, precision: Precision, **kw) -> jax.Array:

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels.formats import E8M0_NAN, MXFP8_BLOCK, NVFP4_BLOCK
+from pallas_kernels.formats import E8M0_NAN, MXFP8_BLOCK, NVFP4_BLOCK, out_struct
 
 
 class OperandFormat(enum.Enum):
@@ -139,8 +139,14 @@ def check_pair(lhs: Operand, rhs: Operand):
 
 
 def _dot_nt(a: jax.Array, b: jax.Array) -> jax.Array:
-  """a [r, c] . b [s, c]^T -> [r, s] in float32."""
-  return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+  """a [r, c] . b [s, c]^T -> [r, s] in float32.
+
+  HIGHEST: Pallas' Triton lowering turns a DEFAULT-precision float32 dot into a TF32 `mma` (10-bit mantissas,
+  errors ~1e-3 relative), so PLAIN float32 operands would silently lose precision on a GPU and nowhere else;
+  HIGHEST asks for IEEE float32 inputs there. For bf16, fp8 and the dequantized operands it changes nothing.
+  """
+  return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), precision=jax.lax.Precision.HIGHEST,
+                             preferred_element_type=jnp.float32)
 
 
 def _e8m0(byte: jax.Array) -> jax.Array:
@@ -288,7 +294,7 @@ def scaled_matmul_kernel(lhs: Operand, rhs: Operand, *, out_dtype=jnp.float32, c
   kernel = functools.partial(_dense_kernel, lhs=lhs, rhs=rhs, bm=bm, bn=bn, bk=bk, out_dtype=out_dtype)
   args = (*lhs.arrays(), *rhs.arrays())
   out = pl.pallas_call(
-      kernel, out_shape=jax.ShapeDtypeStruct((mp, np_), out_dtype), grid=(mp // bm, np_ // bn),
+      kernel, out_shape=out_struct((mp, np_), out_dtype, *args), grid=(mp // bm, np_ // bn),
       in_specs=[ANY] * len(args), out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
       interpret=interpret, compiler_params=compiler_params(config, interpret), name="scaled_matmul")(*args)
   return out[:m, :n]

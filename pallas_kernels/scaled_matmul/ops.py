@@ -12,16 +12,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels import target
 from pallas_kernels.formats import Impl, MXFP8Tensor, NVFP4Tensor, pack_fp4
 from pallas_kernels.scaled_matmul import reference
 from pallas_kernels.scaled_matmul.kernel import Operand, OperandFormat, TuningConfig, scaled_matmul_kernel
 
 QuantizedOrArray = MXFP8Tensor | NVFP4Tensor | jax.Array
-
-
-def resolve_interpret(interpret: bool | None) -> bool:
-  """None -> interpret unless running on a GPU (the kernels' compiled target)."""
-  return jax.default_backend() != "gpu" if interpret is None else bool(interpret)
 
 
 def to_operand(q: QuantizedOrArray) -> Operand:
@@ -54,7 +50,8 @@ def scaled_matmul(lhs: QuantizedOrArray, rhs: QuantizedOrArray, *, out_dtype=jnp
     rhs: the same format as lhs, [N, K] quantized along K (MXFP8 may also be [K, N] quantized along axis 0).
     out_dtype: output dtype; accumulation is float32.
     impl: PALLAS (the kernel) or REFERENCE (dequantize, then one float32 matmul).
-    interpret: run the kernel with the Pallas interpreter; None: unless on a GPU.
+    interpret: run the kernel with the Pallas interpreter; None: compiled on a GPU, interpreted on a CPU
+      (`pallas_kernels.target`).
     config: kernel tile sizes.
   Returns:
     [M, N] out_dtype.
@@ -65,4 +62,5 @@ def scaled_matmul(lhs: QuantizedOrArray, rhs: QuantizedOrArray, *, out_dtype=jnp
   if a.data.ndim != 2 or b.data.ndim != 2:
     raise ValueError(f"scaled_matmul takes 2-D operands, got {a.data.shape} and {b.data.shape}; use "
                      "pallas_kernels.grouped_matmul for stacked experts.")
-  return scaled_matmul_kernel(a, b, out_dtype=out_dtype, config=config, interpret=resolve_interpret(interpret))
+  return scaled_matmul_kernel(a, b, out_dtype=out_dtype, config=config,
+                              interpret=target.resolve_interpret(interpret, "scaled_matmul"))
