@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
 
-.PHONY: test test-unit lint demo install clean bench setup peer-vllm peer-maxtext
+.PHONY: test test-unit test-gpu-compile gpu-compile-venv lint demo install clean bench setup peer-vllm peer-maxtext
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,17 +48,47 @@ TEST_MID := tests/parallel tests/pretrain
 TEST_LATE := tests/rl tests/rollouts tests/services tests/tools tests/typed_config_test.py
 test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests \
-	  $(addprefix --ignore=,$(TEST_MODEL) $(TEST_MID) $(TEST_LATE))
+	  $(addprefix --ignore=,$(TEST_MODEL) $(TEST_MID) $(TEST_LATE) tests/gpu_compile)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_MODEL)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_MID)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_LATE)
+
+# The deviceless GPU compile tier (tests/gpu_compile, tools/gpu_compile.py): XLA:GPU compiles every Pallas kernel, the
+# recipe and the train steps for an H100 (and a B200) with no GPU, and ptxas reports each kernel's registers and
+# spills. jax's CUDA plugin must match the installed jaxlib exactly, and must not be seen by the CPU suite, so it lives
+# in .venv-cuda, a venv layered over .venv (a .pth file adds .venv's site-packages, editable c2jax included). Its own
+# pip install of the two plugin wheels (~180 MB, no CUDA libraries: nothing runs on a GPU) is done once per jaxlib.
+# ptxas comes from the machine's CUDA toolkit, else from pip's nvidia-cuda-nvcc-cu12 inside .venv-cuda.
+CUDA_VENV := .venv-cuda
+JAXLIB_VERSION = $(shell $(PY) -c "import jaxlib; print(jaxlib.__version__)")
+CUDA_STAMP = $(CUDA_VENV)/.plugin-$(JAXLIB_VERSION)
+gpu-compile-venv: $(STAMP)
+	@test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
+	@if [ ! -f $(CUDA_STAMP) ]; then \
+	  echo "installing jax-cuda12-plugin==$(JAXLIB_VERSION) into $(CUDA_VENV) (compile-only GPU devices)"; \
+	  $(CUDA_VENV)/bin/python -m pip install -q --no-deps "jax-cuda12-plugin==$(JAXLIB_VERSION)" \
+	    "jax-cuda12-pjrt==$(JAXLIB_VERSION)" || exit 1; \
+	  site=$$($(CUDA_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])'); \
+	  main=$$($(PY) -c 'import site; print(site.getsitepackages()[0])'); \
+	  echo "import site; site.addsitedir('$$main')" > $$site/zz_c2jax_venv.pth; \
+	  rm -f $(CUDA_VENV)/.plugin-*; touch $(CUDA_STAMP); \
+	fi
+	@command -v ptxas >/dev/null || test -x $(CUDA_VENV)/bin/ptxas || { \
+	  $(CUDA_VENV)/bin/python -m pip install -q --no-deps nvidia-cuda-nvcc-cu12 && \
+	  ln -sf "$$($(CUDA_VENV)/bin/python -c 'import nvidia.cuda_nvcc, os; print(os.path.dirname(nvidia.cuda_nvcc.__file__))')/bin/ptxas" \
+	    $(CUDA_VENV)/bin/ptxas; }
+
+test-gpu-compile: gpu-compile-venv
+	PATH="$$PATH:$(abspath $(CUDA_VENV))/bin" JAX_PLATFORMS=cpu JAX_ENABLE_COMPILATION_CACHE=false \
+	  $(CUDA_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  --durations=10 tests/gpu_compile
 
 # The unit tier: everything but the end-to-end tests (real processes, notebooks, whole runs; marked e2e), with the
 # compiled programs kept between runs (a rerun compiles only what changed). `make test` always compiles afresh, as CI.
 TEST_COMPILATION_CACHE ?= $(HOME)/.cache/c2jax/test-compilation-cache
 test-unit: setup lint
 	C2JAX_TEST_COMPILATION_CACHE=$(TEST_COMPILATION_CACHE) $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
-	  -m "not e2e" tests
+	  -m "not e2e" --ignore=tests/gpu_compile tests
 
 # One model through the stages: pretraining of the main job's own model on its tokenizer, then its SFT from that
 # model's checkpoint, then RL (configs/pretrain_tiny.py:rl_tiny; the three-phase byte-level recipe is the file's
@@ -97,4 +127,4 @@ peer-maxtext:
 	  from importlib.metadata import version; print('maxtext', version('maxtext'), 'jax', jax.__version__)"
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) $(CUDA_VENV) runs build *.egg-info

@@ -72,12 +72,16 @@ def divide(a: jax.Array, b: jax.Array) -> jax.Array:
   # Quotient of significands in [1, 2): when ma < mb, double ma (below 2^25, in int32) and take one from the exponent.
   low = ma < mb
   r = jnp.where(low, jax.lax.shift_left(ma, jnp.int32(1)), ma)
-  q = jnp.zeros_like(r)
-  for _ in range(_QUOTIENT_BITS):  # restoring long division, one quotient bit per step; r stays below 2 * mb
+
+  def step(_, carry):  # restoring long division, one quotient bit per step; r stays below 2 * mb
+    r, q = carry
     bit = r >= mb
     r = jnp.where(bit, r - mb, r)
-    q = jax.lax.shift_left(q, jnp.int32(1)) | bit.astype(jnp.int32)
-    r = jax.lax.shift_left(r, jnp.int32(1))
+    return jax.lax.shift_left(r, jnp.int32(1)), jax.lax.shift_left(q, jnp.int32(1)) | bit.astype(jnp.int32)
+
+  # A loop, not 25 unrolled steps: XLA:CPU in jax 0.12 did not finish compiling the unrolled chain inside the NVFP4
+  # quantizer (minutes, where the loop compiles in a fraction of a second).
+  r, q = jax.lax.fori_loop(0, _QUOTIENT_BITS, step, (r, jnp.zeros_like(r)))
   sticky = r != 0
   # |a / b| = (q / 2^24) * 2^x, q in [2^24, 2^25): biased exponent of the result before rounding.
   biased = ea - eb - low.astype(jnp.int32) + 127

@@ -60,8 +60,18 @@ def triton_kernels(text: str) -> set[str]:
   return names
 
 
+_H100 = _AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
+
+
 def lower(fn, *args, platform: Platform) -> str:
-  return jax.jit(fn).trace(*args).lower(lowering_platforms=(_LOWERING[platform],)).as_text()
+  """StableHLO text of jit(fn) lowered for `platform`. For a GPU the trace runs under a one-device abstract mesh of
+  an H100: jax >= 0.11's Triton lowering reads the GPU's kind from it when no GPU is attached."""
+  lowered = lambda: jax.jit(fn).trace(*args).lower(lowering_platforms=(_LOWERING[platform],)).as_text()
+  if platform is not Platform.GPU or not jax.sharding.get_abstract_mesh().empty:
+    return lowered()
+  one_gpu = AbstractMesh((1,), ("gpu",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=_H100)
+  with jax.sharding.use_abstract_mesh(one_gpu):
+    return lowered()
 
 
 def _model(platform: Platform, precision: Precision = Precision.BF16) -> ModelConfig:
@@ -142,9 +152,10 @@ class CrossLoweringTest(parameterized.TestCase):
   def test_expert_parallel_moe_on_gpu_mesh_follows_the_mesh(self, precision):
     """AUTO follows the devices the program runs on: under a mesh of (abstract) H100s the expert-parallel MoE's
     shards run the GPU recipe, with no platform named anywhere."""
-    gpu = _AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
+    gpu = _H100
     sizes = {"data": 1, "fsdp": 2, "expert": 4, "context": 1, "tensor": 1}
-    mesh = AbstractMesh(tuple(sizes[a] for a in AXES), AXES, abstract_device=gpu)
+    mesh = AbstractMesh(tuple(sizes[a] for a in AXES), AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES),
+                        abstract_device=gpu)  # Auto axes as c2jax's meshes (c2jax.parallel.mesh.make_mesh)
     cfg = tiny.MODEL.replace(precision=precision, moe_dispatch=MoeDispatch.AUTO)
     self.assertIs(cfg.platform, Platform.AUTO)
     layout = Layout(mesh=mesh, rules=(("batch", BATCH_AXES), ("seq", (CONTEXT,))),

@@ -2,7 +2,8 @@
 float32 parameters. Its AdamW train step keeps 16 bytes per parameter (39 GiB: params, grads, two moments); XLA's
 buffer assignment of the step, compiled from abstract shapes on CPU (jax 0.10.2), came to 62 GiB in all at
 4 x 1024 tokens and 74 GiB at 8 x 1024 (3.1 GiB per 1024 tokens), so about 100 GiB at 16 x 1024: tools/gpu_check.sh
-runs B=4 on an 80 GB H100 and B=16 on a 141 GB H200 (halving once if the GPU's own assignment runs out).
+runs B=4 on an 80 GB H100 and B=16 on a 141 GB H200 (halving once if the GPU's own assignment runs out). XLA:GPU's
+own assignment, compiled for an H100 without one, is lower (tools/gpu_compile.py memory; docs/benchmarks.md).
 
   python tools/bench_model.py --model=configs/model/gpu_mid.py --dtype=bfloat16 --skip_hf --batch=4 \
       --seq_len=1024 --experts_sweep= --matmul_size=8192   # train-step MFU (tools/gpu_check.sh runs this)

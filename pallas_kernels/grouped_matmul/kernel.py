@@ -92,6 +92,7 @@ def gmm_kernel(lhs: Operand, rhs: Operand, group_sizes: jax.Array, *, out_dtype=
   """
   check_pair(lhs, rhs)
   m, n, k = lhs.rows, rhs.rows, lhs.contraction
+  config = config.for_operand(lhs)
   bm, bn = row_block(config.block_m, m), row_block(config.block_n, n)
   bk = contraction_block(config.block_k, k, lhs.format)
   lhs, rhs = pad_rows(lhs, bm), pad_rows(rhs, bn)
@@ -145,6 +146,7 @@ def tgmm_kernel(lhs_t: Operand, rhs_t: Operand, group_sizes: jax.Array, *, out_d
                      "operands to MXFP8 (the recipe's backward format).")
   kdim, n, m = lhs_t.rows, rhs_t.rows, lhs_t.contraction
   e = group_sizes.shape[0]
+  config = config.for_operand(lhs_t)
   bm, bn = row_block(config.block_m, kdim), row_block(config.block_n, n)
   # The grouped rows are the contraction: pad them to a power-of-two chunk (padding lies past every group).
   bc = contraction_block(config.block_k, m, lhs_t.format)

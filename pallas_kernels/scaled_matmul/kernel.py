@@ -82,9 +82,11 @@ class TuningConfig:
   (the MXFP8 scale block) for quantized operands.
   """
 
+  # 64 x 64 x 64 on 4 warps: no register spill in any operand format on an H100 (ptxas -v; docs/benchmarks.md,
+  # "tools/gpu_compile.py"), where 64 x 64 x 128 spilled for NVFP4 and 128-wide tiles need 8 warps.
   block_m: int = 64
   block_n: int = 64
-  block_k: int = 128
+  block_k: int = 64
   num_warps: int = 4
 
   def __post_init__(self):
@@ -93,6 +95,14 @@ class TuningConfig:
       low = 1 if name == "num_warps" else 8
       if v < low or v & (v - 1):
         raise ValueError(f"TuningConfig.{name}={v} must be a power of two >= {low}.")
+
+  def for_operand(self, op: Operand) -> TuningConfig:
+    """These tiles, at most 32 x 32 x 32 for float32 PLAIN operands: their dots run at IEEE float32 (`_dot_nt`; no
+    tensor cores), whose per-thread partial products spill registers at larger tiles."""
+    if op.format is OperandFormat.PLAIN and op.data.dtype == jnp.float32:
+      return dataclasses.replace(self, block_m=min(self.block_m, 32), block_n=min(self.block_n, 32),
+                                 block_k=min(self.block_k, 32))
+    return self
 
 
 def next_pow2(n: int) -> int:
@@ -287,6 +297,7 @@ def scaled_matmul_kernel(lhs: Operand, rhs: Operand, *, out_dtype=jnp.float32, c
   """
   check_pair(lhs, rhs)
   m, n, k = lhs.rows, rhs.rows, lhs.contraction
+  config = config.for_operand(lhs)
   bm, bn = row_block(config.block_m, m), row_block(config.block_n, n)
   bk = contraction_block(config.block_k, k, lhs.format)
   lhs, rhs = pad_rows(lhs, bm), pad_rows(rhs, bn)

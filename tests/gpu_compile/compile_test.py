@@ -1,0 +1,127 @@
+"""The deviceless GPU compile tier: XLA:GPU compiles for an H100 (and a B200) on this CPU host, no GPU attached.
+
+Run by `make test-gpu-compile` (and `.ci/run`) in .venv-cuda, the venv with jax's CUDA plugin; the CPU suite never
+collects this directory. What it proves that the cross-lowering tier (tests/cross_lowering_test.py) cannot: the
+programs survive XLA:GPU's whole pipeline (fusion, buffer assignment, Pallas -> Triton -> PTX, ptxas to SASS for
+sm_90a / sm_100a), and the SASS-level properties of the kernels hold:
+  - every Pallas kernel compiles at its default tiles with no register spill (ptxas -v);
+  - float32 (PLAIN) matmul kernels contain no TF32 instruction; the NVFP4 quantizers no approximate division;
+  - the recipe's forward + VJP and the tiny model's LM train step (BF16 and NVFP4) compile, the GPU train step
+    calls the recipe's Triton kernels, and XLA:GPU's memory analysis is nonzero;
+  - planted faults fail: a kernel whose blocks need more shared memory than an H100 has does not compile, and a
+    kernel at tiles that spill is reported as spilling.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from absl.testing import absltest, parameterized
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
+
+from c2jax.model.config import Precision
+from c2jax.model.params import init_params
+from c2jax.pretrain.step import StepConfig, init_state, train_step
+from pallas_kernels.recipe.ops import expert_matmul
+from pallas_kernels.target import Platform
+from tests import tiny
+from tools import gpu_compile
+
+_CASES = tuple(gpu_compile.kernel_programs())
+_APPROX_DIVISION = re.compile(r"\b(div\.(full|approx)(\.ftz)?\.f32|rcp\.approx(\.ftz)?\.f32)\b")
+
+
+def _kernel(case: str, target: str = "h100") -> tuple[gpu_compile.Compiled, str]:
+  fn, args = gpu_compile.kernel_programs()[case]
+  return gpu_compile.compile_for(fn, *args, target=target), gpu_compile.kernel_entry(case)
+
+
+def _ptx(compiled: gpu_compile.Compiled, entry: str) -> str:
+  with open(compiled.ptx[entry], encoding="utf-8") as f:
+    return f.read()
+
+
+class KernelCompileTest(parameterized.TestCase):
+
+  @parameterized.parameters(*_CASES)
+  def test_compiles_for_h100_without_spills(self, case):
+    compiled, entry = _kernel(case)
+    self.assertIn(entry, compiled.ptx, f"no PTX entry {entry} among {sorted(compiled.ptx)}")
+    report = gpu_compile.ptxas(compiled.ptx[entry], gpu_compile.TARGETS["h100"].arch)[entry]
+    self.assertFalse(report.spills, f"{entry} spills at its default tiles: {report}")
+
+  @parameterized.parameters(*[c for c in _CASES if c.endswith("plain_f32")])
+  def test_float32_matmuls_use_no_tf32(self, case):
+    compiled, entry = _kernel(case)
+    self.assertNotIn("tf32", _ptx(compiled, entry), "a float32 dot lowered to TF32 (10-bit mantissas)")
+
+  @parameterized.parameters("quantize_nvfp4", "quantize_nvfp4_sr")
+  def test_nvfp4_quantizers_divide_exactly(self, case):
+    compiled, entry = _kernel(case)
+    found = sorted({m.group(0) for m in _APPROX_DIVISION.finditer(_ptx(compiled, entry))})
+    self.assertEqual(found, [], "approximate float32 division in the NVFP4 quantizer")
+
+
+class ProgramCompileTest(parameterized.TestCase):
+
+  @parameterized.product(precision=(Precision.MXFP8, Precision.NVFP4_FWD_MXFP8_BWD), target=("h100", "b200"))
+  def test_recipe_forward_and_vjp(self, precision, target):
+    def loss(x, w, sizes):
+      return jnp.sum(expert_matmul(x, w, sizes, precision, interpret=False).astype(jnp.float32) ** 2)
+
+    args = (jax.ShapeDtypeStruct((256, 256), jnp.bfloat16), jax.ShapeDtypeStruct((4, 256, 128), jnp.bfloat16),
+            jax.ShapeDtypeStruct((4,), jnp.int32))
+    compiled = gpu_compile.compile_for(jax.grad(loss, argnums=(0, 1)), *args, target=target)
+    self.assertContainsSubset({"grouped_matmul", "transposed_grouped_matmul", "quantize_mxfp8_rows"},
+                              set(compiled.ptx))
+
+  @parameterized.parameters(Precision.BF16, Precision.NVFP4_FWD_MXFP8_BWD)
+  def test_tiny_lm_train_step(self, precision):
+    cfg = tiny.MODEL.replace(platform=Platform.GPU, precision=precision, dtype="bfloat16")
+    hp = StepConfig(mtp_weight=0.0)
+    state = jax.eval_shape(lambda k: init_state(cfg, hp, k), jax.random.key(0))
+    batch = {"tokens": jax.ShapeDtypeStruct((4, 128), jnp.int32)}
+    compiled = gpu_compile.compile_for(functools.partial(train_step, cfg=cfg, hp=hp), state, batch)
+    memory = compiled.executable.memory_analysis()
+    self.assertGreater(memory.temp_size_in_bytes, 0)
+    params = jax.eval_shape(functools.partial(init_params, cfg), jax.random.key(0))
+    self.assertGreaterEqual(memory.argument_size_in_bytes, sum(a.size * a.dtype.itemsize
+                                                               for a in jax.tree.leaves(params)))
+    kernels = {"quantize_nvfp4", "grouped_matmul", "transposed_grouped_matmul"}
+    if precision is Precision.BF16:
+      self.assertEmpty(kernels & set(compiled.ptx))
+    else:
+      self.assertContainsSubset(kernels, set(compiled.ptx))
+
+
+def _oversized(x, y):
+  """A matmul kernel whose 256 x 256 float32 operand blocks (512 KiB staged in shared memory for the dot) cannot
+  fit an H100's 227 KiB of shared memory per block."""
+  def body(x_ref, y_ref, o_ref):
+    o_ref[...] = jnp.dot(x_ref[...], y_ref[...], precision=jax.lax.Precision.HIGHEST)
+  spec = pl.BlockSpec((256, 256), lambda i: (i, 0))
+  return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 256,),
+                        in_specs=[spec, pl.BlockSpec((256, 256), lambda i: (0, 0))], out_specs=spec,
+                        compiler_params=plt.CompilerParams(num_warps=4), name="planted_oversized")(x, y)
+
+
+class PlantedFaultTest(absltest.TestCase):
+
+  def test_a_kernel_beyond_shared_memory_fails_to_compile(self):
+    x, y = jax.ShapeDtypeStruct((512, 256), jnp.float32), jax.ShapeDtypeStruct((256, 256), jnp.float32)
+    with self.assertRaisesRegex(jax.errors.JaxRuntimeError, "RESOURCE_EXHAUSTED|[Ss]hared memory"):
+      gpu_compile.compile_for(_oversized, x, y)
+
+  def test_a_kernel_at_spilling_tiles_is_reported(self):
+    fn, args = gpu_compile.kernel_programs((128, 128, 64, 4))["grouped_matmul_mxfp8"]
+    compiled = gpu_compile.compile_for(fn, *args)
+    report = gpu_compile.ptxas(compiled.ptx["grouped_matmul"], "sm_90a")["grouped_matmul"]
+    self.assertTrue(report.spills, f"128x128x64 tiles on 4 warps no longer spill: plant another kernel ({report})")
+
+
+if __name__ == "__main__":
+  absltest.main()
