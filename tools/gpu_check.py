@@ -247,7 +247,7 @@ def record(out_dir: str, work_dir: str, stage: str, rc: int, seconds: float, lim
   if stage == "preflight" and rec.get("figures"):
     pf = rec["figures"]
     summary["device"] = {k: pf.get(k) for k in ("backend", "device_kind", "device_count", "device_memory_gib",
-                                                 "jax", "jaxlib", "python", "cpu_smoke")}
+                                                 "jax", "jaxlib", "python", "python_executable", "cpu_smoke")}
     if pf.get("missing_sentence"):
       summary["missing"] = pf["missing_sentence"]
   summary["failed"] = [s for s, r in summary["stages"].items() if not r["ok"]]

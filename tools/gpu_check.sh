@@ -2,8 +2,15 @@
 # The GPU check: one script of at most 8 minutes on one H100 or H200 (jax with CUDA installed; no network needed).
 #
 #   bash tools/gpu_check.sh [python]          # default python: .venv/bin/python if present, else python3
+#   bash tools/gpu_check.sh --venv .venv-gpu  # first makes that venv: jax[cuda12] at the tested version and only what
+#                                             # the stages import (tools/gpu_check_requirements.txt), from a package
+#                                             # registry; an existing venv with the same requirements is reused
 #   GPU_CHECK_CPU_SMOKE=1 bash tools/gpu_check.sh   # (or --cpu_smoke) every stage at tiny shapes on CPU: tests this
 #                                             # script's plumbing; its figures are NOT GPU figures and say so
+#   GPU_CHECK_STAGES=preflight,kernel_tests   # run only these stages (the others are recorded as not run)
+#
+# Compiled programs persist in GPU_CHECK_XLA_CACHE (default ~/.cache/c2jax/gpu-check-xla): a second run on the same
+# machine skips the compiles that dominate the first.
 #
 # Stages, in order, each under `timeout`: its own budget (seconds) plus whatever the stages before it left unspent,
 # never the budgets of the stages after it, so that the whole stays within 470 s (GPU_CHECK_TOTAL_S):
@@ -41,14 +48,43 @@ fi
 
 SMOKE=${GPU_CHECK_CPU_SMOKE:-0}
 PY=
-for arg in "$@"; do
-  case $arg in
+VENV=
+while (( $# )); do
+  case $1 in
     --cpu_smoke|--dry_run) SMOKE=1 ;;
-    -*) echo "unknown option $arg: use [--cpu_smoke] [python]" >&2; exit 2 ;;
-    *) PY=$arg ;;
+    --venv) VENV=${2:?"--venv needs a directory"}; shift ;;
+    --venv=*) VENV=${1#--venv=} ;;
+    -*) echo "unknown option $1: use [--cpu_smoke] [--venv DIR] [python]" >&2; exit 2 ;;
+    *) PY=$1 ;;
   esac
+  shift
 done
+STAGES=${GPU_CHECK_STAGES:-preflight,kernel_tests,bench_kernels,sampler,train_mfu}
+wanted() { [[ ",$STAGES," == *",$1,"* ]]; }
+
+# --venv DIR: a venv of the stages' own requirements, made once (its stamp names the requirements' checksum and the
+# jax build), from whatever python3 this machine has (3.11 or 3.12).
+if [ -n "$VENV" ]; then
+  REQS=tools/gpu_check_requirements.txt
+  JAX_PIN=$(grep -E '^jax==' "$REQS" | cut -d= -f3)
+  if [ "$SMOKE" = 1 ]; then JAX_SPEC="jax==$JAX_PIN"; else JAX_SPEC="jax[cuda12]==$JAX_PIN"; fi
+  STAMP="$VENV/.gpu-check-$(cat "$REQS" | md5sum | cut -c1-12)-$( [ "$SMOKE" = 1 ] && echo cpu || echo cuda12)"
+  if [ ! -f "$STAMP" ]; then
+    echo "making $VENV: $JAX_SPEC and $REQS"
+    t0=$EPOCHREALTIME
+    { "${GPU_CHECK_BASE_PYTHON:-python3}" -m venv "$VENV" \
+        && "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS" "$JAX_SPEC"; } || {
+      echo "could not make $VENV (no package registry here?): put the wheels in .whl/ and run without --venv" >&2
+      exit 2; }
+    rm -f "$VENV"/.gpu-check-*; touch "$STAMP"
+    echo "made $VENV in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+  fi
+  PY=$VENV/bin/python
+fi
 PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+export JAX_COMPILATION_CACHE_DIR=${GPU_CHECK_XLA_CACHE:-$HOME/.cache/c2jax/gpu-check-xla}
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-1}
+mkdir -p "$JAX_COMPILATION_CACHE_DIR"
 OUT=${OUT:-/tmp/gpu_check}
 TOTAL=${GPU_CHECK_TOTAL_S:-470}
 mkdir -p "$OUT"
@@ -85,6 +121,11 @@ stage() {
   shift
   LATER=$(( LATER - ${BUDGET[$name]:-0} ))
   (( LATER < 0 )) && LATER=0
+  if ! wanted "$name"; then
+    echo "==== $name: not run (GPU_CHECK_STAGES=$STAGES)"
+    RC=0
+    return
+  fi
   local limit=$(( TOTAL - $(elapsed) - 3 - LATER ))
   echo "==== $name (limit ${limit} s, $(elapsed) s in): $*" | tee -a "$OUT/gpu_check.log"
   local t0=$EPOCHREALTIME
