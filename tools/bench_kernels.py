@@ -81,6 +81,7 @@ def _try(results: dict, name: str, fn: Callable, *args, iters: int, flops: float
     r["tbps"] = nbytes / s / 1e12
     r["fraction_of_h200_bandwidth"] = r["tbps"] / H200_TBPS
   results[name] = r
+  print(json.dumps({"partial": {name: r}}), flush=True)  # kept by tools/gpu_check.sh if a timeout stops the run
   extra = "".join(f"  {k}={v:.4g}" for k, v in r.items() if k != "seconds")
   print(f"{name:34s} {s * 1e3:10.3f} ms{extra}")
 

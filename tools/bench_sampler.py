@@ -661,6 +661,8 @@ def main(argv: list[str] | None = None) -> dict:
             fig[f"{name}_prefill_s"] = pre
             fig[f"{name}_ms_per_decode_step"] = 1e3 * (fig[f"{name}_s_per_generate"] - pre) / max(n - 1, 1)
       per_batch[str(b)] = fig
+      # Kept by tools/gpu_check.sh if its timeout stops the run before the last line.
+      print(json.dumps({"partial": {"c2jax_tok_s_by_batch": {str(b): fig.get("c2jax_tok_s")}}}), flush=True)
       for name in runners:
         w = wall[name]
         step_ms = fig.get(f"{name}_ms_per_decode_step")

@@ -193,8 +193,12 @@ def _error_line(text: str) -> str:
 
 
 def stage_record(stage: str, rc: int, seconds: float, limit_s: float, log_text: str) -> dict[str, Any]:
-  """The summary's entry of one stage: ok only if it exited 0 and printed its JSON line."""
-  figures = last_json(log_text)
+  """The summary's entry of one stage: ok only if it exited 0 and printed its JSON line.
+
+  The bench tools also print `{"partial": {...}}` lines as each figure is measured: a stage stopped by its timeout
+  (or a crash) keeps them, merged, as `partial`.
+  """
+  figures = last_json("\n".join(line for line in log_text.splitlines() if not line.startswith('{"partial"')))
   rec: dict[str, Any] = {"ok": rc == 0 and figures is not None, "rc": rc, "seconds": round(seconds, 1),
                          "limit_s": limit_s, "timed_out": rc in TIMEOUT_RCS}
   if rec["timed_out"]:
@@ -206,7 +210,26 @@ def stage_record(stage: str, rc: int, seconds: float, limit_s: float, log_text: 
     rec["error"] = "exit 0 but no JSON line in its output"
   if figures is not None:
     rec["figures"] = figures
+  elif partial := _partial_figures(log_text):
+    rec["partial"] = partial
   return rec
+
+
+def _partial_figures(log_text: str) -> dict[str, Any]:
+  """The `{"partial": {...}}` lines of a stage's output merged in order (nested dicts merged key by key)."""
+  def merge(into: dict, new: dict) -> dict:
+    for k, v in new.items():
+      into[k] = merge(dict(into.get(k) or {}), v) if isinstance(v, dict) and isinstance(into.get(k), dict) else v
+    return into
+
+  out: dict[str, Any] = {}
+  for line in log_text.splitlines():
+    if line.startswith('{"partial"'):
+      try:
+        merge(out, json.loads(line)["partial"])
+      except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        continue  # a line cut by the kill
+  return out
 
 
 def headline(stages: dict[str, dict]) -> dict[str, Any]:

@@ -41,9 +41,14 @@ class GpuCheckTest(absltest.TestCase):
     self.assertFalse(crashed["ok"])
     self.assertIn("RESOURCE_EXHAUSTED", crashed["error"])
     self.assertIn("RESOURCE_EXHAUSTED", self._file("train_mfu.json")["error"])
-    timed_out = self._stage("sampler", 124, "B=64: c2jax_tok_s 10.0\n", seconds=100.0, limit=100.0)
+    timed_out = self._stage("sampler", 124, 'B=64: c2jax_tok_s 10.0\n'
+                            '{"partial": {"c2jax_tok_s_by_batch": {"64": 10.0}}}\n'
+                            '{"partial": {"c2jax_tok_s_by_batch": {"256": 31.5}}}\n{"partial": {"c2j',
+                            seconds=100.0, limit=100.0)
     self.assertTrue(timed_out["timed_out"])
     self.assertIn("timed out after 100 s", timed_out["error"])
+    self.assertNotIn("figures", timed_out)
+    self.assertEqual(timed_out["partial"], {"c2jax_tok_s_by_batch": {"64": 10.0, "256": 31.5}})  # kept, merged
     silent = self._stage("kernel_tests", 0, "no json here\n")
     self.assertFalse(silent["ok"])
     self.assertIn("no JSON line", silent["error"])
