@@ -1,21 +1,19 @@
-"""`pallas_kernels.target`: which platform a program is traced for, and the refusals it gives."""
+"""`pallas_kernels.target`: which platform a program is traced for, and the refusals it gives (the model's use of it:
+tests/model/platform_test.py)."""
 
 from absl.testing import absltest
 import jax
 from jax.sharding import AbstractMesh
 
-from c2jax.model import config as config_lib
-from c2jax.model import moe
-from c2jax.model.config import MoeDispatch
 from pallas_kernels import target
 from pallas_kernels.formats import Impl
 from pallas_kernels.target import Platform
-from tests import tiny
 
 _AbstractDevice = getattr(jax.sharding, "AbstractDevice", None) or jax._src.mesh.AbstractDevice  # pylint: disable=protected-access
 
 
-def _mesh(platform: str) -> AbstractMesh:
+def abstract_mesh(platform: str) -> AbstractMesh:
+  """A 2-device abstract mesh whose devices are of `platform`."""
   device = _AbstractDevice(device_kind=f"a {platform}", num_cores=None, platform=platform)
   return AbstractMesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device)
 
@@ -31,10 +29,10 @@ class TargetTest(absltest.TestCase):
 
   def test_explicit_beats_mesh_beats_context_beats_default_device(self):
     self.assertIs(target.resolve(), Platform.CPU)  # this host's default device
-    with jax.sharding.use_abstract_mesh(_mesh("gpu")):
+    with jax.sharding.use_abstract_mesh(abstract_mesh("gpu")):
       self.assertIs(target.resolve(), Platform.GPU)
-      self.assertIs(target.resolve(Platform.AUTO, _mesh("tpu")), Platform.TPU)
-      self.assertIs(target.resolve(Platform.CPU, _mesh("tpu")), Platform.CPU)
+      self.assertIs(target.resolve(Platform.AUTO, abstract_mesh("tpu")), Platform.TPU)
+      self.assertIs(target.resolve(Platform.CPU, abstract_mesh("tpu")), Platform.CPU)
     self.assertIs(target.resolve(Platform.AUTO, jax.make_mesh((1,), ("x",))), Platform.CPU)
     with self.assertRaisesRegex(ValueError, "pass a pallas_kernels.target.Platform"):
       target.resolve("gpu")
@@ -42,28 +40,13 @@ class TargetTest(absltest.TestCase):
   def test_interpret(self):
     self.assertTrue(target.resolve_interpret(None, "k"))  # a CPU interprets
     self.assertFalse(target.resolve_interpret(False, "k"))
-    with jax.sharding.use_abstract_mesh(_mesh("gpu")):
+    with jax.sharding.use_abstract_mesh(abstract_mesh("gpu")):
       self.assertFalse(target.resolve_interpret(None, "k"))
-    with jax.sharding.use_abstract_mesh(_mesh("tpu")):
+    with jax.sharding.use_abstract_mesh(abstract_mesh("tpu")):
       with self.assertRaisesRegex(ValueError, r"^quantize_nvfp4: the Pallas kernels compile for GPUs only \(Triton\); "
                                   r"on a TPU pass impl=Impl.REFERENCE"):
         target.resolve_interpret(None, "quantize_nvfp4")
       self.assertIsNone(target.kernel_interpret(Impl.REFERENCE, None, "k"))  # the reference runs anywhere
-
-  def test_model_dispatch_follows_the_platform(self):
-    self.assertIs(moe.resolve_dispatch(MoeDispatch.AUTO, Platform.CPU), MoeDispatch.TILES)
-    self.assertIs(moe.resolve_dispatch(MoeDispatch.AUTO, Platform.GPU), MoeDispatch.RAGGED)
-    self.assertIs(moe.resolve_dispatch(MoeDispatch.SLOTS, Platform.GPU), MoeDispatch.SLOTS)
-    self.assertIs(moe.platform_of(tiny.MODEL.replace(platform=Platform.TPU)), Platform.TPU)
-    with jax.sharding.use_abstract_mesh(_mesh("gpu")):
-      self.assertIs(moe.platform_of(tiny.MODEL), Platform.GPU)
-
-  def test_checkpoints_do_not_store_the_platform(self):
-    cfg = tiny.MODEL.replace(platform=Platform.GPU)
-    saved = config_lib.config_to_json_dict(cfg)
-    self.assertNotIn("platform", saved)
-    self.assertIs(config_lib.config_from_json_dict(saved).platform, Platform.AUTO)
-    self.assertIs(config_lib.config_from_json_dict({**saved, "platform": "tpu"}).platform, Platform.TPU)
 
 
 if __name__ == "__main__":
