@@ -306,7 +306,10 @@ def config_to_json_dict(cfg: ModelConfig) -> dict[str, Any]:
 def config_from_json_dict(d: Mapping[str, Any]) -> ModelConfig:
   """Inverse of `config_to_json_dict`; unknown keys are an error so that typos do not pass silently."""
   d = dict(d)
-  known = {f.name for f in dataclasses.fields(ModelConfig)}
+  if "platform" in d:  # a file must not choose the program: a GPU-traced model on a CPU host fails only at compile
+    raise ValueError(f"a model config file names a platform ({d['platform']!r}); where a program runs is not part "
+                     "of a checkpoint (ModelConfig.platform is the run's choice): remove the key.")
+  known = {f.name for f in dataclasses.fields(ModelConfig)} - {"platform"}
   unknown = set(d) - known
   if unknown:
     raise ValueError(f"unknown ModelConfig fields {sorted(unknown)}; known: {sorted(known)}")
@@ -315,8 +318,7 @@ def config_from_json_dict(d: Mapping[str, Any]) -> ModelConfig:
     rope["type"] = RopeType(rope["type"])
   if "layout" in rope:
     rope["layout"] = RopeLayout(rope["layout"])
-  for key, enum_cls in (("moe_dispatch", MoeDispatch), ("remat", Remat), ("precision", Precision),
-                        ("platform", Platform)):
+  for key, enum_cls in (("moe_dispatch", MoeDispatch), ("remat", Remat), ("precision", Precision)):
     if key in d:
       d[key] = enum_cls(d[key])
   return ModelConfig(rope=RopeConfig(**rope), **d)
