@@ -37,6 +37,9 @@ E8M0_NAN = 0xFF
 E8M0_BIAS = 127
 
 
+_SDS_FIELDS = frozenset(inspect.signature(jax.ShapeDtypeStruct).parameters)  # read once, not per kernel trace
+
+
 def out_struct(shape: tuple[int, ...], dtype, *inputs: jax.Array) -> jax.ShapeDtypeStruct:
   """A `pallas_call` output's ShapeDtypeStruct, varying over every manual mesh axis that its inputs vary over.
 
@@ -49,11 +52,10 @@ def out_struct(shape: tuple[int, ...], dtype, *inputs: jax.Array) -> jax.ShapeDt
     aval = jax.typeof(x)
     mat = getattr(aval, "manual_axis_type", None)
     axes |= mat.varying if mat is not None else frozenset(getattr(aval, "vma", ()))
-  fields = inspect.signature(jax.ShapeDtypeStruct).parameters
-  if "manual_axis_type" in fields:
+  if "manual_axis_type" in _SDS_FIELDS:
     from jax._src.core import ManualAxisType  # pylint: disable=g-import-not-at-top  (not exported by jax 0.10)
     return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=ManualAxisType(varying=axes))
-  if "vma" in fields:
+  if "vma" in _SDS_FIELDS:
     return jax.ShapeDtypeStruct(shape, dtype, vma=axes)
   return jax.ShapeDtypeStruct(shape, dtype)
 

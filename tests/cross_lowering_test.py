@@ -37,9 +37,8 @@ from c2jax.rl.config import RLConfig
 from c2jax.rl import update as rl_update
 from pallas_kernels.target import Platform
 from tests import tiny
+from tests.pallas_kernels.target_test import abstract_device
 
-# An abstract mesh's device description: public from some jax release on, private in jax 0.10.
-_AbstractDevice = getattr(jax.sharding, "AbstractDevice", None) or jax._src.mesh.AbstractDevice  # pylint: disable=protected-access
 _LOWERING = {Platform.GPU: "cuda", Platform.TPU: "tpu", Platform.CPU: "cpu"}
 B, T = 2, 64
 # The Triton kernels each program must call on a GPU: forward-only programs quantize with the recipe's forward
@@ -60,7 +59,7 @@ def triton_kernels(text: str) -> set[str]:
   return names
 
 
-_H100 = _AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
+_H100 = abstract_device("gpu", "NVIDIA H100 80GB HBM3", 132)
 
 
 def lower(fn, *args, platform: Platform) -> str:

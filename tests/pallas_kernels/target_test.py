@@ -12,9 +12,14 @@ from pallas_kernels.target import Platform
 _AbstractDevice = getattr(jax.sharding, "AbstractDevice", None) or jax._src.mesh.AbstractDevice  # pylint: disable=protected-access
 
 
+def abstract_device(platform: str, device_kind: str | None = None, num_cores: int | None = None):
+  """An abstract mesh's device description (no device needed)."""
+  return _AbstractDevice(device_kind=device_kind or f"a {platform}", num_cores=num_cores, platform=platform)
+
+
 def abstract_mesh(platform: str) -> AbstractMesh:
   """A 2-device abstract mesh whose devices are of `platform`."""
-  device = _AbstractDevice(device_kind=f"a {platform}", num_cores=None, platform=platform)
+  device = abstract_device(platform)
   return AbstractMesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device)
 
 
