@@ -32,6 +32,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from c2jax.model.config import ModelConfig
 
@@ -46,10 +47,15 @@ class ParamSpec:
   axes: tuple[str, ...]
   init: str = "normal"  # "normal" (std = initializer_range), "ones", "zeros"
   dtype: str | None = None  # None: the config's param_dtype.
+  # A weight [..., in, out] whose first `normed_outputs` output units feed an RMSNorm (MLA's q_a and kv_a): those
+  # columns are drawn with std 1/sqrt(in), the rest with initializer_range (see `_std`).
+  normed_outputs: int = 0
 
   def __post_init__(self):
     if len(self.shape) != len(self.axes):
       raise ValueError(f"ParamSpec shape {self.shape} and axes {self.axes} differ in rank.")
+    if not 0 <= self.normed_outputs <= (self.shape[-1] if self.shape else 0):
+      raise ValueError(f"ParamSpec normed_outputs={self.normed_outputs} must lie in [0, {self.shape[-1:]}].")
 
 
 def _stack(tree: dict, n: int, axis_name: str) -> dict:
@@ -63,12 +69,14 @@ def _attention_specs(cfg: ModelConfig) -> dict:
   if cfg.q_lora_rank is None:
     p["q"] = ParamSpec((d, n, cfg.qk_head_dim), ("embed", "heads", "head_dim"))
   else:
-    p["q_a"] = ParamSpec((d, cfg.q_lora_rank), ("embed", "q_lora"))
+    p["q_a"] = ParamSpec((d, cfg.q_lora_rank), ("embed", "q_lora"), normed_outputs=cfg.q_lora_rank)
     p["q_a_norm"] = ParamSpec((cfg.q_lora_rank,), ("q_lora",), "ones")
     p["q_b"] = ParamSpec((cfg.q_lora_rank, n, cfg.qk_head_dim), ("q_lora", "heads", "head_dim"))
     if cfg.attention_bias:
       p["q_a_bias"] = ParamSpec((cfg.q_lora_rank,), ("q_lora",), "zeros")
-  p["kv_a"] = ParamSpec((d, cfg.kv_lora_rank + cfg.qk_rope_head_dim), ("embed", "kv_lora"))
+  # The latent columns feed kv_a_norm; the rope key's columns are used as they are.
+  p["kv_a"] = ParamSpec((d, cfg.kv_lora_rank + cfg.qk_rope_head_dim), ("embed", "kv_lora"),
+                        normed_outputs=cfg.kv_lora_rank)
   p["kv_a_norm"] = ParamSpec((cfg.kv_lora_rank,), ("kv_lora",), "ones")
   p["kv_b"] = ParamSpec((cfg.kv_lora_rank, n, cfg.qk_nope_head_dim + cfg.v_head_dim), ("kv_lora", "heads", "head_dim"))
   p["o"] = ParamSpec((n, cfg.v_head_dim, d), ("heads", "head_dim", "embed"))
@@ -127,8 +135,27 @@ def _is_spec(x) -> bool:
   return isinstance(x, ParamSpec)
 
 
+def _std(spec: ParamSpec, initializer_range: float) -> float | np.ndarray:
+  """The init's standard deviation: `initializer_range`, except for the output units of a down-projection that an
+  RMSNorm normalizes (MLA's query and KV latents), which get std 1/sqrt(fan_in): [out] per column, or a float.
+
+  Why: the norm makes such a projection scale-invariant (c = norm(x W) is unchanged when W is scaled), so its scale
+  sets only how fast AdamW turns it (each step moves every entry by about the learning rate, whatever its size). At
+  std 0.02 a step of 3e-3 turns the latent ~15% per step: the subspace that K, V (and Q) read keeps moving and
+  in-context copying forms several times slower than in a Llama of the same size (docs/experiments/copying.md).
+  At 1/sqrt(fan_in) the latent has unit RMS before its norm, so the norm starts as the identity. The function at
+  init is the same either way (up to the norm's eps).
+  """
+  if not spec.normed_outputs:
+    return initializer_range
+  std = np.full(spec.shape[-1], initializer_range, np.float32)
+  std[:spec.normed_outputs] = spec.shape[-2] ** -0.5
+  return std
+
+
 def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
-  """Random init (normal(0, initializer_range) for matrices, ones for norms, zeros for biases), as HF does.
+  """Random init: normal(0, initializer_range) for matrices as HF does, except normal(0, 1/sqrt(fan_in)) for the
+  latent columns of MLA's down-projections (q_a, kv_a; see `_std`); ones for norms, zeros for biases.
 
   One compiled program for the whole tree (eagerly, every parameter shape would compile its own). Jit the caller
   with `out_shardings` (see c2jax.pretrain.sharded) to build a large model directly into its shards.
@@ -164,7 +191,7 @@ def _init_params(cfg: ModelConfig, key: jax.Array) -> Params:
       return jnp.ones(spec.shape, dtype)
     if spec.init == "zeros":
       return jnp.zeros(spec.shape, dtype)
-    return (cfg.initializer_range * z).astype(dtype)
+    return (jnp.asarray(_std(spec, cfg.initializer_range), jnp.float32) * z).astype(dtype)
 
   return jax.tree.unflatten(treedef, [make(s, z) for s, z in zip(leaves, draws)])
 

@@ -1,0 +1,93 @@
+"""The copying probe's data: rows of random strings each written twice, and which tokens are which copy.
+
+  stream = CopyStream(seed=0)
+  rows = stream.batch(16)                      # CopyRows: tokens [B, T] int32, part [B, T] int8 (a `Part` per token)
+  rows = CopyStream(seed=12345).batch(32)      # a fixed held-out batch
+
+A row is `s:s\\n t:t\\n ...` cut at T tokens: each string s is 24-48 symbols drawn uniformly from a 32-symbol alphabet
+('a'-'z', '0'-'5', as bytes, so any vocabulary >= 256 holds them). The first copy of a symbol can be predicted no
+better than ln 32 = 3.47 nats; the second copy is fully determined by the first, so a model with an in-context
+copying (induction) circuit drives its cross-entropy toward 0 while one without stays at ln 32. The gap between the
+two is what `tools/copy_probe.py` measures (docs/experiments/copying.md). Each string's first symbol is `Part.OTHER`
+in both copies: the first symbol of the second copy follows the separator, which an induction head cannot key on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import numpy as np
+
+ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz012345", np.uint8).astype(np.int32)
+SEPARATOR = ord(":")  # between the two copies of a string
+END = ord("\n")  # after the second copy
+
+
+class Part(enum.IntEnum):
+  """What a token of a copy row is, for scoring."""
+
+  OTHER = 0  # separators and each copy's first symbol
+  FIRST = 1  # a symbol of a string's first copy (unpredictable: ln 32 at best)
+  SECOND = 2  # the same symbol in the second copy (determined by the first)
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyRows:
+  """tokens: [B, T] int32 byte ids; part: [B, T] int8, the `Part` of each token."""
+
+  tokens: np.ndarray
+  part: np.ndarray
+
+
+@dataclasses.dataclass
+class CopyStream:
+  """A seeded stream of copy rows (one numpy generator: the same seed gives the same rows in every framework).
+
+  Attributes:
+    seed: the generator's seed.
+    seq_len: T, tokens per row.
+    min_len / max_len: the length range of a string (inclusive).
+  """
+
+  seed: int = 0
+  seq_len: int = 256
+  min_len: int = 24
+  max_len: int = 48
+
+  def __post_init__(self):
+    if not 2 <= self.min_len <= self.max_len:
+      raise ValueError(f"string lengths [{self.min_len}, {self.max_len}] must satisfy 2 <= min_len <= max_len.")
+    if self.seq_len < 2 * self.min_len + 2:
+      raise ValueError(f"seq_len={self.seq_len} holds no whole pair of {self.min_len}-symbol copies; use >= "
+                       f"{2 * self.min_len + 2}.")
+    self._rng = np.random.default_rng(self.seed)
+
+  def _row(self) -> tuple[np.ndarray, np.ndarray]:
+    tokens, part = [], []
+    while len(tokens) < self.seq_len:
+      n = int(self._rng.integers(self.min_len, self.max_len + 1))
+      s = ALPHABET[self._rng.integers(0, len(ALPHABET), n)]
+      tokens += [*s, SEPARATOR, *s, END]
+      copy = [Part.OTHER] + [Part.FIRST] * (n - 1)
+      part += copy + [Part.OTHER] + [Part.OTHER] + [Part.SECOND] * (n - 1) + [Part.OTHER]
+    return np.asarray(tokens[:self.seq_len], np.int32), np.asarray(part[:self.seq_len], np.int8)
+
+  def batch(self, batch_size: int) -> CopyRows:
+    """The next `batch_size` rows."""
+    rows = [self._row() for _ in range(batch_size)]
+    return CopyRows(tokens=np.stack([r[0] for r in rows]), part=np.stack([r[1] for r in rows]))
+
+
+def copy_losses(token_ce: np.ndarray, part: np.ndarray) -> tuple[float, float]:
+  """Mean cross-entropy of the first and of the second copies.
+
+  Args:
+    token_ce: [B, T-1] cross-entropy of predicting tokens[:, 1:] (nats).
+    part: [B, T] the rows' `Part`s.
+  Returns:
+    (first-copy CE, second-copy CE).
+  """
+  target = np.asarray(part)[:, 1:]
+  token_ce = np.asarray(token_ce, np.float64)
+  return (float(token_ce[target == Part.FIRST].mean()), float(token_ce[target == Part.SECOND].mean()))

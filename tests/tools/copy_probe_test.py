@@ -1,0 +1,96 @@
+"""tools/copy_probe.py: the three implementations train on one stream with one optimizer.
+
+c2jax and transformers' DeepseekV3 start from the same weights and take the same AdamW steps (c2jax's schedule in
+both, no balancing rule), so their curves agree to float32 noise; the Llama trains; the CLI prints a JSON last line
+and plots what it recorded.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from c2jax.model import params as params_lib
+
+from tools import copy_probe
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Few steps, a short stream; the optimizer's schedule warms up in 2 steps so that the steps move the weights.
+_SETTINGS = copy_probe.ProbeSettings(steps=3, eval_every=1, batch_size=2, seq_len=128, eval_rows=4, warmup_steps=2,
+                                     schedule_steps=10, bias_update_rate=0.0)
+
+
+class CopyProbeTest(absltest.TestCase):
+
+  def test_deepseek_v3_in_transformers_follows_c2jax_step_for_step(self):
+    cfg = copy_probe.model_config(extra={"vocab_size": 260})
+    ours = copy_probe.run_probe("c2jax", cfg, _SETTINGS)
+    theirs = copy_probe.run_probe("hf_deepseek_v3", cfg, _SETTINGS)
+    self.assertEqual(ours["params"], theirs["params"])
+    a = np.array([[p["first"], p["second"]] for p in ours["curve"]])
+    b = np.array([[p["first"], p["second"]] for p in theirs["curve"]])
+    self.assertEqual(a.shape, (4, 2))
+    np.testing.assert_allclose(a, b, atol=2e-3)  # the same weights at step 0 and the same three AdamW steps
+    self.assertLess(a[-1, 0], a[0, 0] - 0.5)  # the steps moved the model (from ln 260 toward the alphabet)
+
+  def test_llama_trains(self):
+    result = copy_probe.run_probe("hf_llama", copy_probe.model_config(extra={"vocab_size": 260}), _SETTINGS)
+    self.assertLess(result["curve"][-1]["first"], result["curve"][0]["first"] - 0.5)
+    self.assertEqual(result["below_90"], None)  # three steps do not copy
+
+  def test_jax_llama_and_its_mla_features(self):
+    cfg = copy_probe.model_config(extra={"vocab_size": 260})
+    plain = copy_probe.run_probe("jax_llama", cfg, _SETTINGS)
+    self.assertLess(plain["curve"][-1]["first"], plain["curve"][0]["first"] - 0.5)
+    # Llama of d=128, 4 x 32 heads: a latent_kv layer trades k, v [D, N H] for kv_a [D, D], its norm [D] and
+    # kv_b [D, 2 N H]; the decoupled rope widens q to N (H + H) and adds one shared rope key [D, H].
+    mla = copy_probe.run_probe("jax_llama", cfg, dataclasses.replace(
+        _SETTINGS, mla_features=("latent_kv", "decoupled_rope"), latent_std=0.1))
+    self.assertEqual(mla["params"] - plain["params"], cfg.n_layers * (128 * 128 + 128 + 128 * 128 + 128 * 32))
+    self.assertTrue(np.isfinite(mla["second"]))
+    with self.assertRaisesRegex(ValueError, r"--mla_features names \['rotary'\]"):
+      copy_probe.run_probe("jax_llama", cfg, dataclasses.replace(_SETTINGS, mla_features=("rotary",)))
+
+  def test_hf_scheme_is_transformers_init_scale(self):
+    cfg = copy_probe.model_config(extra={"vocab_size": 260})
+    params = copy_probe.hf_scheme(params_lib.init_params(cfg, jax.random.key(0)), cfg)
+    for group in ("dense_layers", "moe_layers"):
+      attn = params[group]["attn"]
+      for w in (attn["q_a"], attn["kv_a"], attn["q_b"]):
+        self.assertAlmostEqual(float(np.std(w)), cfg.initializer_range, delta=0.1 * cfg.initializer_range)
+
+  def test_first_below(self):
+    curve = [{"step": 0, "first": 3.5, "second": 3.5}, {"step": 50, "first": 3.5, "second": 3.0},
+             {"step": 100, "first": 3.5, "second": 1.5}]
+    self.assertEqual(copy_probe.first_below(curve, 0.9), 50)
+    self.assertEqual(copy_probe.first_below(curve, 0.5), 100)
+    self.assertIsNone(copy_probe.first_below(curve, 0.1))
+
+  def test_cli_json_line_results_and_plot(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      results = os.path.join(tmp, "runs.jsonl")
+      argv = [sys.executable, "tools/copy_probe.py", "--steps=2", "--eval_every=1", "--batch_size=2", "--seq_len=128",
+              "--eval_rows=2", f"--results={results}", "--label=smoke", '--extra_overrides={"vocab_size": 260}']
+      out = subprocess.run(argv, cwd=_REPO, capture_output=True, text=True, check=True).stdout
+      line = json.loads(out.strip().splitlines()[-1])
+      self.assertEqual((line["label"], line["impl"], line["steps"], len(line["curve"])), ("smoke", "c2jax", 2, 3))
+      self.assertEqual(json.loads(open(results, encoding="utf-8").read()), line)
+      plotted = subprocess.run([sys.executable, "tools/copy_probe.py", f"--plot={results}"], cwd=_REPO,
+                               capture_output=True, text=True, check=True).stdout
+      png = json.loads(plotted.strip().splitlines()[-1])["png"]
+      with open(png, "rb") as f:
+        self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+      bad = subprocess.run(argv[:2] + ['--extra_overrides={"vocab_size": 100}'], cwd=_REPO, capture_output=True,
+                           text=True, check=False)
+      self.assertNotEqual(bad.returncode, 0)
+      self.assertIn("vocab_size=100", bad.stderr)
+
+
+if __name__ == "__main__":
+  absltest.main()
