@@ -143,8 +143,9 @@ def _std(spec: ParamSpec, initializer_range: float) -> float | np.ndarray:
   sets only how fast AdamW turns it (a step moves each entry by up to about the learning rate, whatever its size:
   up to 15% of a std-0.02 entry at lr 3e-3). Drawn at 0.02 (HF's init), the latent that K, V and Q are read from
   keeps turning: a Llama given MLA's normed kv latent at 0.02 formed no in-context copying circuit in 600 steps,
-  and at 1/sqrt(fan_in) it copied almost as early as without it (docs/experiments/copying.md). At 1/sqrt(fan_in) the latent has unit RMS before its norm, so the norm starts as
-  the identity. The function at init is the same either way (up to the norm's eps).
+  and at 1/sqrt(fan_in) it copied almost as early as without it (docs/experiments/copying.md). At 1/sqrt(fan_in)
+  the latent has unit RMS before its norm, so the norm starts as the identity. The function at init is the same
+  either way (up to the norm's eps).
   """
   if not spec.normed_outputs:
     return initializer_range
