@@ -43,41 +43,46 @@ IMPLS = ("c2jax", "hf_deepseek_v3", "hf_llama", "jax_llama")
 FEATURES = ("latent_kv",  # K and V from a latent: kv_a [D, D] -> RMSNorm -> kv_b [D, N x 2H] (D: --llama's hidden)
             "decoupled_rope",  # q, k = [content H | rope H]: RoPE on the second part only, one rope key for all heads
             "no_latent_norm")  # latent_kv without the RMSNorm between kv_a and kv_b
-_IMPL = flags.DEFINE_enum("impl", "c2jax", IMPLS, "Which implementation trains.")
-_MODEL = flags.DEFINE_string("model", "tiny", "c2jax model preset (c2jax.model.presets) under --model_overrides.")
-_OVERRIDES = flags.DEFINE_string(
-    "model_overrides", None, "JSON object of ModelConfig fields over --model; default: the main job's "
-    "(configs/rl_tiny.py's model_overrides).")
-_EXTRA = flags.DEFINE_string("extra_overrides", "{}", "JSON object of ModelConfig fields applied after "
-                             "--model_overrides (an ablation of the main job's model).")
-_LLAMA = flags.DEFINE_string("llama", '{"hidden_size": 128, "num_attention_heads": 4, "head_dim": 32, '
-                             '"intermediate_size": 256}', "JSON object of LlamaConfig fields for --impl=hf_llama "
-                             "(its depth and vocabulary are the c2jax config's).")
-_FEATURES = flags.DEFINE_list("mla_features", [], f"For --impl=jax_llama: MLA features added to its Llama, of "
-                              f"{FEATURES}.")
-_LATENT_STD = flags.DEFINE_float("latent_std", None, "For --impl=jax_llama with latent_kv: the init std of kv_a "
-                                 "(default: initializer_range).")
-_INIT = flags.DEFINE_enum(
-    "init", "c2jax", ("c2jax", "hf"), "The initial weights of c2jax and hf_deepseek_v3: c2jax's `init_params` (both "
-    "start from the same draw), or the scheme of transformers' DeepseekV3 (std initializer_range everywhere: "
-    "transformers' own init, and c2jax's draw with its latent columns rescaled to it).")
-_STEPS = flags.DEFINE_integer("steps", 1000, "Training steps.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 50, "Steps between evaluations (and at the first and last).")
-_BATCH = flags.DEFINE_integer("batch_size", 16, "Rows per step.")
-_SEQ = flags.DEFINE_integer("seq_len", 256, "Tokens per row.")
-_EVAL_ROWS = flags.DEFINE_integer("eval_rows", 32, "Rows of the held-out batch.")
-_LR = flags.DEFINE_float("learning_rate", 3e-3, "Peak learning rate.")
-_WARMUP = flags.DEFINE_integer("warmup_steps", 20, "Linear warmup steps.")
-_TOTAL = flags.DEFINE_integer("schedule_steps", 1500, "Steps of the warmup + cosine schedule (to 0.1x).")
-_WD = flags.DEFINE_float("weight_decay", 0.1, "AdamW weight decay.")
-_BIAS_RATE = flags.DEFINE_float("bias_update_rate", None, "c2jax's balancing-bias rate (default: the pretraining "
-                                "step's); transformers' DeepseekV3 has no balancing rule.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the initial weights and of the training stream.")
-_EVAL_SEED = flags.DEFINE_integer("eval_seed", 12345, "Seed of the held-out batch.")
-_LABEL = flags.DEFINE_string("label", None, "Name of the run in --results and plots (default: the implementation).")
-_RESULTS = flags.DEFINE_string("results", None, "A JSONL file the result line is appended to.")
-_PLOT = flags.DEFINE_string("plot", None, "Plot the runs of this JSONL results file instead of training.")
-_PNG = flags.DEFINE_string("png", None, "Where --plot writes its figure (default: next to the results, .png).")
+
+
+def define_flags():
+  """The command line's flags, defined only when the tool runs: a process that imports this module for its functions
+  (the tests, another tool) keeps its own flags of the same names (tools/bench_model.py has several)."""
+  flags.DEFINE_enum("impl", "c2jax", IMPLS, "Which implementation trains.")
+  flags.DEFINE_string("model", "tiny", "c2jax model preset (c2jax.model.presets) under --model_overrides.")
+  flags.DEFINE_string(
+      "model_overrides", None, "JSON object of ModelConfig fields over --model; default: the main job's "
+      "(configs/rl_tiny.py's model_overrides).")
+  flags.DEFINE_string("extra_overrides", "{}", "JSON object of ModelConfig fields applied after "
+                      "--model_overrides (an ablation of the main job's model).")
+  flags.DEFINE_string("llama", '{"hidden_size": 128, "num_attention_heads": 4, "head_dim": 32, '
+                      '"intermediate_size": 256}', "JSON object of LlamaConfig fields for --impl=hf_llama "
+                      "(its depth and vocabulary are the c2jax config's).")
+  flags.DEFINE_list("mla_features", [], f"For --impl=jax_llama: MLA features added to its Llama, of "
+                    f"{FEATURES}.")
+  flags.DEFINE_float("latent_std", None, "For --impl=jax_llama with latent_kv: the init std of kv_a "
+                     "(default: initializer_range).")
+  flags.DEFINE_enum(
+      "init", "c2jax", ("c2jax", "hf"), "The initial weights of c2jax and hf_deepseek_v3: c2jax's `init_params` (both "
+      "start from the same draw), or the scheme of transformers' DeepseekV3 (std initializer_range everywhere: "
+      "transformers' own init, and c2jax's draw with its latent columns rescaled to it).")
+  flags.DEFINE_integer("steps", 1000, "Training steps.")
+  flags.DEFINE_integer("eval_every", 50, "Steps between evaluations (and at the first and last).")
+  flags.DEFINE_integer("batch_size", 16, "Rows per step.")
+  flags.DEFINE_integer("seq_len", 256, "Tokens per row.")
+  flags.DEFINE_integer("eval_rows", 32, "Rows of the held-out batch.")
+  flags.DEFINE_float("learning_rate", 3e-3, "Peak learning rate.")
+  flags.DEFINE_integer("warmup_steps", 20, "Linear warmup steps.")
+  flags.DEFINE_integer("schedule_steps", 1500, "Steps of the warmup + cosine schedule (to 0.1x).")
+  flags.DEFINE_float("weight_decay", 0.1, "AdamW weight decay.")
+  flags.DEFINE_float("bias_update_rate", None, "c2jax's balancing-bias rate (default: the pretraining "
+                     "step's); transformers' DeepseekV3 has no balancing rule.")
+  flags.DEFINE_integer("seed", 0, "Seed of the initial weights and of the training stream.")
+  flags.DEFINE_integer("eval_seed", 12345, "Seed of the held-out batch.")
+  flags.DEFINE_string("label", None, "Name of the run in --results and plots (default: the implementation).")
+  flags.DEFINE_string("results", None, "A JSONL file the result line is appended to.")
+  flags.DEFINE_string("plot", None, "Plot the runs of this JSONL results file instead of training.")
+  flags.DEFINE_string("png", None, "Where --plot writes its figure (default: next to the results, .png).")
 
 
 # ------------------------------------------------------------------------------------------------- configuration
@@ -387,42 +392,46 @@ def plot(results_file: str, png: str) -> str:
   return png
 
 
+FLAGS = flags.FLAGS
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}.")
-  if _PLOT.value:
-    png = plot(_PLOT.value, _PNG.value or os.path.splitext(_PLOT.value)[0] + ".png")
+  if FLAGS.plot:
+    png = plot(FLAGS.plot, FLAGS.png or os.path.splitext(FLAGS.plot)[0] + ".png")
     print(json.dumps({"png": png}))
     return
-  if _STEPS.value < 1 or _EVAL_EVERY.value < 1 or _BATCH.value < 1 or _EVAL_ROWS.value < 1:
+  if FLAGS.steps < 1 or FLAGS.eval_every < 1 or FLAGS.batch_size < 1 or FLAGS.eval_rows < 1:
     raise app.UsageError("--steps, --eval_every, --batch_size and --eval_rows must be >= 1.")
   settings = ProbeSettings(
-      steps=_STEPS.value, eval_every=_EVAL_EVERY.value, batch_size=_BATCH.value, seq_len=_SEQ.value,
-      eval_rows=_EVAL_ROWS.value, learning_rate=_LR.value, warmup_steps=_WARMUP.value, schedule_steps=_TOTAL.value,
-      weight_decay=_WD.value, bias_update_rate=_BIAS_RATE.value, seed=_SEED.value, eval_seed=_EVAL_SEED.value,
-      llama=tuple(json.loads(_LLAMA.value).items()), mla_features=tuple(_FEATURES.value),
-      latent_std=_LATENT_STD.value, init=_INIT.value)
-  overrides = None if _OVERRIDES.value is None else json.loads(_OVERRIDES.value)
-  cfg = model_config(_MODEL.value, overrides, json.loads(_EXTRA.value))
+      steps=FLAGS.steps, eval_every=FLAGS.eval_every, batch_size=FLAGS.batch_size, seq_len=FLAGS.seq_len,
+      eval_rows=FLAGS.eval_rows, learning_rate=FLAGS.learning_rate, warmup_steps=FLAGS.warmup_steps,
+      schedule_steps=FLAGS.schedule_steps, weight_decay=FLAGS.weight_decay, bias_update_rate=FLAGS.bias_update_rate,
+      seed=FLAGS.seed, eval_seed=FLAGS.eval_seed, llama=tuple(json.loads(FLAGS.llama).items()),
+      mla_features=tuple(FLAGS.mla_features), latent_std=FLAGS.latent_std, init=FLAGS.init)
+  overrides = None if FLAGS.model_overrides is None else json.loads(FLAGS.model_overrides)
+  cfg = model_config(FLAGS.model, overrides, json.loads(FLAGS.extra_overrides))
   if cfg.vocab_size < 256:
     raise app.UsageError(f"vocab_size={cfg.vocab_size}: the copy stream speaks bytes; use a vocabulary >= 256.")
-  if _IMPL.value != "c2jax":
+  if FLAGS.impl != "c2jax":
     import torch  # pylint: disable=g-import-not-at-top
     torch.set_num_threads(os.cpu_count() or 1)
-  print(f"{_IMPL.value}: {settings.steps} steps of {settings.batch_size} x {settings.seq_len}; step first-copy-CE "
+  print(f"{FLAGS.impl}: {settings.steps} steps of {settings.batch_size} x {settings.seq_len}; step first-copy-CE "
         "second-copy-CE seconds", flush=True)
-  result = run_probe(_IMPL.value, cfg, settings, lambda p: print(
+  result = run_probe(FLAGS.impl, cfg, settings, lambda p: print(
       f"  {p['step']:5d} {p['first']:.3f} {p['second']:.3f} {p['seconds']:.0f}s", flush=True))
-  result.update(label=_LABEL.value or _IMPL.value, settings=dataclasses.asdict(settings), model=_MODEL.value,
-                model_overrides=overrides, extra_overrides=json.loads(_EXTRA.value),
+  result.update(label=FLAGS.label or FLAGS.impl, settings=dataclasses.asdict(settings), model=FLAGS.model,
+                model_overrides=overrides, extra_overrides=json.loads(FLAGS.extra_overrides),
                 load_average=round(os.getloadavg()[0], 2))
   line = json.dumps(result)
-  if _RESULTS.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_RESULTS.value)), exist_ok=True)
-    with open(_RESULTS.value, "a", encoding="utf-8") as f:
+  if FLAGS.results:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.results)), exist_ok=True)
+    with open(FLAGS.results, "a", encoding="utf-8") as f:
       f.write(line + "\n")
   print(line)
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -65,6 +65,13 @@ class CopyProbeTest(absltest.TestCase):
       for w in (attn["q_a"], attn["kv_a"], attn["q_b"]):
         self.assertAlmostEqual(float(np.std(w)), cfg.initializer_range, delta=0.1 * cfg.initializer_range)
 
+  def test_importing_defines_no_flags(self):
+    # The tool's flags exist only when it runs: tools/bench_model.py, loaded into the same test process by
+    # tools/bench_sampler.py, defines --model, --steps, --seed, ... of its own.
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    self.assertNotIn("mla_features", flags.FLAGS)
+    self.assertNotIn("eval_rows", flags.FLAGS)
+
   def test_first_below(self):
     curve = [{"step": 0, "first": 3.5, "second": 3.5}, {"step": 50, "first": 3.5, "second": 3.0},
              {"step": 100, "first": 3.5, "second": 1.5}]
