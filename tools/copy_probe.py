@@ -136,18 +136,18 @@ Trainer = tuple[Callable[[np.ndarray], None], Callable[[np.ndarray], np.ndarray]
 
 
 def hf_scheme(params, cfg):
-  """c2jax's initial draw with the latent columns of q_a and kv_a (std 1/sqrt(d_model), `params._std`) rescaled to
-  std initializer_range: the init scheme of transformers' DeepseekV3 (and c2jax's before the copying fix)."""
-  scale = cfg.initializer_range * cfg.d_model ** 0.5
-  out = dict(params)
-  for group in ("dense_layers", "moe_layers"):
-    if group in out:
-      attn = dict(out[group]["attn"])
-      if "q_a" in attn:
-        attn["q_a"] = attn["q_a"] * scale
-      attn["kv_a"] = attn["kv_a"].at[..., :cfg.kv_lora_rank].multiply(scale)
-      out[group] = {**out[group], "attn": attn}
-  return out
+  """c2jax's initial draw with every RMS-normed latent column (`ParamSpec.normed_outputs`, drawn at std
+  1/sqrt(fan_in) by `params._std`) rescaled to std initializer_range: the init scheme of transformers' DeepseekV3
+  (and c2jax's before the copying fix)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from c2jax.model.params import ParamSpec, param_specs  # pylint: disable=g-import-not-at-top
+
+  def rescale(spec: ParamSpec, w):
+    if not spec.normed_outputs:
+      return w
+    return w.at[..., :spec.normed_outputs].multiply(cfg.initializer_range * spec.shape[-2] ** 0.5)
+
+  return jax.tree.map(rescale, param_specs(cfg), params, is_leaf=lambda x: isinstance(x, ParamSpec))
 
 
 def c2jax_trainer(cfg, s: ProbeSettings) -> Trainer:

@@ -55,7 +55,8 @@ class ParamSpec:
     if len(self.shape) != len(self.axes):
       raise ValueError(f"ParamSpec shape {self.shape} and axes {self.axes} differ in rank.")
     if not 0 <= self.normed_outputs <= (self.shape[-1] if self.shape else 0):
-      raise ValueError(f"ParamSpec normed_outputs={self.normed_outputs} must lie in [0, {self.shape[-1:]}].")
+      raise ValueError(f"ParamSpec normed_outputs={self.normed_outputs} must lie in [0, "
+                       f"{self.shape[-1] if self.shape else 0}] (the output units of {self.shape}).")
 
 
 def _stack(tree: dict, n: int, axis_name: str) -> dict:
