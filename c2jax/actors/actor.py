@@ -53,7 +53,7 @@ from c2jax.actors.ledger import SummaryTokens, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.agent_env import agent_env
-from c2jax.envs.tasks import Task, TaskSuite
+from c2jax.envs.tasks import TokenTask, TokenTaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.rollouts import admission
 from c2jax.rollouts.buffer import RolloutWriter
@@ -210,13 +210,13 @@ class IdText:
     return " ".join(str(int(i)) for i in ids)
 
 
-def text_tokenizer(suite: TaskSuite):
+def text_tokenizer(suite: TokenTaskSuite):
   """The suite's tokenizer (`suite.text_tokenizer()`, e.g. a coding suite's byte or BPE one), else `IdText`."""
   make = getattr(suite, "text_tokenizer", None)
   return make() if make is not None else IdText()
 
 
-def suite_chat_format(suite: TaskSuite) -> str:
+def suite_chat_format(suite: TokenTaskSuite) -> str:
   """The chat format the suite's episodes speak (`suite.chat_format`, e.g. a coding suite's), else "brief"."""
   return getattr(suite, "chat_format", "brief")
 
@@ -272,7 +272,7 @@ class ActorStats:
 class Actor:
   """One rollout worker writing to its own buffer shard (see the module docstring)."""
 
-  def __init__(self, cfg: ActorConfig, model: ModelConfig, suite: TaskSuite, *, buffer_url: str, weights_url: str,
+  def __init__(self, cfg: ActorConfig, model: ModelConfig, suite: TokenTaskSuite, *, buffer_url: str, weights_url: str,
                actor_id: str, reward_terms: tuple[str, ...] | None = None):
     self.cfg, self.model, self.suite, self.actor_id = cfg, model, suite, actor_id
     self.buffer_url = buffer_url
@@ -382,7 +382,7 @@ class Actor:
 
   # -- sampling ------------------------------------------------------------------------------------------------------
 
-  def _prompts(self, tasks: list[Task]) -> tuple[np.ndarray, np.ndarray]:
+  def _prompts(self, tasks: list[TokenTask]) -> tuple[np.ndarray, np.ndarray]:
     g, p = self.cfg.group_size, self.cfg.prompt_len
     rows = self.cfg.groups_per_call * g
     prompts = np.zeros((rows, p), np.int32)
@@ -396,7 +396,7 @@ class Actor:
       lengths[r] = len(task.prompt)
     return prompts, lengths
 
-  def sample(self, tasks: list[Task], seed: int, stop: Callable[[], bool] = lambda: False):
+  def sample(self, tasks: list[TokenTask], seed: int, stop: Callable[[], bool] = lambda: False):
     """Samples G rows per task (in-flight weight swaps between chunks); returns the sampler's output on the host."""
     prompts, lengths = self._prompts(tasks)
     kw = dict(cfg=self.model, sampling=self.sampling)
@@ -415,7 +415,7 @@ class Actor:
                                  text_tokenizer(self.suite), chat_format=suite_chat_format(self.suite))
     return self._runner
 
-  def sample_episodes(self, tasks: list[Task], seeds: list[int]) -> list[Trajectory]:
+  def sample_episodes(self, tasks: list[TokenTask], seeds: list[int]) -> list[Trajectory]:
     """Runs G multi-turn episodes per task (episode i of a group draws with fold_in(key(seed), i)); in-flight
     weight swaps between device calls."""
 
@@ -440,7 +440,7 @@ class Actor:
     return episode_group(trajectories, seq_len=self.cfg.seq_len, reward_terms=names,
                          summary_tokens=self.cfg.summary_tokens, expert_ids=self.model.n_moe_layers > 0)
 
-  def _group(self, out, g: int, task: Task) -> dict:
+  def _group(self, out, g: int, task: TokenTask) -> dict:
     """The buffer record of group g of a sampler output (rows g*G .. (g+1)*G - 1)."""
     rows = slice(g * self.cfg.group_size, (g + 1) * self.cfg.group_size)
     s = out.samples

@@ -24,7 +24,7 @@ from c2jax.actors.agent_loop import AgentRunner, Episode
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import tasks as tasks_lib
 from c2jax.envs.agent_env import agent_env
-from c2jax.envs.tasks import TaskSuite
+from c2jax.envs.tasks import TokenTaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
 
@@ -48,7 +48,7 @@ def best_of_k(outcomes, k: int) -> float:
   return float(np.dot(weights, o))
 
 
-def evaluate(params: Params, *, model: ModelConfig, suite: TaskSuite, tasks: int, samples: int,
+def evaluate(params: Params, *, model: ModelConfig, suite: TokenTaskSuite, tasks: int, samples: int,
              sampling: SamplingConfig, prompt_len: int = 16, split: str = "heldout", seed: int = 0,
              success_threshold: float = 1.0, pass_k: tuple[int, ...] = (1,)) -> dict:
   """Samples `samples` completions of each of the first `tasks` tasks of `split` in one sampler batch.
@@ -90,7 +90,7 @@ def summary(outcome: np.ndarray, success_threshold: float = 1.0, pass_k: tuple[i
   return result
 
 
-def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TaskSuite, tasks: int, samples: int,
+def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TokenTaskSuite, tasks: int, samples: int,
                       split: str = "heldout", seed: int = 0, success_threshold: float = 1.0,
                       pass_k: tuple[int, ...] = (1,), version: int = 0) -> dict:
   """`evaluate` with every sample a whole episode of the agent loop (the runner the multi-turn actors use, so what

@@ -1,7 +1,7 @@
 """Environments as the agent loop drives them: one turn in (the sampled ids and their text), one observation out
 (report section 4: RL episodes are multi-turn sessions in environments like real coding sessions).
 
-  env = agent_env(suite, task)        # the suite's own multi-turn env, or the one-turn case of any TaskSuite
+  env = agent_env(suite, task)        # the suite's own multi-turn env, or the one-turn case of any TokenTaskSuite
   env.reset()                         # on a tool worker (a sandbox starts)
   result = env.step(ids, text)        # TurnResult(observation, notice, done, reason)
   terms = env.reward()                # the raw reward terms of the episode
@@ -24,7 +24,7 @@ import numpy as np
 from c2jax.envs.chat_format import Continuation, ToolResult
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
-from c2jax.envs.tasks import Task, TaskSuite
+from c2jax.envs.tasks import TokenTask, TokenTaskSuite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ class CodingAgentEnv:
 class OneTurnEnv:
   """The one-turn case: the episode ends after the first turn; the reward is `suite.reward(task, ids)`."""
 
-  def __init__(self, suite: TaskSuite, task: Task):
+  def __init__(self, suite: TokenTaskSuite, task: TokenTask):
     self.suite, self.task = suite, task
     self._ids = np.zeros(0, np.int32)
 
@@ -117,7 +117,7 @@ class OneTurnEnv:
     pass
 
 
-def agent_env(suite: TaskSuite, task: Task) -> AgentEnv:
+def agent_env(suite: TokenTaskSuite, task: TokenTask) -> AgentEnv:
   """The suite's multi-turn environment for `task` (`suite.agent_env(task)`) where it has one, else the one-turn
   case over its verifier."""
   make = getattr(suite, "agent_env", None)

@@ -23,7 +23,7 @@ import numpy as np
 
 from c2jax import typed_config
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.tasks import TASK_SUITES, Task, check_split
+from c2jax.envs.tasks import TASK_SUITES, TokenTask, check_split
 
 CLASSES = {
     "digits": string.digits,
@@ -59,7 +59,7 @@ class CharClassSuite:
     check_split(split)
     return self.size_per_split
 
-  def task(self, split: str, index: int) -> Task:
+  def task(self, split: str, index: int) -> TokenTask:
     check_split(split)
     index = int(index) % self.size_per_split
     rng = np.random.default_rng([self.seed, 0 if split == "train" else 1, index])
@@ -67,9 +67,9 @@ class CharClassSuite:
     cls = list(CLASSES)[index % len(CLASSES)]
     text = f"{prefix}|{cls}>"
     prompt = tuple(int(t) for t in ByteTokenizer().encode(text, bos=True, eos=False))
-    return Task(task_id=f"{self.name}/{split}/{index}", prompt=prompt, text=text)
+    return TokenTask(task_id=f"{self.name}/{split}/{index}", prompt=prompt, text=text)
 
-  def reward(self, task: Task, generated: np.ndarray) -> dict[str, float]:
+  def reward(self, task: TokenTask, generated: np.ndarray) -> dict[str, float]:
     cls = task.text.rsplit("|", 1)[1].rstrip(">")
     allowed = np.frombuffer(CLASSES[cls].encode(), np.uint8).astype(np.int64)
     generated = np.asarray(generated).reshape(-1)

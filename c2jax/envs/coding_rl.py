@@ -36,7 +36,7 @@ from c2jax.envs.chat_tokens import ChatTokens
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail
-from c2jax.envs.tasks import TASK_SUITES, Task, check_split
+from c2jax.envs.tasks import TASK_SUITES, TokenTask, check_split
 
 
 @functools.lru_cache(maxsize=16)
@@ -117,18 +117,18 @@ class CodingTaskSuite:
     check_split(split)
     return len(_tasks(self.coding_suite, split, self.suite_options))
 
-  def coding_task(self, task: Task) -> CodingTask:
+  def coding_task(self, task: TokenTask) -> CodingTask:
     _, split, index = task.task_id.rsplit("/", 2)
     return _tasks(self.coding_suite, split, self.suite_options)[int(index)]
 
-  def task(self, split: str, index: int) -> Task:
+  def task(self, split: str, index: int) -> TokenTask:
     check_split(split)
     tasks = _tasks(self.coding_suite, split, self.suite_options)
     index = int(index) % len(tasks)
     # What `CodingEnv.reset` returns: a fresh copy lists exactly the task's files, sorted.
     text = first_observation(tasks[index], self.env_config, sorted(tasks[index].files))
     prompt = tuple(int(t) for t in self.chat_tokens().prompt(text))
-    return Task(task_id=f"{self.name}/{self.coding_suite}/{split}/{index}", prompt=prompt, text=text)
+    return TokenTask(task_id=f"{self.name}/{self.coding_suite}/{split}/{index}", prompt=prompt, text=text)
 
   def text_tokenizer(self):
     """How this suite's prompts are encoded and samples decoded (`tokenizer`)."""
@@ -138,11 +138,11 @@ class CodingTaskSuite:
     """The chat format over the suite's tokenizer (prompts, turn texts, the end-of-turn token)."""
     return _chat_tokens(self.chat_format, self.tokenizer, self.coding_suite)
 
-  def agent_env(self, task: Task) -> CodingAgentEnv:
+  def agent_env(self, task: TokenTask) -> CodingAgentEnv:
     """A multi-turn episode of `task` (its first observation is `task.prompt`'s text)."""
     return CodingAgentEnv(self.coding_task(task), self.env_config)
 
-  def reward(self, task: Task, generated: np.ndarray) -> dict[str, float]:
+  def reward(self, task: TokenTask, generated: np.ndarray) -> dict[str, float]:
     """Runs the sampled turn in a fresh sandbox and grades it: outcome = the hidden tests' credited pass fraction
     (`grading.grade`'s "credited_fraction": a canary passing alone costs a pass); the terms
     of `REWARD_TERMS`."""

@@ -24,7 +24,7 @@ SPLITS = ("train", "heldout")
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class TokenTask:
   """One task instance.
 
   Attributes:
@@ -38,7 +38,7 @@ class Task:
   text: str = ""
 
 
-class TaskSuite(Protocol):
+class TokenTaskSuite(Protocol):
   """What an actor needs from a suite of verifiable tasks.
 
   A suite whose `reward` reports more than "outcome" names its terms in a tuple attribute `reward_terms` (names from
@@ -51,10 +51,10 @@ class TaskSuite(Protocol):
   def size(self, split: str) -> int:
     """How many distinct tasks the split holds."""
 
-  def task(self, split: str, index: int) -> Task:
+  def task(self, split: str, index: int) -> TokenTask:
     """The task `index` (taken modulo `size(split)`) of `split`."""
 
-  def reward(self, task: Task, generated: np.ndarray) -> Mapping[str, float]:
+  def reward(self, task: TokenTask, generated: np.ndarray) -> Mapping[str, float]:
     """The raw reward terms of one sample; `generated` [N] holds the sampled tokens (without the prompt).
 
     A suite whose verifier waits on something outside the process (a sandbox, a judge) may declare an int
@@ -65,12 +65,13 @@ class TaskSuite(Protocol):
 DEFAULT_REWARD_TERMS = ("outcome",)
 
 
-def reward_terms(suite: TaskSuite) -> tuple[str, ...]:
+def reward_terms(suite: TokenTaskSuite) -> tuple[str, ...]:
   """The reward terms every sample of `suite` reports (its `reward_terms`, else just "outcome")."""
   return tuple(getattr(suite, "reward_terms", DEFAULT_REWARD_TERMS))
 
 
-def rewards(suite: TaskSuite, tasks: Sequence[Task], generated: Sequence[np.ndarray]) -> list[Mapping[str, float]]:
+def rewards(suite: TokenTaskSuite, tasks: Sequence[TokenTask],
+            generated: Sequence[np.ndarray]) -> list[Mapping[str, float]]:
   """`suite.reward` of each (task, sample) pair, in order; `getattr(suite, "reward_workers", 1)` at a time.
 
   Coding suites grade each sample in its own sandbox processes, so threads overlap their start-up and the tests'

@@ -38,7 +38,7 @@ from c2jax.actors.actor import ActorConfig, EpisodeKind, WeightUpdates
 from c2jax.actors.agent_loop import SummaryConfig
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs import tasks as tasks_lib
-from c2jax.envs.tasks import TASK_SUITES, TaskSuite
+from c2jax.envs.tasks import TASK_SUITES, TokenTaskSuite
 from c2jax.model import presets
 from c2jax.model.config import ModelConfig
 from c2jax.parallel.mesh import MeshConfig
@@ -294,7 +294,7 @@ class RLRunConfig:
       fields.update(max_lag=0, weight_updates=WeightUpdates.BETWEEN_CALLS)
     return ActorConfig(**fields)
 
-  def task_suite(self) -> TaskSuite:
+  def task_suite(self) -> TokenTaskSuite:
     options = dict(self.task)
     return typed_config.from_plain(_suite_class(options.pop("suite"))(), options, "task")
 

@@ -14,7 +14,7 @@ from c2jax.actors.actor import Actor, ActorConfig, EpisodeKind
 from c2jax.actors.ledger import Source
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs.agent_env import TurnResult
-from c2jax.envs.tasks import Task
+from c2jax.envs.tasks import TokenTask
 from c2jax.model.losses import token_log_probs
 from c2jax.model.params import init_params
 from c2jax.model.transformer import forward
@@ -71,7 +71,7 @@ class EchoSuite:
 
   def task(self, split, index):
     index = int(index) % 5
-    return Task(task_id=f"echo/{split}/{index}", prompt=tuple(TOK.encode(f"echo task {index}:", eos=False)))
+    return TokenTask(task_id=f"echo/{split}/{index}", prompt=tuple(TOK.encode(f"echo task {index}:", eos=False)))
 
   def agent_env(self, task):
     turns = self.turns or 1 + int(task.task_id.rsplit("/", 1)[1]) % 3
