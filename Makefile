@@ -18,7 +18,7 @@ $(STAMP): setup.py
 
 install: $(STAMP)
 
-# The code sandbox (c2jax/envs/sandbox.py) runs untrusted code under bubblewrap and refuses to run without it.
+# The code sandbox (c2jax/sandbox/sandbox.py) runs untrusted code under bubblewrap and refuses to run without it.
 # Slurm and munge run the launch specs on a private one-node cluster (tools/launch/slurm/local_cluster.sh,
 # tests/tools/slurm_test.py), which uses neither the packages' services nor their files in /etc.
 setup:

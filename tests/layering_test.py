@@ -1,9 +1,10 @@
 """The declared layer order (docs/design.md, "Layer order") and a check that every import keeps to it.
 
 A module may import modules of its own package and of packages in lower layers, nothing else; no two modules may
-import each other, directly or through others. Imports are read from the source (module level, inside functions
-and classes, and `importlib.import_module` / `__import__` calls whose module name, or its leading part, is a
-string constant), so an import hidden in a function counts as much as one at the top.
+import each other, directly or through others; a leaf package (the sandbox) imports nothing of the project outside
+itself. Imports are read from the source (module level, inside functions and classes, and `importlib.import_module`
+/ `__import__` calls whose module name, or its leading part, is a string constant), so an import hidden in a
+function counts as much as one at the top.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ EXCLUDED = ("c2jax/envs/suites/realistic/tasks/",)
 # layer are peers and import neither each other nor anything above. Why this order: docs/design.md.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("c2jax", "c2jax.registry", "c2jax.typed_config")),
+    ("sandbox", ("c2jax.sandbox",)),
     ("kernels", ("pallas_kernels",)),
     ("model", ("c2jax.model",)),
     ("parallel", ("c2jax.parallel",)),
@@ -37,6 +39,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("configs", ("configs",)),
     ("entry points", ("experiments", "tools")),
 )
+
+
+# Leaves import nothing of the project outside themselves, not even the base below them (checked apart from LAYERS):
+# the sandbox, so that the security boundary provably depends on no other code.
+LEAVES = ("c2jax.sandbox",)
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -148,6 +155,27 @@ def layer_violations(graph: Graph) -> list[str]:
   return problems
 
 
+def _within(name: str, package: str) -> bool:
+  return name == package or name.startswith(package + ".")
+
+
+def outside_imports(sources: dict[str, tuple[str, bool]], package: str) -> list[str]:
+  """Every import by a module of `package` of a module of the project (TREES) outside `package`.
+
+  Read from the imported names themselves, not the graph's edges: a name that resolves to no module here (a typo, a
+  module since moved) still counts.
+  """
+  problems = []
+  for module, (source, is_package) in sorted(sources.items()):
+    if not _within(module, package):
+      continue
+    for name, line in imported_names(module, source, is_package):
+      if name.split(".")[0] in TREES and not _within(name, package):
+        problems.append(f"{module} (line {line}) imports {name}: {package} is a leaf and imports nothing of the "
+                        "project outside itself.")
+  return problems
+
+
 def cycles(graph: Graph) -> list[list[str]]:
   """Strongly connected components of more than one module (Tarjan), each sorted."""
   index, low, on_stack, stack, found = {}, {}, set(), [], []
@@ -229,6 +257,27 @@ class LayeringTest(absltest.TestCase):
   def test_peers_in_one_layer_may_not_import_each_other(self):
     planted = _planted(self.sources, "c2jax.rl.kl", "from c2jax.pretrain import step")
     self.assertTrue(any("c2jax.rl.kl" in p and "c2jax.pretrain.step" in p for p in check(planted)))
+
+  def test_the_sandbox_imports_nothing_of_the_project_outside_itself(self):
+    for package in LEAVES:
+      self.assertTrue(any(_within(m, package) for m in self.sources), f"{package} holds no module here.")
+      problems = outside_imports(self.sources, package)
+      self.assertEmpty(problems, "\n".join(problems))
+
+  def test_a_planted_import_in_the_sandbox_fails(self):
+    planted = _planted(self.sources, "c2jax.sandbox.sandbox", "from c2jax.envs import coding_tasks",
+                       in_function=True)
+    problems = outside_imports(planted, "c2jax.sandbox")
+    self.assertLen(problems, 1)
+    self.assertIn("c2jax.sandbox.sandbox (line", problems[0])
+    self.assertIn("imports c2jax.envs.coding_tasks", problems[0])
+    self.assertTrue(any("c2jax.sandbox.sandbox" in p and "c2jax.envs.coding_tasks" in p for p in check(planted)))
+    # Nor the base, which the layer order alone allows (it is below), and a relative import counts.
+    planted = _planted(self.sources, "c2jax.sandbox.cgroup", "from .. import registry")
+    problems = outside_imports(planted, "c2jax.sandbox")
+    self.assertLen(problems, 1)
+    self.assertIn("c2jax.sandbox.cgroup (line", problems[0])
+    self.assertIn("imports c2jax.registry:", problems[0])
 
   def test_a_planted_cycle_within_a_package_fails(self):
     # mla imports rope; rope importing mla closes a cycle that no layer rule sees (both are in model).

@@ -37,14 +37,14 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-from c2jax.envs import sandbox as sandbox_lib  # noqa: E402
+from c2jax.sandbox import sandbox as sandbox_lib  # noqa: E402
 
 _RUNS = flags.DEFINE_integer("runs", 20, "Commands per measurement.")
 _WORKERS = flags.DEFINE_integer("workers", 4, "SandboxPool size for the throughput measurement.")
 _BASELINE = flags.DEFINE_string("baseline", None, "Path of a sandbox.py whose start latency is measured call by "
                                 "call in turn with this one's (e.g. HEAD's, as for --module).")
-_MODULE = flags.DEFINE_string("module", None, "Path of a sandbox.py to measure instead of c2jax.envs.sandbox "
-                              "(e.g. `git show HEAD:c2jax/envs/sandbox.py > /tmp/sandbox_before.py`).")
+_MODULE = flags.DEFINE_string("module", None, "Path of a sandbox.py to measure instead of c2jax.sandbox.sandbox "
+                              "(e.g. `git show HEAD:c2jax/sandbox/sandbox.py > /tmp/sandbox_before.py`).")
 
 
 def _load(path: str | None, name: str = "bench_sandbox_module"):
@@ -138,10 +138,10 @@ def main(argv: list[str]) -> None:
     pool_ok = pool.map(job, range(runs))
     pool_s = time.perf_counter() - t
   if not (all(serial_ok) and all(pool_ok)):
-    raise SystemExit("A sandboxed benchmark command failed: run tests/envs/sandbox_test.py to see why.")
+    raise SystemExit("A sandboxed benchmark command failed: run tests/sandbox/sandbox_test.py to see why.")
 
   result = {
-      "module": _MODULE.value or "c2jax.envs.sandbox",
+      "module": _MODULE.value or "c2jax.sandbox.sandbox",
       "containment": None if containment is None else {
           "cgroup": containment.cgroup.value if containment.cgroup else None, "disk": containment.disk.value},
       "start_latency_ms_median": start["median"],

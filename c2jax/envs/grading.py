@@ -152,7 +152,7 @@ from c2jax.envs import canonical
 from c2jax.envs import instrument
 from c2jax.envs import judge
 from c2jax.envs.coding_tasks import CodingTask, parse_test_id
-from c2jax.envs.sandbox import Sandbox, SandboxLimits, SandboxPathError
+from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPathError
 
 # The judge logs one line per test to stderr; a generous cap keeps the head and tail of big suites readable.
 GRADING_LIMITS = SandboxLimits(wall_s=30.0, cpu_s=30, memory_mb=1024, output_bytes=1 << 20)

@@ -34,7 +34,7 @@ from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with th
 from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
-from c2jax.envs.sandbox import SandboxPool, SandboxUnavailable
+from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.scripted_policies import Policy
 
 

@@ -15,7 +15,7 @@ from c2jax.actors.behaviour import EpisodeBehaviour, Outcome
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import self_summary
 from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.coding_tasks import CodingTask

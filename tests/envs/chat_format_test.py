@@ -8,7 +8,7 @@ and CodingEnv speaks every format."""
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import self_summary
 from c2jax.envs.chat_format import (CHAT_FORMATS, SYSTEM_PROMPT, Boundary, Step, ToolResult, chat_format,
                                     deepseek_tools_prompt)

@@ -6,7 +6,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.envs import code_search
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.code_search import CodeSearch, chunk_file, render, tokens
 from c2jax.envs.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig

@@ -7,9 +7,9 @@ from absl.testing import absltest
 
 from c2jax.envs import coding_tasks as ct
 from c2jax.envs import grading
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import suites  # noqa: F401  (registers the suites)
-from c2jax.envs.sandbox import SandboxPool
+from c2jax.sandbox.sandbox import SandboxPool
 from c2jax.envs.suites import compositions
 
 

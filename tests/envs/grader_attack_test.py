@@ -13,7 +13,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.envs import grading
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.ledger import EpisodeEnd, Source
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs.scripted_policies import POLICIES
 from tests import tiny

@@ -3,7 +3,7 @@ where bubblewrap is unavailable)."""
 
 from absl.testing import absltest
 
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 

@@ -11,7 +11,7 @@ from absl.testing import absltest
 import c2jax.envs  # noqa: F401  (registers the suites)
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import demonstrations
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import suite_tokenizer
 from c2jax.envs.tasks import TASK_SUITES
 

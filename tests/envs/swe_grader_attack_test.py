@@ -36,7 +36,7 @@ from absl.testing import parameterized
 
 from c2jax.envs import coding_tasks as ct
 from c2jax.envs import grading
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import swe_tasks
 from c2jax.envs import unified_diff
 from c2jax.envs.swe_tasks import InstanceError

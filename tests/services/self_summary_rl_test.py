@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from c2jax.actors.ledger import Source
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.rollouts.buffer import RolloutReader
 
 pytestmark = pytest.mark.e2e  # a real trainer with an actor process and sandboxes (`make test-unit` leaves it out)

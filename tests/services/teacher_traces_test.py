@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from c2jax.data.pipeline import lm_dataset
-from c2jax.envs import sandbox as sandbox_lib
+from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import self_summary
 from c2jax.services import rl_run_config, teacher_traces, warm_start
 from configs import rl_long_horizon

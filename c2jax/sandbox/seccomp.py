@@ -145,7 +145,7 @@ def program(machine: str | None = None) -> bytes:
   machine = platform.machine() if machine is None else machine
   if machine not in ("x86_64", "aarch64"):
     raise ValueError(f"The sandbox's seccomp filter knows x86_64 and aarch64, not {machine}: extend "
-                     "c2jax/envs/seccomp.py with that architecture's syscall numbers.")
+                     "c2jax/sandbox/seccomp.py with that architecture's syscall numbers.")
   blocks = {arch: _arch_block(arch, DENIED[arch]) for arch, _, _ in _ARCHES}
   x86, arm = blocks["x86_64"], blocks["aarch64"]
   head = [

@@ -91,8 +91,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from c2jax.envs import cgroup as cgroup_lib
-from c2jax.envs import seccomp
+from c2jax.sandbox import cgroup as cgroup_lib
+from c2jax.sandbox import seccomp
 
 # Module-level so that tests (and unusual installs) can point at another binary; read at every check.
 BWRAP = "/usr/bin/bwrap"

@@ -19,9 +19,9 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from c2jax.envs import sandbox as sandbox_lib
-from c2jax.envs.sandbox import Sandbox, SandboxLimits
-from tests.envs.sandbox_test import FAST, SandboxTestCase, _call_cgroups, _workdir_mounts
+from c2jax.sandbox import sandbox as sandbox_lib
+from c2jax.sandbox.sandbox import Sandbox, SandboxLimits
+from tests.sandbox.sandbox_test import FAST, SandboxTestCase, _call_cgroups, _workdir_mounts
 
 # A call cap well under the 4 x 8 MiB tmpfs pages and buffers the memory attacks try to pin.
 TIGHT = SandboxLimits(wall_s=20.0, cpu_s=10, memory_mb=256, max_procs=32, output_bytes=4096, file_size_mb=8,

@@ -29,12 +29,12 @@ from unittest import mock
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import cgroup as cgroup_lib
+from c2jax.sandbox import cgroup as cgroup_lib
 from c2jax.envs import env as env_lib
-from c2jax.envs import sandbox as sandbox_lib
-from c2jax.envs import seccomp
+from c2jax.sandbox import sandbox as sandbox_lib
+from c2jax.sandbox import seccomp
 from c2jax.envs.coding_tasks import CodingTask
-from c2jax.envs.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, SandboxPool
+from c2jax.sandbox.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, SandboxPool
 
 PROJECT = pathlib.Path(__file__).resolve().parents[2]  # the checkout under test, wherever it lives
 FAST = SandboxLimits(wall_s=5.0, cpu_s=5, memory_mb=256, max_procs=32, output_bytes=4096, file_size_mb=8)
@@ -791,7 +791,7 @@ class WorkdirDiskTest(SandboxTestCase):
   def test_the_workdir_of_a_killed_process_is_reaped_by_the_next(self):
     # A process SIGKILLed before close() (an actor killed mid-episode) leaves its tmpfs mounted: host memory.
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from c2jax.envs.sandbox import Sandbox; "
+        [sys.executable, "-c", "import sys, time; from c2jax.sandbox.sandbox import Sandbox; "
          "box = Sandbox({'a.txt': 'x' * 100000}); print(box.workdir, flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(_ROOT)})
     self.addCleanup(lambda: child.poll() is None and child.kill())
@@ -922,9 +922,9 @@ class RemoveTreeTest(absltest.TestCase):
     # sandbox.py and its two stdlib-only siblings, loaded by path under empty stand-ins for their packages: nobody
     # may not reach this venv's interpreter or packages.
     script = ("import importlib.util, os, pathlib, sys, types\n"
-              "for name in ('c2jax', 'c2jax.envs'): sys.modules[name] = types.ModuleType(name)\n"
+              "for name in ('c2jax', 'c2jax.sandbox'): sys.modules[name] = types.ModuleType(name)\n"
               "def load(name):\n"
-              "  spec = importlib.util.spec_from_file_location(f'c2jax.envs.{name}', f'{sys.argv[2]}/{name}.py')\n"
+              "  spec = importlib.util.spec_from_file_location(f'c2jax.sandbox.{name}', f'{sys.argv[2]}/{name}.py')\n"
               "  m = sys.modules[spec.name] = importlib.util.module_from_spec(spec)\n"
               "  spec.loader.exec_module(m)\n  return m\n"
               "load('seccomp'); load('cgroup'); mod = load('sandbox')\n"
