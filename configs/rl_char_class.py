@@ -6,8 +6,8 @@ built-in toy task char_class (report sections 4 and 6), for tests, quick ablatio
   python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/dr_grpo_vs_grpo.py
 
 A task names a character class after a random prefix (`qzk|digits>`); 8 sampled bytes earn the fraction in the
-class (c2jax/envs/char_class.py). It is configs/rl_tiny.py (the coding main job) with the overrides below, so
-a sweep file over the RL, actor, trainer and eval fields applies to both; task fields differ by suite.
+class (c2jax/envs/token_tasks/char_class.py). It is configs/rl_tiny.py (the coding main job) with the overrides below,
+so a sweep file over the RL, actor, trainer and eval fields applies to both; task fields differ by suite.
 """
 
 import ml_collections
@@ -27,7 +27,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.optim.learning_rate = 1e-2  # a tiny model from scratch on a toy task; the report's scale uses ~1e-6
   c.rl.reward.length_penalty.weight = 0.0  # every row has the same length here
   del c.rl.reward.weights["hack_attempts"]  # a verifier in the actor, not a grader a submission could game
-  # answer_tokens > 0: only the first n bytes are graded, free text follows (c2jax/envs/char_class.py).
+  # answer_tokens > 0: only the first n bytes are graded, free text follows (c2jax/envs/token_tasks/char_class.py).
   c.task = rl_run_config.task_defaults("char_class", seed=0, answer_tokens=0)
   c.actors.update(prompt_len=16, max_new_tokens=8, stop_tokens=(),  # fixed-length rows of 8 bytes
                   chunk_steps=2, pending_lease_s=120.0,

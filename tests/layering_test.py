@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optim", ("c2jax.optim",)),
     ("algorithms", ("c2jax.pretrain", "c2jax.rl")),
     ("data", ("c2jax.data",)),
+    ("envs: token tasks", ("c2jax.envs.token_tasks",)),
     ("envs", ("c2jax.envs",)),
     ("rollouts", ("c2jax.rollouts",)),
     ("actors", ("c2jax.actors",)),

@@ -51,9 +51,9 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryCo
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import SummaryTokens, Trajectory
 from c2jax.actors.sampling import SamplingConfig
-from c2jax.envs import tasks as tasks_lib
+from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.agent_env import agent_env
-from c2jax.envs.tasks import TokenTask, TokenTaskSuite
+from c2jax.envs.token_tasks.suite import TokenTask, TokenTaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.rollouts import admission
 from c2jax.rollouts.buffer import RolloutWriter
@@ -192,7 +192,7 @@ class ActorConfig:
 def buffer_spec(model: ModelConfig, actor: ActorConfig,
                 reward_terms: tuple[str, ...] = tasks_lib.DEFAULT_REWARD_TERMS) -> BufferSpec:
   """The buffer rows these actors write: T = P + N, every MoE layer's expert ids (routing replay), and the suite's
-  reward terms (`c2jax.envs.tasks.reward_terms`)."""
+  reward terms (`c2jax.envs.token_tasks.suite.reward_terms`)."""
   return BufferSpec(seq_len=actor.seq_len, n_moe_layers=model.n_moe_layers,
                     experts_per_tok=model.num_experts_per_tok, reward_terms=tuple(reward_terms),
                     ledger=actor.episodes is EpisodeKind.MULTI_TURN)

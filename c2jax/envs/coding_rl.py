@@ -36,7 +36,7 @@ from c2jax.envs.chat_tokens import ChatTokens
 from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail
-from c2jax.envs.tasks import TASK_SUITES, TokenTask, check_split
+from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTask, check_split
 
 
 @functools.lru_cache(maxsize=16)
@@ -82,8 +82,8 @@ class CodingTaskSuite:
     chat_format: the episodes' chat format (`c2jax.envs.chat_format.CHAT_FORMATS`): "brief" (the raw text the tiny
       models are trained on), or a real model's own, "deepseek_v3" / "kimi_k2", whose control tokens the
       tokenizer must hold (the model's own tokenizer.json).
-    reward_workers: samples graded at once (`c2jax.envs.tasks.rewards`): each waits on its own sandbox and judge
-      processes, so a few threads overlap their start-up (4 give ~2x on 2 cores; tools/bench_sandbox.py).
+    reward_workers: samples graded at once (`c2jax.envs.token_tasks.suite.rewards`): each waits on its own sandbox and
+      judge processes, so a few threads overlap their start-up (4 give ~2x on 2 cores; tools/bench_sandbox.py).
     name: the registry name, the prefix of task ids.
   """
 
@@ -97,8 +97,8 @@ class CodingTaskSuite:
   chat_format: str = "brief"
   reward_workers: int = 4
   name: str = dataclasses.field(default="coding", metadata={typed_config.PLAIN: False})  # the registry name
-  # What `reward` and the multi-turn episode report (c2jax.envs.tasks.reward_terms): stored in the buffer, logged
-  # as reward_raw/<term>, and weighted by the run's rl.reward.weights.
+  # What `reward` and the multi-turn episode report (c2jax.envs.token_tasks.suite.reward_terms): stored in the buffer,
+  # logged as reward_raw/<term>, and weighted by the run's rl.reward.weights.
   reward_terms: ClassVar[tuple[str, ...]] = ("outcome", "malformed_tool_calls", "hack_attempts")
 
   def __post_init__(self):

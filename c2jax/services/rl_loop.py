@@ -48,7 +48,7 @@ import tqdm
 
 from c2jax.actors import behaviour
 from c2jax.actors.actor import buffer_spec
-from c2jax.envs import tasks as tasks_lib
+from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.model.checkpoint import load_checkpoint_for, save_checkpoint
 from c2jax.model.params import init_params
 from c2jax.parallel.mesh import MeshConfig, make_mesh

@@ -37,8 +37,8 @@ from c2jax.actors import placement
 from c2jax.actors.actor import ActorConfig, EpisodeKind, WeightUpdates
 from c2jax.actors.agent_loop import SummaryConfig
 from c2jax.actors.sampling import SamplingConfig
-from c2jax.envs import tasks as tasks_lib
-from c2jax.envs.tasks import TASK_SUITES, TokenTaskSuite
+from c2jax.envs.token_tasks import suite as tasks_lib
+from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTaskSuite
 from c2jax.model import presets
 from c2jax.model.config import ModelConfig
 from c2jax.parallel.mesh import MeshConfig

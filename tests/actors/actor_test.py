@@ -16,7 +16,7 @@ import numpy as np
 
 from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.actor import Actor, ActorConfig, WeightUpdates, _seed
-from c2jax.envs.char_class import CharClassSuite
+from c2jax.envs.token_tasks.char_class import CharClassSuite
 from c2jax.model.params import init_params
 from c2jax.rollouts import admission
 from c2jax.rollouts.buffer import RolloutReader

@@ -20,7 +20,7 @@ from c2jax.actors.ledger import EpisodeEnd, Source
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs.agent_env import OneTurnEnv, TurnResult
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs.char_class import CharClassSuite
+from c2jax.envs.token_tasks.char_class import CharClassSuite
 from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs.scripted_policies import ExplorerPolicy
 from c2jax.model.losses import token_log_probs

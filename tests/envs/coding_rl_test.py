@@ -9,9 +9,9 @@ import c2jax.envs  # noqa: F401  (registers the suites)
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import tasks as tasks_lib
+from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.coding_tasks import CODING_SUITES
-from c2jax.envs.tasks import TASK_SUITES
+from c2jax.envs.token_tasks.suite import TASK_SUITES
 
 TOK = ByteTokenizer()
 

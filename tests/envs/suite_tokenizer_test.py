@@ -13,7 +13,7 @@ from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import suite_tokenizer
-from c2jax.envs.tasks import TASK_SUITES
+from c2jax.envs.token_tasks.suite import TASK_SUITES
 
 
 class SuiteTokenizerTest(absltest.TestCase):

@@ -23,7 +23,7 @@ import numpy as np
 
 from c2jax import typed_config
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.tasks import TASK_SUITES, TokenTask, check_split
+from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTask, check_split
 
 CLASSES = {
     "digits": string.digits,

@@ -3,8 +3,8 @@
 from absl.testing import absltest
 import numpy as np
 
-from c2jax.envs.char_class import CLASSES
-from c2jax.envs.tasks import TASK_SUITES
+from c2jax.envs.token_tasks.char_class import CLASSES
+from c2jax.envs.token_tasks.suite import TASK_SUITES
 
 
 def _bytes(text: str) -> np.ndarray:
