@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["c2jax*", "pallas_kernels*", "configs*"]),
     # The realistic coding suite's task directories (repo/, hidden_tests/, solution/ trees) are data, not packages.
-    package_data={"c2jax.envs.suites.realistic": ["tasks/**/*"], "c2jax.data": ["chat_templates/*.jinja"]},
+    package_data={"c2jax.envs.tasks.suites.realistic": ["tasks/**/*"], "c2jax.data": ["chat_templates/*.jinja"]},
     install_requires=[
         # jax 0.10.x (Python 3.11 CPU here) through 0.11+ (Python 3.12 + CUDA on GPU hosts).
         "jax>=0.10.0,<0.13",

@@ -18,7 +18,7 @@ from c2jax.services import suite_eval
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   del arg
   c = suite_eval.defaults()
-  c.suite = "realistic"  # c2jax.envs.coding_tasks.CODING_SUITES
+  c.suite = "realistic"  # c2jax.envs.tasks.coding_tasks.CODING_SUITES
   c.split = "heldout"
   c.policy = "reference"  # reference | empty | delete_tests (scripted) | checkpoint (a model)
   c.workers = 2  # episodes in flight (sandboxes)

@@ -4,8 +4,8 @@ summarizes its work so far and continues from the summary; the episode's reward 
   python experiments/rl_main.py --config=configs/rl_long_horizon.py --workdir=runs/long_horizon
   python tools/sweep.py --config=configs/rl_long_horizon.py --sweep=configs/sweeps/self_summary.py
 
-The tasks are tiny_long_horizon (c2jax/envs/suites/long_horizon.py): `def f(x)` applies K steps, each stated in its
-own notes/step_i.txt among lines of filler; the prompt names only the files. A whole episode (read K files, write,
+The tasks are tiny_long_horizon (c2jax/envs/tasks/suites/long_horizon.py): `def f(x)` applies K steps, each stated in
+its own notes/step_i.txt among lines of filler; the prompt names only the files. A whole episode (read K files, write,
 finish) does not fit the slot's `actors.context`, so the engine asks for a summary when a segment reaches
 `actors.summary.trigger_tokens` (or its next observation would not fit) and continues the episode from it in a new
 segment (c2jax/actors/agent_loop.py). The tokenizer is the suite's BPE trained with its train repositories' files

@@ -12,7 +12,7 @@ sections 3-6), in two modes. Every field and its default: c2jax/services/rl_run_
       --config.buffer=s3://bucket/run/buffer --config.weights=s3://bucket/run/weights
   python -m c2jax.services.actor_process --buffer=s3://bucket/run/buffer --weights=s3://bucket/run/weights
 
-"agentic" (the default, what `make demo` runs). The tasks are tiny_spec (c2jax/envs/suites/spec.py): the prompt
+"agentic" (the default, what `make demo` runs). The tasks are tiny_spec (c2jax/envs/tasks/suites/spec.py): the prompt
 only says to implement `f(xs)` as SPEC.md says; SPEC.md names the composition and tests/test_visible.py holds
 examples the agent can run. An episode is the agent loop in the engine (c2jax/actors/agent_loop.py): the model's turns
 are tool calls, each answered by the sandboxed environment, until it finishes or a budget ends it; the hidden tests
@@ -29,8 +29,8 @@ complete its writes and run the tests before finishing more often. With a perfec
 (`--config.sft.teacher.flawed=0`: all four traces by spec_fixer) the figures are in the docs below.
 
 "single_turn" (`configs/rl_tiny.py:single_turn`, an ablation: the recipe without the agent). The tasks are
-tiny_compositions (c2jax/envs/suites/compositions.py): write a one-line Python function over a list from a sentence
-that names its reducer, mapper and filter in words ("the sum of the squares of the even numbers in xs") and an
+tiny_compositions (c2jax/envs/tasks/suites/compositions.py): write a one-line Python function over a list from a
+sentence that names its reducer, mapper and filter in words ("the sum of the squares of the even numbers in xs") and an
 example; a sample is one turn of the coding environment (write_file + finish), graded in a sandbox by the task's
 hidden tests (reward = the fraction passed). Held-out tasks are compositions never trained on (by SFT or RL), whose
 parts all are. Tokens are a 512-token byte-level BPE of the suite's train text (c2jax/envs/suite_tokenizer.py,

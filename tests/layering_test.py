@@ -18,7 +18,7 @@ from absl.testing import absltest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TREES = ("c2jax", "pallas_kernels", "configs", "experiments", "tools")
 # Data shipped with the package (the realistic suite's task repositories), not part of the library.
-EXCLUDED = ("c2jax/envs/suites/realistic/tasks/",)
+EXCLUDED = ("c2jax/envs/tasks/suites/realistic/tasks/",)
 
 # Lowest first. A package may import its own modules and packages of strictly lower layers; packages that share a
 # layer are peers and import neither each other nor anything above. Why this order: docs/design.md.
@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optim", ("c2jax.optim",)),
     ("algorithms", ("c2jax.pretrain", "c2jax.rl")),
     ("data", ("c2jax.data",)),
-    ("envs: token tasks", ("c2jax.envs.token_tasks",)),
+    ("envs: tasks, token tasks", ("c2jax.envs.tasks", "c2jax.envs.token_tasks")),
     ("envs", ("c2jax.envs",)),
     ("rollouts", ("c2jax.rollouts",)),
     ("actors", ("c2jax.actors",)),
@@ -266,13 +266,13 @@ class LayeringTest(absltest.TestCase):
       self.assertEmpty(problems, "\n".join(problems))
 
   def test_a_planted_import_in_the_sandbox_fails(self):
-    planted = _planted(self.sources, "c2jax.sandbox.sandbox", "from c2jax.envs import coding_tasks",
+    planted = _planted(self.sources, "c2jax.sandbox.sandbox", "from c2jax.envs.tasks import coding_tasks",
                        in_function=True)
     problems = outside_imports(planted, "c2jax.sandbox")
     self.assertLen(problems, 1)
     self.assertIn("c2jax.sandbox.sandbox (line", problems[0])
-    self.assertIn("imports c2jax.envs.coding_tasks", problems[0])
-    self.assertTrue(any("c2jax.sandbox.sandbox" in p and "c2jax.envs.coding_tasks" in p for p in check(planted)))
+    self.assertIn("imports c2jax.envs.tasks.coding_tasks", problems[0])
+    self.assertTrue(any("c2jax.sandbox.sandbox" in p and "c2jax.envs.tasks.coding_tasks" in p for p in check(planted)))
     # Nor the base, which the layer order alone allows (it is below), and a relative import counts.
     planted = _planted(self.sources, "c2jax.sandbox.cgroup", "from .. import registry")
     problems = outside_imports(planted, "c2jax.sandbox")

@@ -33,7 +33,7 @@ from c2jax.envs import suite_tokenizer
 from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.chat_format import CHAT_FORMATS
 from c2jax.envs.chat_tokens import ChatTokens
-from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail
 from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTask, check_split
@@ -41,7 +41,7 @@ from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTask, check_split
 
 @functools.lru_cache(maxsize=16)
 def _tasks(suite: str, split: str, options: tuple[tuple[str, Any], ...] = ()) -> tuple[CodingTask, ...]:
-  import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+  import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
   suite_obj = CODING_SUITES.get(suite)
   if options:
     suite_obj = suite_obj(**dict(options))

@@ -36,7 +36,7 @@ from typing import Callable, Mapping
 import grain
 
 from c2jax.data.sources import SOURCES, document_bytes
-from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask, check_split
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask, check_split
 from c2jax.envs.env import EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail, ToolCall, ToolName, render
 from c2jax.envs.scripted_policies import ReferencePolicy
@@ -70,7 +70,7 @@ def demonstration(task: CodingTask, config: EnvConfig = EnvConfig()) -> tuple[st
 def suite_tasks(suite: str, split: str, suite_options: Mapping | None = None) -> list[CodingTask]:
   """The tasks of `suite` / `split` (every task, in suite order), with `suite_options` overriding the suite's
   fields."""
-  import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+  import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
   check_split(split)
   suite_obj = CODING_SUITES.get(suite)
   if suite_options:

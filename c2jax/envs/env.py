@@ -51,7 +51,7 @@ from c2jax.envs import code_search
 from c2jax.envs import grading
 from c2jax.envs import protocol
 from c2jax.envs import web_search
-from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.chat_format import ToolResult, clip
 from c2jax.envs.protocol import ToolCall, ToolName
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxUnavailable

@@ -100,7 +100,7 @@ The terms (all floats, so they flow into reward composition unchanged):
                  recursion limit), counts as one finding.
   timed_out      1.0 when the judge ran past its wall-clock limit.
 
-Grading by named tests (SWE-bench style: a task with `named_tests`, c2jax/envs/swe_tasks.py) runs the same judge
+Grading by named tests (SWE-bench style: a task with `named_tests`, c2jax/envs/tasks/swe_tasks.py) runs the same judge
 on the same channel, with three differences:
 
   * layout: the repository's test directories belong to the repository, not to the judge. The graded repository is
@@ -151,7 +151,7 @@ from typing import Any, Callable, Mapping
 from c2jax.envs import canonical
 from c2jax.envs import instrument
 from c2jax.envs import judge
-from c2jax.envs.coding_tasks import CodingTask, parse_test_id
+from c2jax.envs.tasks.coding_tasks import CodingTask, parse_test_id
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPathError
 
 # The judge logs one line per test to stderr; a generous cap keeps the head and tail of big suites readable.

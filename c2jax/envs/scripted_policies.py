@@ -43,12 +43,12 @@ import shlex
 from typing import Callable, ClassVar, Protocol, Sequence
 
 from c2jax.envs import self_summary
-from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.protocol import ToolCall, ToolName, render
-from c2jax.envs.suites import compositions, long_horizon
-from c2jax.envs.suites import spec as spec_suite
-from c2jax.envs.suites.procedural import FunctionSpec
+from c2jax.envs.tasks.suites import compositions, long_horizon
+from c2jax.envs.tasks.suites import spec as spec_suite
+from c2jax.envs.tasks.suites.procedural import FunctionSpec
 from c2jax.registry import Registry
 
 
@@ -150,7 +150,7 @@ class ExplorerPolicy:
 
 
 # ---------------------------------------------------------------------------------------------------- long horizon
-# Policies of the tiny_long_horizon suite (c2jax/envs/suites/long_horizon.py). They parse steps ONLY from the
+# Policies of the tiny_long_horizon suite (c2jax/envs/tasks/suites/long_horizon.py). They parse steps ONLY from the
 # observations they are given, never from `task`: their scores are the proof that the agent loop's context (and its
 # summaries) carried the steps, and that nothing else did.
 
@@ -253,7 +253,7 @@ class NeverReadPolicy:
 
 
 # ---------------------------------------------------------------------------------------------------- tiny_spec
-# Policies of the tiny_spec suite (c2jax/envs/suites/spec.py). The readers take the composition ONLY from the
+# Policies of the tiny_spec suite (c2jax/envs/tasks/suites/spec.py). The readers take the composition ONLY from the
 # observations (SPEC.md's sentence as read_file showed it, or a resumed summary's `spec.summary_line`), never from
 # `task`: a pass proves that reading the repository carried what the prompt does not say.
 

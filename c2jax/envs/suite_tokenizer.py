@@ -60,7 +60,7 @@ def suite_texts(suite: str, suite_options=None, text: TokenizerText = TokenizerT
 
 def teacher_name(suite: str) -> str:
   """The scripted policy whose episodes show a suite's observations: the suite's `TEACHER`, else DEFAULT_TEACHER."""
-  from c2jax.envs.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.tasks.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
   return getattr(CODING_SUITES.get(suite), "TEACHER", DEFAULT_TEACHER)
 
 

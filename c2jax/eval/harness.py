@@ -32,7 +32,7 @@ from c2jax.actors.agent_loop import AgentRunner
 from c2jax.actors.agent_loop import Episode as AgentEpisode
 from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with the RL evaluator
 from c2jax.envs.agent_env import CodingAgentEnv
-from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.scripted_policies import Policy

@@ -118,7 +118,7 @@ def _installed_copies() -> tuple[str, ...]:
 
 
 # Host directories the sandbox must never show (the hidden tests and reference solutions are package data of
-# c2jax.envs.suites): each one under a path the container binds gets an empty tmpfs over it. Module-level so that
+# c2jax.envs.tasks.suites): each one under a path the container binds gets an empty tmpfs over it. Module-level so that
 # tests can point it elsewhere; read at every call.
 PRIVATE_DIRS: tuple[str, ...] = _installed_copies()
 

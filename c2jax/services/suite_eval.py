@@ -48,7 +48,7 @@ class EvalRunConfig:
   Attributes:
     suite, split, max_tasks: the coding suite (`CODING_SUITES`), its split, the first this many tasks (0: all).
     suite_options: the coding suite's fields, e.g. {"heldout": "instances.jsonl"} for "swe" (SWE-bench-format
-      instances, `c2jax.envs.swe_tasks`).
+      instances, `c2jax.envs.tasks.swe_tasks`).
     policy: a scripted policy's name, or "checkpoint" (a model).
     samples: episodes per task (pass@k from n samples); ks: the k of pass@k.
     workers: episodes in flight (sandboxes).
@@ -82,9 +82,9 @@ class EvalRunConfig:
   tokenizer: str = "byte"
 
   def __post_init__(self):
-    from c2jax.envs.coding_tasks import CODING_SUITES, check_split  # pylint: disable=g-import-not-at-top
+    from c2jax.envs.tasks.coding_tasks import CODING_SUITES, check_split  # pylint: disable=g-import-not-at-top
     from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
-    import c2jax.envs.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+    import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
     CODING_SUITES.get(self.suite)
     object.__setattr__(self, "suite_options", dict(self.suite_options))
     check_split(self.split)
@@ -115,7 +115,7 @@ def parse(c: Mapping[str, Any] | ml_collections.ConfigDict) -> EvalRunConfig:
 
 
 def _tasks(cfg: EvalRunConfig):
-  from c2jax.envs.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.tasks.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
   tasks = CODING_SUITES.get(cfg.suite)(**cfg.suite_options).tasks(cfg.split)
   if not tasks:
     raise ValueError(f"Suite {cfg.suite!r} has no tasks in split {cfg.split!r}.")

@@ -8,7 +8,7 @@ from absl.testing import parameterized
 from c2jax.envs import code_search
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.code_search import CodeSearch, chunk_file, render, tokens
-from c2jax.envs.coding_tasks import Category, CodingTask
+from c2jax.envs.tasks.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.protocol import ToolCall, ToolName, render as render_call
 from tests.envs.sandboxed_env import SandboxedEnvTest

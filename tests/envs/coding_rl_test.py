@@ -10,7 +10,7 @@ from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.token_tasks import suite as tasks_lib
-from c2jax.envs.coding_tasks import CODING_SUITES
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.token_tasks.suite import TASK_SUITES
 
 TOK = ByteTokenizer()

@@ -11,7 +11,7 @@ from absl.testing import parameterized
 from c2jax.envs import env as env_lib
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import web_search
-from c2jax.envs.coding_tasks import Category, CodingTask
+from c2jax.envs.tasks.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, clip
 from c2jax.envs.protocol import ToolCall, ToolName, render
 from tests.envs.protocol_test import fuzz_text

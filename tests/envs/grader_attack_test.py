@@ -14,8 +14,8 @@ from absl.testing import parameterized
 
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import suites  # noqa: F401  (registers the suites)
-from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
+from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
 
 _unavailable_reason = sandbox_lib.unavailable_reason
 

@@ -17,12 +17,12 @@ import unittest
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import coding_tasks as ct
+from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.envs import instrument
 from c2jax.envs import judge
-from c2jax.envs.suites import compositions
-from c2jax.envs.suites import procedural
+from c2jax.envs.tasks.suites import compositions
+from c2jax.envs.tasks.suites import procedural
 
 
 def judge_in_process(task: ct.CodingTask, solution_source: str, seed: int) -> grading.TestCounts:

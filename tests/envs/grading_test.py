@@ -18,7 +18,7 @@ from absl.testing import parameterized
 from c2jax.envs import grading
 from c2jax.envs import instrument
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs.coding_tasks import Category, CodingTask
+from c2jax.envs.tasks.coding_tasks import Category, CodingTask
 from c2jax.sandbox.sandbox import SandboxLimits
 
 LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5, memory_mb=512, output_bytes=1 << 16)

@@ -4,7 +4,7 @@ where bubblewrap is unavailable)."""
 from absl.testing import absltest
 
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 
 

@@ -34,13 +34,13 @@ import unittest
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import coding_tasks as ct
+from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import swe_tasks
-from c2jax.envs import unified_diff
-from c2jax.envs.swe_tasks import InstanceError
-from tests.envs import swe_tasks_test
+from c2jax.envs.tasks import swe_tasks
+from c2jax.envs.tasks import unified_diff
+from c2jax.envs.tasks.swe_tasks import InstanceError
+from tests.envs.tasks import swe_tasks_test
 
 _unavailable_reason = sandbox_lib.unavailable_reason
 

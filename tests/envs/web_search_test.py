@@ -11,7 +11,7 @@ from unittest import mock
 from absl.testing import absltest
 
 from c2jax.envs import web_search
-from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.protocol import ToolCall, ToolName, render as render_call
 from tests.envs.sandboxed_env import SandboxedEnvTest

@@ -11,11 +11,11 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
-import c2jax.envs.suites  # noqa: F401  (registers the suites)
+import c2jax.envs.tasks.suites  # noqa: F401  (registers the suites)
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import EnvConfig
 from c2jax.envs.protocol import HelpDetail, parse
 from c2jax.envs.scripted_policies import POLICIES

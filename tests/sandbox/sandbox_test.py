@@ -33,7 +33,7 @@ from c2jax.sandbox import cgroup as cgroup_lib
 from c2jax.envs import env as env_lib
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.sandbox import seccomp
-from c2jax.envs.coding_tasks import CodingTask
+from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.sandbox.sandbox import RunResult, Sandbox, SandboxLimits, SandboxPathError, SandboxPool
 
 PROJECT = pathlib.Path(__file__).resolve().parents[2]  # the checkout under test, wherever it lives

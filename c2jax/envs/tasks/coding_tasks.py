@@ -15,7 +15,7 @@ On disk a task is a directory:
                      the judge (c2jax/envs/judge.py) runs, the rest support them
     solution/        (optional) the reference solution's changed or added files, full new contents, same overlay
 
-A task graded by named tests (SWE-bench style, `NamedTests`; built by c2jax/envs/swe_tasks.py) adds
+A task graded by named tests (SWE-bench style, `NamedTests`; built by c2jax/envs/tasks/swe_tasks.py) adds
 "named_tests" to task.json (format 2): the test ids that must go from failing to passing and those that must keep
 passing, and the paths its test patch deletes. Its hidden_tests/ then hold the test files as grading lays them out
 (the snapshot's version with the test patch applied): the files the test patch touches and the modules of the named
@@ -25,7 +25,7 @@ tests, which may be named anything (tests.py too) and may be none.
 top-level directory named after the task), and `to_record` / `from_record` a JSON-able dict (one task per line in a
 JSONL file). All of them round-trip exactly, and each error names the missing or bad piece in one sentence.
 
-Suites are registered by name in `CODING_SUITES` (c2jax/envs/suites/ registers "tiny_functions" and "realistic"):
+Suites are registered by name in `CODING_SUITES` (c2jax/envs/tasks/suites/ registers "tiny_functions" and "realistic"):
 
   suite = CODING_SUITES.get("realistic")
   tasks = suite.tasks("heldout")          # list[CodingTask]; splits "train" and "heldout"; size(split) counts them

@@ -5,12 +5,12 @@ import random
 
 from absl.testing import absltest
 
-from c2jax.envs import coding_tasks as ct
+from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import suites  # noqa: F401  (registers the suites)
+from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.sandbox.sandbox import SandboxPool
-from c2jax.envs.suites import compositions
+from c2jax.envs.tasks.suites import compositions
 
 
 def _parts(task_id: str) -> list[str]:

@@ -12,8 +12,8 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import unified_diff as ud
-from c2jax.envs.unified_diff import PatchError
+from c2jax.envs.tasks import unified_diff as ud
+from c2jax.envs.tasks.unified_diff import PatchError
 
 _GIT = shutil.which("git")
 _GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

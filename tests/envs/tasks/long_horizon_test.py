@@ -12,17 +12,17 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from c2jax.envs import coding_tasks as ct
+from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import self_summary
-from c2jax.envs import suites  # noqa: F401  (registers the suites)
-from c2jax.envs.coding_tasks import CODING_SUITES
+from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.protocol import ToolName, parse
 from c2jax.sandbox.sandbox import SandboxPool
 from c2jax.envs.scripted_policies import POLICIES
-from c2jax.envs.suites import long_horizon as lh
+from c2jax.envs.tasks.suites import long_horizon as lh
 
 _unavailable_reason = sandbox_lib.unavailable_reason
 NEVER_READ_BOUND = 0.2  # never_read's mean pass fraction stays below this (f(x) = x meets <= 2 of 21 inputs)

@@ -12,7 +12,7 @@ An instance is an object with
                      repository's files at its root (`tar -C repo -czf snap.tar.gz .`), relative paths resolved
                      against the JSONL file's directory. SWE-bench names `repo` and `base_commit` instead, which
                      cannot be fetched here: an instance without a snapshot is refused
-  test_patch         a unified diff (c2jax/envs/unified_diff.py) adding or changing tests, applied only at grading
+  test_patch         a unified diff (c2jax/envs/tasks/unified_diff.py) adding or changing tests, applied only at grading
   FAIL_TO_PASS       test ids that the task must make pass; a list, or (as SWE-bench stores it) a JSON string of one
   PASS_TO_PASS       test ids that must keep passing (default none); the same forms
   patch              (optional) the gold patch: the reference solution
@@ -49,8 +49,8 @@ import pathlib
 import tarfile
 from typing import Mapping
 
-from c2jax.envs import unified_diff
-from c2jax.envs.coding_tasks import (CODING_SUITES, Category, CodingTask, NamedTests, TaskFormatError, check_path,
+from c2jax.envs.tasks import unified_diff
+from c2jax.envs.tasks.coding_tasks import (CODING_SUITES, Category, CodingTask, NamedTests, TaskFormatError, check_path,
                                      check_split, parse_test_id)
 
 REQUIRED = ("instance_id", "problem_statement", "snapshot", "test_patch", "FAIL_TO_PASS")

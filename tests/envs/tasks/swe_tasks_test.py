@@ -1,6 +1,6 @@
 """SWE-bench-style instances as coding tasks graded by their named tests.
 
-The instances are built here from realistic tasks (c2jax/envs/suites/realistic/tasks): repo/ is the snapshot (a
+The instances are built here from realistic tasks (c2jax/envs/tasks/suites/realistic/tasks): repo/ is the snapshot (a
 directory for some, a tarball for others), the hidden tests become a test patch that adds them, the reference
 solution becomes the gold patch. FAIL_TO_PASS and PASS_TO_PASS come from running the tests with plain unittest in
 the sandbox (the independent reference: no instrumentation, no judge): hidden tests failing on the start and passing
@@ -23,16 +23,16 @@ import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import coding_tasks as ct
+from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import suites  # noqa: F401  (registers the suites)
-from c2jax.envs import swe_tasks
-from c2jax.envs import unified_diff
+from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
+from c2jax.envs.tasks import swe_tasks
+from c2jax.envs.tasks import unified_diff
 from c2jax.envs.coding_rl import CodingTaskSuite
-from c2jax.envs.coding_tasks import CODING_SUITES, NamedTests, TaskFormatError, parse_test_id
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, NamedTests, TaskFormatError, parse_test_id
 from c2jax.envs.scripted_policies import POLICIES
-from c2jax.envs.swe_tasks import InstanceError
+from c2jax.envs.tasks.swe_tasks import InstanceError
 
 _unavailable_reason = sandbox_lib.unavailable_reason
 

@@ -10,14 +10,14 @@ import re
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import coding_tasks as ct
+from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import suites  # noqa: F401  (registers the suites)
-from c2jax.envs.coding_tasks import CODING_SUITES, Category
+from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category
 from c2jax.sandbox.sandbox import SandboxPool
-from c2jax.envs.suites import compositions
-from c2jax.envs.suites import procedural
+from c2jax.envs.tasks.suites import compositions
+from c2jax.envs.tasks.suites import procedural
 
 
 _unavailable_reason = sandbox_lib.unavailable_reason

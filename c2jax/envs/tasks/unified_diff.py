@@ -1,6 +1,6 @@
 """Unified diffs in pure Python: parse, apply to a repository held as path -> text, and write (git's format).
 
-SWE-bench-style task instances (c2jax/envs/swe_tasks.py) carry their tests and their reference solution as unified
+SWE-bench-style task instances (c2jax/envs/tasks/swe_tasks.py) carry their tests and their reference solution as unified
 diffs against a repository snapshot; grading must not assume a `patch` or `git` binary on the host, so this module
 applies them itself, as strictly as `git apply` does:
 
@@ -30,7 +30,7 @@ import difflib
 import re
 from typing import Mapping
 
-from c2jax.envs.coding_tasks import TaskFormatError, check_path
+from c2jax.envs.tasks.coding_tasks import TaskFormatError, check_path
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _NO_NEWLINE = "\\ No newline at end of file"

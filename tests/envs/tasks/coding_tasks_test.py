@@ -10,8 +10,8 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import coding_tasks as ct
-from c2jax.envs.coding_tasks import Category, CodingTask, TaskFormatError
+from c2jax.envs.tasks import coding_tasks as ct
+from c2jax.envs.tasks.coding_tasks import Category, CodingTask, TaskFormatError
 
 
 def make_task(**overrides) -> CodingTask:

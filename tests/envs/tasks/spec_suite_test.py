@@ -17,20 +17,20 @@ import numpy as np
 from c2jax.actors import behaviour
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
 from c2jax.actors.ledger import EpisodeEnd
-from c2jax.envs import coding_tasks as ct
+from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs import self_summary
 from c2jax.envs.coding_rl import CodingTaskSuite
-from c2jax.envs import suites  # noqa: F401  (registers the suites)
-from c2jax.envs.coding_tasks import CODING_SUITES
+from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.env import EnvConfig, first_observation
 from c2jax.envs.protocol import HelpDetail, ToolName, parse
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPool
 from c2jax.envs import scripted_policies
 from c2jax.envs.scripted_policies import POLICIES
-from c2jax.envs.suites import compositions
-from c2jax.envs.suites import spec
+from c2jax.envs.tasks.suites import compositions
+from c2jax.envs.tasks.suites import spec
 from tests import tiny
 from tests.actors.agent_loop_test import ENGINE, MODEL, SAMPLING
 

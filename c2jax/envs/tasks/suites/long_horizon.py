@@ -33,7 +33,7 @@ import random
 import re
 from typing import Sequence
 
-from c2jax.envs.coding_tasks import CODING_SUITES, Category, CodingTask, HIDDEN_TESTS_DIR, check_split
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask, HIDDEN_TESTS_DIR, check_split
 
 STUB_PATH = "solution.py"
 README_PATH = "README.md"

@@ -26,8 +26,8 @@ import dataclasses
 import functools
 from typing import ClassVar
 
-from c2jax.envs.coding_tasks import CODING_SUITES
-from c2jax.envs.suites.procedural import GRAMMARS, FunctionSpec, TinyFunctionsSuite
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES
+from c2jax.envs.tasks.suites.procedural import GRAMMARS, FunctionSpec, TinyFunctionsSuite
 
 # (key, phrase for "<reducer> <phrase> of", the expression of x)
 _MAPPERS = (

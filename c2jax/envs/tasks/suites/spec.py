@@ -41,9 +41,9 @@ import random
 import re
 from typing import Any, ClassVar
 
-from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask, check_split
-from c2jax.envs.suites import compositions
-from c2jax.envs.suites.procedural import STUB_PATH, FunctionSpec
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask, check_split
+from c2jax.envs.tasks.suites import compositions
+from c2jax.envs.tasks.suites.procedural import STUB_PATH, FunctionSpec
 
 SPEC_PATH = "SPEC.md"
 VISIBLE_TESTS_PATH = "tests/test_visible.py"

@@ -30,7 +30,7 @@ import random
 import string
 from typing import Any, Callable, ClassVar
 
-from c2jax.envs.coding_tasks import CODING_SUITES, Category, CodingTask, HIDDEN_TESTS_DIR, check_split
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask, HIDDEN_TESTS_DIR, check_split
 
 STUB_PATH = "solution.py"
 CASES = 6  # hidden test cases besides the example

@@ -1,13 +1,13 @@
 """The "realistic" suite: hand-written multi-file Python repository tasks with short prompts (CursorBench style).
 
-Each task is a directory under tasks/ in the layout of `c2jax.envs.coding_tasks` (task.json, repo/, hidden_tests/,
+Each task is a directory under tasks/ in the layout of `c2jax.envs.tasks.coding_tasks` (task.json, repo/, hidden_tests/,
 solution/): a small package of 2-6 modules with its own visible tests under tests/, a prompt of a sentence or two
 (bugs to fix, features to add, refactors that must keep the tests green, a little performance, docs and test
 writing), hidden tests that fail on the starting repository and pass with the reference solution. Stdlib only
 (unittest), Python 3.11, each task's hidden tests run in well under a second (the performance tasks' slow starting
 code is cut off by a 1 s deadline inside the tests).
 
-All tasks form the "heldout" split (an evaluation suite); "train" is empty. tests/envs/suites_test.py grades every
+All tasks form the "heldout" split (an evaluation suite); "train" is empty. tests/envs/tasks/suites_test.py grades every
 task's reference solution and starting repository in the sandbox.
 
   tasks = CODING_SUITES.get("realistic").tasks("heldout")
@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import pathlib
 
-from c2jax.envs.coding_tasks import CODING_SUITES, CodingTask, check_split, load_task
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask, check_split, load_task
 
 TASKS_DIR = pathlib.Path(__file__).resolve().parent / "tasks"
 

@@ -1,8 +1,0 @@
-"""Coding task suites, registered in `c2jax.envs.coding_tasks.CODING_SUITES` on import."""
-
-from c2jax.envs.suites import procedural  # noqa: F401  (registers "tiny_functions")
-from c2jax.envs.suites import realistic  # noqa: F401  (registers "realistic")
-from c2jax.envs.suites import compositions  # noqa: F401  (registers "tiny_compositions")
-from c2jax.envs.suites import long_horizon  # noqa: F401  (registers "tiny_long_horizon")
-from c2jax.envs.suites import spec  # noqa: F401  (registers "tiny_spec")
-from c2jax.envs import swe_tasks  # noqa: F401  (registers "swe": instances from JSONL files)
