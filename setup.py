@@ -31,7 +31,8 @@ setup(
         "tokenizers>=0.20,<1",  # HF tokenizer.json files (c2jax.data.tokenizer.HFTokenizer)
         # models' own chat templates (tokenizer_config.json's chat_template), rendered as transformers does
         "jinja2>=3.1",
-        # TF-IDF + LSA ranking of the search_code and web_search tools (c2jax.envs.code_search); wheels for 3.11-3.13.
+        # TF-IDF + LSA ranking of the search_code and web_search tools (c2jax.envs.tools.code_search);
+        # wheels for 3.11-3.13.
         "scikit-learn>=1.4,<2",
     ],
     extras_require={

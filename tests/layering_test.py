@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optim", ("c2jax.optim",)),
     ("algorithms", ("c2jax.pretrain", "c2jax.rl")),
     ("data", ("c2jax.data",)),
-    ("envs: tasks, token tasks", ("c2jax.envs.tasks", "c2jax.envs.token_tasks")),
+    ("envs: tasks, token tasks, tools", ("c2jax.envs.tasks", "c2jax.envs.token_tasks", "c2jax.envs.tools")),
     ("envs", ("c2jax.envs",)),
     ("rollouts", ("c2jax.rollouts",)),
     ("actors", ("c2jax.actors",)),

@@ -77,8 +77,8 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from c2jax.actors.ledger import EpisodeEnd, Source, Trajectory
-from c2jax.envs import protocol
-from c2jax.envs.protocol import ToolCall, ToolName
+from c2jax.envs.tools import protocol
+from c2jax.envs.tools.protocol import ToolCall, ToolName
 
 RELEVANT_FILES_KEY = "relevant_files"  # CodingTask.metadata key: comma-separated repository paths
 

@@ -35,7 +35,7 @@ from c2jax.envs.chat_format import CHAT_FORMATS
 from c2jax.envs.chat_tokens import ChatTokens
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
-from c2jax.envs.protocol import HelpDetail
+from c2jax.envs.tools.protocol import HelpDetail
 from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTask, check_split
 
 

@@ -38,8 +38,8 @@ import json
 import re
 from typing import Callable, Mapping, Protocol, Sequence
 
-from c2jax.envs import protocol
-from c2jax.envs.protocol import TOOL_ARGS, ParseResult, ToolCall, ToolName
+from c2jax.envs.tools import protocol
+from c2jax.envs.tools.protocol import TOOL_ARGS, ParseResult, ToolCall, ToolName
 from c2jax.registry import Registry
 
 # One line each, for the models' tool declarations.

@@ -24,7 +24,7 @@ from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.chat_format import SYSTEM_PROMPT, Step, chat_format
 from c2jax.envs.chat_tokens import ChatTokens
 from c2jax.envs.coding_rl import CodingTaskSuite
-from c2jax.envs.protocol import ToolCall, ToolName
+from c2jax.envs.tools.protocol import ToolCall, ToolName
 from tests import tiny
 from tests.data import chat_tokenizers
 

@@ -20,7 +20,7 @@ from c2jax.envs import self_summary
 from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import EnvConfig, first_observation
-from c2jax.envs.protocol import HelpDetail, ToolCall, ToolName, render
+from c2jax.envs.tools.protocol import HelpDetail, ToolCall, ToolName, render
 from tests import tiny
 
 TOK = ByteTokenizer()

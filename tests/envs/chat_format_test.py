@@ -13,7 +13,7 @@ from c2jax.envs import self_summary
 from c2jax.envs.chat_format import (CHAT_FORMATS, SYSTEM_PROMPT, Boundary, Step, ToolResult, chat_format,
                                     deepseek_tools_prompt)
 from c2jax.envs.env import CodingEnv, EnvConfig
-from c2jax.envs.protocol import ToolCall, ToolName
+from c2jax.envs.tools.protocol import ToolCall, ToolName
 from c2jax.envs.tool_formats import tool_schemas
 from tests.data import chat_tokenizers
 from tests.envs.env_test import FIXED, TASK

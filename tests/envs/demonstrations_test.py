@@ -8,7 +8,7 @@ import numpy as np
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.data.pipeline import eval_batches
 from c2jax.envs import demonstrations
-from c2jax.envs import protocol
+from c2jax.envs.tools import protocol
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.env import CodingEnv, EnvConfig

@@ -10,11 +10,11 @@ from absl.testing import parameterized
 
 from c2jax.envs import env as env_lib
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import web_search
+from c2jax.envs.tools import web_search
 from c2jax.envs.tasks.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, clip
-from c2jax.envs.protocol import ToolCall, ToolName, render
-from tests.envs.protocol_test import fuzz_text
+from c2jax.envs.tools.protocol import ToolCall, ToolName, render
+from tests.envs.tools.protocol_test import fuzz_text
 
 BUGGY = "def add(a, b):\n  return a - b\n\n\ndef twice(x):\n  return x + x\n"
 FIXED = BUGGY.replace("a - b", "a + b")

@@ -9,11 +9,11 @@ import time
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import protocol
+from c2jax.envs.tools import protocol
 from c2jax.envs.chat_format import chat_format
-from c2jax.envs.protocol import ToolCall, ToolName
+from c2jax.envs.tools.protocol import ToolCall, ToolName
 from c2jax.envs.tool_formats import TOOL_FORMATS, tool_schemas
-from tests.envs.protocol_test import CALLS, fuzz_text
+from tests.envs.tools.protocol_test import CALLS, fuzz_text
 
 NATIVE = ("deepseek_v3", "kimi_k2")
 # One call, written by hand as each format writes it (and its template renders it).

@@ -19,7 +19,7 @@ from c2jax.envs import self_summary
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
-from c2jax.envs.protocol import ToolName, parse
+from c2jax.envs.tools.protocol import ToolName, parse
 from c2jax.sandbox.sandbox import SandboxPool
 from c2jax.envs.scripted_policies import POLICIES
 from c2jax.envs.tasks.suites import long_horizon as lh

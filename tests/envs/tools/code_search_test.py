@@ -5,13 +5,13 @@ sandbox (whose host-side walk follows no symlink)."""
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import code_search
+from c2jax.envs.tools import code_search
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs.code_search import CodeSearch, chunk_file, render, tokens
+from c2jax.envs.tools.code_search import CodeSearch, chunk_file, render, tokens
 from c2jax.envs.tasks.coding_tasks import Category, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
-from c2jax.envs.protocol import ToolCall, ToolName, render as render_call
-from tests.envs.sandboxed_env import SandboxedEnvTest
+from c2jax.envs.tools.protocol import ToolCall, ToolName, render as render_call
+from tests.envs.tools.sandboxed_env import SandboxedEnvTest
 
 PARSING = '''"""Reading times written by people and by machines."""
 

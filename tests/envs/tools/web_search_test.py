@@ -10,12 +10,12 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from c2jax.envs import web_search
+from c2jax.envs.tools import web_search
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
-from c2jax.envs.protocol import ToolCall, ToolName, render as render_call
-from tests.envs.sandboxed_env import SandboxedEnvTest
-from c2jax.envs.web_search import WEB_SEARCH_BACKENDS, SearchResult, StdlibDocs
+from c2jax.envs.tools.protocol import ToolCall, ToolName, render as render_call
+from tests.envs.tools.sandboxed_env import SandboxedEnvTest
+from c2jax.envs.tools.web_search import WEB_SEARCH_BACKENDS, SearchResult, StdlibDocs
 
 _CACHE = tempfile.mkdtemp(prefix="c2jax-web-search-test-")
 _DOCS: list[StdlibDocs] = []

@@ -7,8 +7,8 @@ import time
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import protocol
-from c2jax.envs.protocol import ParseResult, ToolCall, ToolName, parse, render
+from c2jax.envs.tools import protocol
+from c2jax.envs.tools.protocol import ParseResult, ToolCall, ToolName, parse, render
 
 # Values that stress the format: its own tags, the heredoc terminator, quotes, newlines at either end, unicode.
 NASTY = ["", "x", "\n", "\n\n", " lead and trail ", "a\nb", "\nstarts", "ends\n", "</arg>", "</tool>",

@@ -49,7 +49,7 @@ import time
 from typing import Callable, Protocol, Sequence
 
 from c2jax.data.bpe import default_cache_dir
-from c2jax.envs import code_search
+from c2jax.envs.tools import code_search
 from c2jax.registry import Registry
 
 SNIPPET_CHARS = 400  # of a result's signature and summary
