@@ -26,7 +26,7 @@ ends, recorded as cut (`ledger.EpisodeEnd`).
 Self-summaries (`SummaryConfig`, report section 4). Without them an observation that would overflow the slot ends
 the episode (EpisodeEnd.CONTEXT: the truncation baseline). With them, when an observation comes back and the slot
 would hold `trigger_tokens` positions, or the next turn would leave no room for a summary:
-  a. the summary request (`c2jax.envs.self_summary.request`) is appended after the observation (or, if the
+  a. the summary request (`c2jax.envs.chat.self_summary.request`) is appended after the observation (or, if the
      observation does not fit beside a summary, instead of it: it is carried into the next segment), and the model's
      next turn is its summary, within `max_tokens` (no tool runs);
   b. the summary's last token is fed (routing replay) and the segment is read out of the slot as a row;
@@ -37,7 +37,7 @@ A summary that runs past `max_tokens` ends the episode as cut (SUMMARY_BUDGET), 
 in the last of `max_segments` segments (SEGMENT_LIMIT). Normal turns end `max_tokens` + the request's length before
 the context's end while a summary may still follow, so one always fits.
 
-Chat formats (`chat_format=`, `c2jax.envs.chat_tokens.ChatTokens`): "brief" is raw text (BOS + the first
+Chat formats (`chat_format=`, `c2jax.envs.chat.chat_tokens.ChatTokens`): "brief" is raw text (BOS + the first
 observation, turns ended by EOS, the summary request and the framed summary appended as text). A native format
 (a real model's template) ends turns with its end-of-turn token, decodes them with their control tokens, appends
 the template's continuation after each turn, asks for a summary with a user turn in place of the generation prompt,
@@ -65,9 +65,9 @@ from c2jax.actors import placement
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.actors.sampling import SamplingConfig
-from c2jax.envs import self_summary
+from c2jax.envs.chat import self_summary
 from c2jax.envs.agent_env import AgentEnv, TurnResult
-from c2jax.envs.chat_tokens import ChatTokens, prefix_length
+from c2jax.envs.chat.chat_tokens import ChatTokens, prefix_length
 from c2jax.model.config import ModelConfig
 from c2jax.model.sharding import Layout
 
@@ -267,7 +267,7 @@ class AgentRunner:
     agent: budgets and scheduling.
     tokenizer: encodes observations (once each) and decodes the model's turns for the tools.
     layout: a data/expert mesh (`c2jax.model.sharding.Layout`), or None for one device.
-    chat_format: the episodes' chat format (`c2jax.envs.chat_format.CHAT_FORMATS`), as their environments speak
+    chat_format: the episodes' chat format (`c2jax.envs.chat.chat_format.CHAT_FORMATS`), as their environments speak
       it: "brief" (raw text, turns end with EOS), or a native format whose end-of-turn token joins the stop tokens,
       whose turns are decoded with their control tokens, and whose summaries are user turns re-rendered by the
       template (`ChatTokens`).

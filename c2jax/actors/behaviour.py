@@ -258,7 +258,7 @@ def _match(turn: int, calls: Sequence[ToolCall], observation: str) -> tuple[Call
 def turns(trajectory: Trajectory, tokenizer: Tokenizer, chat=None) -> tuple[tuple[Turn, ...], int]:
   """The episode's MODEL turns over its chain, oldest first, each with its observation; and its summaries' count.
 
-  `chat` (a `c2jax.envs.chat_tokens.ChatTokens`) reads turns in a native chat format: decoded with their control
+  `chat` (a `c2jax.envs.chat.chat_tokens.ChatTokens`) reads turns in a native chat format: decoded with their control
   tokens and parsed by its tool format. Its observations are the template's tool messages, which `_match` does not
   read: the calls' outcomes stay UNKNOWN there."""
   raw: list[list] = []  # [turn index, model ids, observation ids]

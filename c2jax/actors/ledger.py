@@ -40,7 +40,7 @@ class Source(enum.IntEnum):
   MODEL = 1
   OBSERVATION = 2
   NOTICE = 3
-  SUMMARY_REQUEST = 4  # the harness's request to summarize (c2jax/envs/self_summary.py)
+  SUMMARY_REQUEST = 4  # the harness's request to summarize (c2jax/envs/chat/self_summary.py)
   SUMMARY = 5  # the model's summary turn
   RESUME = 6  # a later segment's copy of the summary, framed, after the task's first observation
 

@@ -15,7 +15,7 @@ back until the model finishes or a budget ends it, and the hidden tests grade wh
 
 The prompt is the exact text `CodingEnv.reset` returns (and `c2jax.envs.demonstrations` trains on), so a model SFT'd
 on the suite's demonstrations meets the same prompt in RL; with a native chat format (`chat_format`) it is that
-text as the user message of the model's own template (`c2jax.envs.chat_tokens.ChatTokens.prompt`), and the
+text as the user message of the model's own template (`c2jax.envs.chat.chat_tokens.ChatTokens.prompt`), and the
 episode speaks the model's tool-call syntax.
 """
 
@@ -31,8 +31,8 @@ from c2jax import typed_config
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import suite_tokenizer
 from c2jax.envs.agent_env import CodingAgentEnv
-from c2jax.envs.chat_format import CHAT_FORMATS
-from c2jax.envs.chat_tokens import ChatTokens
+from c2jax.envs.chat.chat_format import CHAT_FORMATS
+from c2jax.envs.chat.chat_tokens import ChatTokens
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.tools.protocol import HelpDetail
@@ -79,7 +79,7 @@ class CodingTaskSuite:
       train text, trained on first use and cached: `c2jax.envs.suite_tokenizer`): how prompts are encoded and
       samples decoded; the SFT (`c2jax.services.warm_start`) uses the same one, and the model's vocab_size must
       cover it.
-    chat_format: the episodes' chat format (`c2jax.envs.chat_format.CHAT_FORMATS`): "brief" (the raw text the tiny
+    chat_format: the episodes' chat format (`c2jax.envs.chat.chat_format.CHAT_FORMATS`): "brief" (the raw text the tiny
       models are trained on), or a real model's own, "deepseek_v3" / "kimi_k2", whose control tokens the
       tokenizer must hold (the model's own tokenizer.json).
     reward_workers: samples graded at once (`c2jax.envs.token_tasks.suite.rewards`): each waits on its own sandbox and

@@ -46,13 +46,13 @@ import shlex
 import time
 from typing import Callable, Sequence
 
-from c2jax.envs import chat_format as chat_format_lib
+from c2jax.envs.chat import chat_format as chat_format_lib
 from c2jax.envs.tools import code_search
 from c2jax.envs import grading
 from c2jax.envs.tools import protocol
 from c2jax.envs.tools import web_search
 from c2jax.envs.tasks.coding_tasks import CodingTask
-from c2jax.envs.chat_format import ToolResult, clip
+from c2jax.envs.chat.chat_format import ToolResult, clip
 from c2jax.envs.tools.protocol import ToolCall, ToolName
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 

@@ -42,7 +42,7 @@ import re
 import shlex
 from typing import Callable, ClassVar, Protocol, Sequence
 
-from c2jax.envs import self_summary
+from c2jax.envs.chat import self_summary
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName, render

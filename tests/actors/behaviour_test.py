@@ -16,7 +16,7 @@ from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import self_summary
+from c2jax.envs.chat import self_summary
 from c2jax.envs.agent_env import CodingAgentEnv
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.env import EnvConfig, first_observation

@@ -12,7 +12,7 @@ from c2jax.actors.evaluate import best_of_k, evaluate_episodes, pass_at_k
 from c2jax.actors.agent_loop import RunStats
 from c2jax.actors.ledger import EpisodeEnd
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.chat_tokens import ChatTokens
+from c2jax.envs.chat.chat_tokens import ChatTokens
 from c2jax.envs.token_tasks.char_class import CharClassSuite
 from tests.actors.behaviour_test import BLIND, GOOD, _episode
 

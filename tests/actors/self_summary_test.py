@@ -15,7 +15,7 @@ import numpy as np
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.ledger import EpisodeEnd, Source, SummaryTokens
-from c2jax.envs import self_summary
+from c2jax.envs.chat import self_summary
 from c2jax.model.losses import token_log_probs
 from c2jax.model.transformer import forward
 from tests import tiny

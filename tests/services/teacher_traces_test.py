@@ -17,7 +17,7 @@ import pytest
 
 from c2jax.data.pipeline import lm_dataset
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import self_summary
+from c2jax.envs.chat import self_summary
 from c2jax.services import rl_run_config, teacher_traces, warm_start
 from configs import rl_long_horizon
 from configs import rl_tiny

@@ -159,7 +159,7 @@ def _clean(name: str, value: str) -> str:
 def check_call(tool: str, args: Mapping[str, str],
                duplicates: tuple[str, ...] = ()) -> tuple[ToolName | None, str]:
   """(the tool, "") for a well-formed call, else (None, one sentence saying what is wrong); every tool-call format
-  (`c2jax.envs.tool_formats`) checks its calls with it."""
+  (`c2jax.envs.chat.tool_formats`) checks its calls with it."""
   name = _BY_VALUE.get(tool)
   if name is None:
     return None, f"unknown tool {tool!r}; the tools are {', '.join(_BY_VALUE)}."

@@ -15,7 +15,7 @@ import numpy as np
 from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs import grading
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import self_summary
+from c2jax.envs.chat import self_summary
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.env import CodingEnv, EnvConfig, first_observation

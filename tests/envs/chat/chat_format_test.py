@@ -9,12 +9,12 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import self_summary
-from c2jax.envs.chat_format import (CHAT_FORMATS, SYSTEM_PROMPT, Boundary, Step, ToolResult, chat_format,
+from c2jax.envs.chat import self_summary
+from c2jax.envs.chat.chat_format import (CHAT_FORMATS, SYSTEM_PROMPT, Boundary, Step, ToolResult, chat_format,
                                     deepseek_tools_prompt)
 from c2jax.envs.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName
-from c2jax.envs.tool_formats import tool_schemas
+from c2jax.envs.chat.tool_formats import tool_schemas
 from tests.data import chat_tokenizers
 from tests.envs.env_test import FIXED, TASK
 

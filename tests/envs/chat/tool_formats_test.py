@@ -10,9 +10,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.envs.tools import protocol
-from c2jax.envs.chat_format import chat_format
+from c2jax.envs.chat.chat_format import chat_format
 from c2jax.envs.tools.protocol import ToolCall, ToolName
-from c2jax.envs.tool_formats import TOOL_FORMATS, tool_schemas
+from c2jax.envs.chat.tool_formats import TOOL_FORMATS, tool_schemas
 from tests.envs.tools.protocol_test import CALLS, fuzz_text
 
 NATIVE = ("deepseek_v3", "kimi_k2")

@@ -14,7 +14,7 @@ tokens kept (native tool calls are written with them) but without the end-of-tur
 
 The tokenizer must carry every control token of a native format as one token of its own: the pieces of an episode
 are tokenized apart, and only then does their concatenation equal the whole conversation's tokenization (zero
-drift, `c2jax.envs.chat_format`). A tokenizer without them (the byte tokenizer, a model's tokenizer of another
+drift, `c2jax.envs.chat.chat_format`). A tokenizer without them (the byte tokenizer, a model's tokenizer of another
 family) is refused when the pair is made.
 """
 
@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from c2jax.envs.chat_format import SYSTEM_PROMPT, ChatFormat, chat_format
+from c2jax.envs.chat.chat_format import SYSTEM_PROMPT, ChatFormat, chat_format
 
 
 @dataclasses.dataclass(frozen=True)

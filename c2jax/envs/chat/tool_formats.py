@@ -27,7 +27,7 @@ whitespace may stand between calls. Each malformed call (bad JSON, a value that 
 argument separator, stray text or markers) gives one error sentence and is not run. A text that ends inside a call
 or the section (or inside a marker's text) sets `incomplete`, with one error: what the report's auxiliary reward
 for incomplete tool calls counts. `render` writes the text the model's template writes for an assistant message
-with those tool calls (compared with the real templates in tests/envs/tool_formats_test.py), and
+with those tool calls (compared with the real templates in tests/envs/chat/tool_formats_test.py), and
 `parse(render(calls)).calls == calls`.
 """
 

@@ -12,7 +12,7 @@ The token stream of an episode, as the engine builds it piece by piece (each pie
   prompt | turn_1 | end_of_turn | cont_1.observation | cont_1.notice | turn_2 | end_of_turn | ...
 
 equals the tokens of `fmt.render(messages)`, the model's real chat template over the whole conversation (and
-transformers' `apply_chat_template`): zero drift, proved in tests/envs/chat_format_test.py. That holds at every
+transformers' `apply_chat_template`): zero drift, proved in tests/envs/chat/chat_format_test.py. That holds at every
 append-only boundary; where a boundary is not append-only (see "Segments" below) the engine must start a new
 segment, re-prefilling from the longest common prefix of the old and new token streams. With the byte tokenizers
 of the tiny models and a tokenizer whose control tokens are added special tokens every piece boundary falls on a
@@ -67,8 +67,8 @@ import json
 from typing import Any, Mapping, Sequence
 
 from c2jax.data.chat_template import ChatTemplate
-from c2jax.envs import self_summary
-from c2jax.envs.tool_formats import TOOL_FORMATS, AssistantTurn, ToolFormat, tool_schemas
+from c2jax.envs.chat import self_summary
+from c2jax.envs.chat.tool_formats import TOOL_FORMATS, AssistantTurn, ToolFormat, tool_schemas
 from c2jax.registry import Registry
 
 SYSTEM_PROMPT = ("You are a coding agent. You work in a repository through the tools you are given; call finish "
