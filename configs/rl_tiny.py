@@ -82,7 +82,7 @@ def _single_turn() -> ml_collections.ConfigDict:
   c.rl.optim.warmup_steps = 10
   # The report's nonlinear length penalty, on: - 0.1 * C_{k=1,q=0.5}(tokens / 1000) costs a 75-token answer 0.007.
   c.rl.reward.length_penalty.weight = 0.1
-  # A detected attempt to game the grader (c2jax/envs/grading.py) scores below an honest failure.
+  # A detected attempt to game the grader (c2jax/envs/grading/grading.py) scores below an honest failure.
   c.rl.reward.weights.hack_attempts = rewards.HACK_ATTEMPTS_WEIGHT
   c.rl.pass_k = (1, 4, 8)
 

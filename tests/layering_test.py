@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("algorithms", ("c2jax.pretrain", "c2jax.rl")),
     ("data", ("c2jax.data",)),
     ("envs: tasks, token tasks, tools", ("c2jax.envs.tasks", "c2jax.envs.token_tasks", "c2jax.envs.tools")),
-    ("envs: chat", ("c2jax.envs.chat",)),
+    ("envs: chat, grading", ("c2jax.envs.chat", "c2jax.envs.grading")),
     ("envs", ("c2jax.envs",)),
     ("rollouts", ("c2jax.rollouts",)),
     ("actors", ("c2jax.actors",)),

@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 
 from c2jax.envs.chat import chat_format as chat_format_lib
 from c2jax.envs.tools import code_search
-from c2jax.envs import grading
+from c2jax.envs.grading import grading
 from c2jax.envs.tools import protocol
 from c2jax.envs.tools import web_search
 from c2jax.envs.tasks.coding_tasks import CodingTask

@@ -328,7 +328,8 @@ class EnvTest(parameterized.TestCase):
     self.assertEqual(env.reward()["passed"], 1.0)
     self.assertLen(made, 2)
     self.assertNotIn("hidden_tests/test_hidden.py", made[0])  # the episode never holds the hidden tests
-    # Nor does the judge's sandbox on disk: the judge gets the hidden tests on its stdin (c2jax/envs/grading.py).
+    # Nor does the judge's sandbox on disk: the judge gets the hidden tests on its stdin
+    # (c2jax/envs/grading/grading.py).
     self.assertNotIn("hidden_tests/test_hidden.py", made[1])
     self.assertIn("calc.py", made[1])
 

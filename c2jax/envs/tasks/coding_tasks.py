@@ -1,8 +1,9 @@
 """Coding tasks: a repository to start from, a short prompt, hidden tests that judge, and a reference solution.
 
 The coding environment (report section 4: environments that mimic real software work) hands the model a
-`CodingTask`: the prompt and the starting files. The hidden tests are added only at grading (c2jax/envs/grading.py)
-and never shown; the reference solution proves the task solvable and measures over-editing.
+`CodingTask`: the prompt and the starting files. The hidden tests are added only at grading
+(c2jax/envs/grading/grading.py) and never shown; the reference solution proves the task solvable and measures
+over-editing.
 
 On disk a task is a directory:
 
@@ -12,7 +13,7 @@ On disk a task is a directory:
     repo/            the starting repository, one file per path
     hidden_tests/    an overlay on the repository root written at grading: hidden_tests/hidden_tests/test_x.py
                      becomes hidden_tests/test_x.py in the graded repository; its test*.py files are the modules
-                     the judge (c2jax/envs/judge.py) runs, the rest support them
+                     the judge (c2jax/envs/grading/judge.py) runs, the rest support them
     solution/        (optional) the reference solution's changed or added files, full new contents, same overlay
 
 A task graded by named tests (SWE-bench style, `NamedTests`; built by c2jax/envs/tasks/swe_tasks.py) adds
@@ -158,7 +159,7 @@ class NamedTests:
   The graded repository is the submission with the task's hidden_tests written over it (the test files as the
   snapshot holds them with the test patch applied, so a submission cannot pre-edit them), `deleted` removed and the
   rest of the named tests' test directories as `CodingTask.files` holds them; then exactly these tests run
-  (c2jax/envs/grading.py, "Grading by named tests").
+  (c2jax/envs/grading/grading.py, "Grading by named tests").
 
   Attributes:
     fail_to_pass: test ids that fail on the starting repository and pass once the task is solved.
@@ -332,7 +333,7 @@ def _header(record: Mapping, where: str) -> dict:
   command = record.get("test_command", _LEGACY_TEST_COMMAND)
   if command != _LEGACY_TEST_COMMAND:
     raise TaskFormatError(f"{where} has test_command {command!r}; hidden tests always run through the judge "
-                          "(c2jax/envs/judge.py): drop the field.")
+                          "(c2jax/envs/grading/judge.py): drop the field.")
   if not isinstance(record.get("metadata", {}), Mapping):
     raise TaskFormatError(f"{where} field 'metadata' must be a JSON object.")
   if not isinstance(record.get("solution_deletes", []), (list, tuple)):

@@ -27,7 +27,7 @@ repository root; pytest node ids are refused (`coding_tasks.parse_test_id`: the 
 The task (`CodingTask` with `NamedTests`): files = the snapshot; hidden_tests = the files the test patch touches, as
 the snapshot holds them with the test patch applied, plus the modules of the named tests (snapshot with the test
 patch); named_tests = the two id lists and the test patch's deletions; solution = the gold patch's result. Grading
-(c2jax/envs/grading.py, "Grading by named tests") writes those files over the submission, which is SWE-bench's
+(c2jax/envs/grading/grading.py, "Grading by named tests") writes those files over the submission, which is SWE-bench's
 harness resetting the test files and applying the test patch, resets the rest of the named tests' test directory
 (`tests/`, `pkg/tests/`: helpers, base classes and data the recorder does not see) to the snapshot's, and runs
 exactly the named tests.

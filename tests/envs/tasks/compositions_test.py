@@ -6,7 +6,7 @@ import random
 from absl.testing import absltest
 
 from c2jax.envs.tasks import coding_tasks as ct
-from c2jax.envs import grading
+from c2jax.envs.grading import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.sandbox.sandbox import SandboxPool

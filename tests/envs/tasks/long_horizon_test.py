@@ -13,7 +13,7 @@ from absl.testing import parameterized
 import numpy as np
 
 from c2jax.envs.tasks import coding_tasks as ct
-from c2jax.envs import grading
+from c2jax.envs.grading import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.chat import self_summary
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)

@@ -18,7 +18,7 @@ from c2jax.actors import behaviour
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
 from c2jax.actors.ledger import EpisodeEnd
 from c2jax.envs.tasks import coding_tasks as ct
-from c2jax.envs import grading
+from c2jax.envs.grading import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.chat import self_summary
 from c2jax.envs.coding_rl import CodingTaskSuite

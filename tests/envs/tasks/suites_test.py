@@ -11,7 +11,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.envs.tasks import coding_tasks as ct
-from c2jax.envs import grading
+from c2jax.envs.grading import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category

@@ -1,6 +1,6 @@
 """Deciding recorded checks on the host: the judge's canonical forms back to plain values, and unittest's semantics.
 
-  holds = decide(kind, payload)   # one check as the judge recorded it (c2jax/envs/judge.py, `record_check`)
+  holds = decide(kind, payload)   # one check as the judge recorded it (c2jax/envs/grading/judge.py, `record_check`)
 
 The judge records each assertion's operands in canonical form (`judge.canonical`: exact built-in types only; a
 subclass, an object with its own `__eq__` or anything past the size bounds is opaque). Here, in plain Python on the
@@ -35,7 +35,7 @@ import math
 import re
 from typing import Any
 
-from c2jax.envs import judge
+from c2jax.envs.grading import judge
 
 
 class Malformed(ValueError):

@@ -4,8 +4,8 @@
   terms["passed"], terms["pass_fraction"], terms["hack_attempts"], terms["over_editing"], terms["lint_errors"]
 
 The outcome (report section 4: tests decide the reward) comes from the task's hidden tests, run by the judge
-(c2jax/envs/judge.py) in a fresh sandbox holding the submitted files. The design assumes the submission attacks the
-grader: the hidden tests import submitted code into the judge's interpreter, where it can patch unittest, builtins
+(c2jax/envs/grading/judge.py) in a fresh sandbox holding the submitted files. The design assumes the submission attacks
+the grader: the hidden tests import submitted code into the judge's interpreter, where it can patch unittest, builtins
 or json, walk frames to the nonce, print a report of its own and exit, return objects whose `__eq__` always
 holds, or plant modules. So no verdict is taken from inside that interpreter:
 
@@ -13,10 +13,10 @@ holds, or plant modules. So no verdict is taken from inside that interpreter:
     judge executes them from memory into module objects it creates (rewriting a file gains nothing; a module
     planted in sys.modules in their place is reported). Submitted files that collide with the hidden tests' paths
     or lie in their directories are still dropped (the judge's directories belong to the judge);
-  * the host rewrites each hidden module first (c2jax/envs/instrument.py): every `self.assertXxx(...)` becomes a
+  * the host rewrites each hidden module first (c2jax/envs/grading/instrument.py): every `self.assertXxx(...)` becomes a
     call to the judge's recorder, which records the operands in canonical plain form (exact built-in types only;
     anything else is opaque). The host decides every check again on those plain values
-    (c2jax/envs/canonical.py: type-strict equality, True is not 1, int and float by value, instances of classes
+    (c2jax/envs/grading/canonical.py: type-strict equality, True is not 1, int and float by value, instances of classes
     defined in Python by class and state, never by their `__eq__`, opaque fails). A test
     passes when the judge ran it to completion, every check it recorded holds here, and every check unconditional
     in its body was recorded. Patching TestCase or the recorder gains nothing but a different recording;
@@ -62,7 +62,7 @@ returning exactly the perturbed value records) is not detected, and it keeps abo
 right guess earns what a wrong guess costs, and guessing is worth nothing in expectation (less than nothing where a
 guess is worse than a coin toss; more, by twice its edge, where a tell makes it better). The price is paid by wrong
 solutions that return exactly a perturbed value: each such coincidence costs them one of their passes
-(tests/envs/grader_attack_more_test.py, ConsistentGuessTest). Instances of a class
+(tests/envs/grading/grader_attack_more_test.py, ConsistentGuessTest). Instances of a class
 the submission defines are compared by class and state, and the submission decides where that state lives: a class
 that keeps it in a module-level registry has an empty state, and every instance equals every other.
 
@@ -148,9 +148,9 @@ import secrets
 import shlex
 from typing import Any, Callable, Mapping
 
-from c2jax.envs import canonical
-from c2jax.envs import instrument
-from c2jax.envs import judge
+from c2jax.envs.grading import canonical
+from c2jax.envs.grading import instrument
+from c2jax.envs.grading import judge
 from c2jax.envs.tasks.coding_tasks import CodingTask, parse_test_id
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPathError
 

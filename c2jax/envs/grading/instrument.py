@@ -7,7 +7,7 @@
   suite.patterns     check id -> the literal pattern of an assertRegex/assertNotRegex/assertRaisesRegex check
 
 The host (trusted, it never runs submitted code) rewrites each hidden module's AST before the judge
-(c2jax/envs/judge.py) sees it:
+(c2jax/envs/grading/judge.py) sees it:
 
   * `self.assertXxx(a, b, ...)` and `self.fail(...)`, for the kinds in `judge.ARITY`, anywhere in the module, become
     `__c2jax_check__(self, <check id>, "assertXxx", a, b, ...)`; `with self.assertRaises(E)` becomes
@@ -25,7 +25,7 @@ The host (trusted, it never runs submitted code) rewrites each hidden module's A
     negated, None turned into an int), or,
     where a test has no such literal, a check turned into its complement (assertTrue/assertFalse,
     assertIsNone/assertIsNotNone, assertIn/assertNotIn, assertEqual/assertNotEqual). That holds under the host's
-    comparison rule (c2jax/envs/canonical.py), which is what decides: a perturbed literal is unequal to the
+    comparison rule (c2jax/envs/grading/canonical.py), which is what decides: a perturbed literal is unequal to the
     original literal there, hence to whatever equalled it.
 
 A test's required checks are the check ids unconditional in its body: statements of the body itself and of
@@ -44,7 +44,7 @@ import random
 import threading
 from typing import Mapping
 
-from c2jax.envs import judge
+from c2jax.envs.grading import judge
 
 _COMPLEMENT = {"assertTrue": "assertFalse", "assertFalse": "assertTrue", "assertIsNone": "assertIsNotNone",
                "assertIsNotNone": "assertIsNone", "assertIn": "assertNotIn", "assertNotIn": "assertIn",

@@ -18,9 +18,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.envs.tasks import coding_tasks as ct
-from c2jax.envs import grading
-from c2jax.envs import instrument
-from c2jax.envs import judge
+from c2jax.envs.grading import grading
+from c2jax.envs.grading import instrument
+from c2jax.envs.grading import judge
 from c2jax.envs.tasks.suites import compositions
 from c2jax.envs.tasks.suites import procedural
 

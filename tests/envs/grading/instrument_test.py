@@ -10,11 +10,11 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.envs import coding_rl
-from c2jax.envs import grading
-from c2jax.envs import instrument
-from c2jax.envs import judge
-from tests.envs.grader_references_test import judge_in_process
-from tests.envs.grading_test import TASK
+from c2jax.envs.grading import grading
+from c2jax.envs.grading import instrument
+from c2jax.envs.grading import judge
+from tests.envs.grading.grader_references_test import judge_in_process
+from tests.envs.grading.grading_test import TASK
 
 SOURCE = """\
 import unittest

@@ -12,7 +12,7 @@ import dataclasses
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import grading
+from c2jax.envs.grading import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask

@@ -6,8 +6,8 @@ import math
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import canonical
-from c2jax.envs import judge
+from c2jax.envs.grading import canonical
+from c2jax.envs.grading import judge
 
 
 def plain(value):

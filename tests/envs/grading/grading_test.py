@@ -15,8 +15,8 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import grading
-from c2jax.envs import instrument
+from c2jax.envs.grading import grading
+from c2jax.envs.grading import instrument
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks.coding_tasks import Category, CodingTask
 from c2jax.sandbox.sandbox import SandboxLimits

@@ -1,10 +1,10 @@
 """The judge: the script that runs a task's hidden tests inside the grading sandbox and records what they checked.
 
-Grading (c2jax/envs/grading.py) runs this file's source as `python3 -I -B -c <source>` in a fresh sandbox holding
-the submission (and no hidden test file: they never touch the sandbox's disk), and feeds it one JSON document on
+Grading (c2jax/envs/grading/grading.py) runs this file's source as `python3 -I -B -c <source>` in a fresh sandbox
+holding the submission (and no hidden test file: they never touch the sandbox's disk), and feeds it one JSON document on
 stdin (`{"nonce", "modules", "tests"}`: the hidden modules' sources, already rewritten by the host, see
-c2jax/envs/instrument.py, and the names of those that hold tests; grading by named tests adds "select", the ids of
-the tests to run, every other test of those modules is left out). The judge
+c2jax/envs/grading/instrument.py, and the names of those that hold tests; grading by named tests adds "select", the ids
+of the tests to run, every other test of those modules is left out). The judge
 
   1. reads the whole document before any submitted code is imported, leaves stdin at /dev/null for the tests, and
      keeps the real stdout (fd 1) for its report alone (the tests' own stdout goes to stderr);
@@ -32,8 +32,8 @@ the tests to run, every other test of those modules is left out). The judge
 
 The report (`REPORT_KEYS`): per test its id, status (ok, fail, error, skip, xfail, xfail_error, unexpected) and
 recorded checks; fixture errors outside any test; hidden modules that failed to import; planted modules; integrity
-findings. The judge decides nothing: the host's comparator (c2jax/envs/canonical.py) decides every check, and the
-host's canary tests (which an honest solution fails) catch blanket forgeries.
+findings. The judge decides nothing: the host's comparator (c2jax/envs/grading/canonical.py) decides every check, and
+the host's canary tests (which an honest solution fails) catch blanket forgeries.
 
 Everything this script does is advisory against a submission that sets out to attack it: the hidden tests import
 submitted code into this interpreter, which can walk frames, read the nonce, patch the recorder or print a report
