@@ -20,8 +20,8 @@ The sampler batch always has `groups_per_call * group_size` rows (unused groups 
 one and dropped), so it compiles once.
 
 With `episodes=MULTI_TURN` step 4 runs each row as a multi-turn episode of the suite's environment
-(`c2jax.envs.agent_env.agent_env`) through the agent loop (`c2jax.actors.agent_loop`): `slots` slots with continuous
-batching, tools on host workers, the same in-flight weight swaps between device calls; a row is the whole
+(`c2jax.envs.core.agent_env.agent_env`) through the agent loop (`c2jax.actors.agent_loop`): `slots` slots with
+continuous batching, tools on host workers, the same in-flight weight swaps between device calls; a row is the whole
 trajectory (prompt, turns, observations) with its token ledger, and the buffer stores the ledger's source and turn
 of every token. Admission, tickets and restarts are the same: a killed actor re-runs the groups it had begun.
 
@@ -52,7 +52,7 @@ from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import SummaryTokens, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.token_tasks import suite as tasks_lib
-from c2jax.envs.agent_env import agent_env
+from c2jax.envs.core.agent_env import agent_env
 from c2jax.envs.token_tasks.suite import TokenTask, TokenTaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.rollouts import admission

@@ -66,7 +66,7 @@ from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.chat import self_summary
-from c2jax.envs.agent_env import AgentEnv, TurnResult
+from c2jax.envs.core.agent_env import AgentEnv, TurnResult
 from c2jax.envs.chat.chat_tokens import ChatTokens, prefix_length
 from c2jax.model.config import ModelConfig
 from c2jax.model.sharding import Layout

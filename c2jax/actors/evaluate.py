@@ -23,7 +23,7 @@ from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.agent_loop import AgentRunner, Episode
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.token_tasks import suite as tasks_lib
-from c2jax.envs.agent_env import agent_env
+from c2jax.envs.core.agent_env import agent_env
 from c2jax.envs.token_tasks.suite import TokenTaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params

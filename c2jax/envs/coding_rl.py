@@ -6,7 +6,7 @@ of `CodingEnv` through the agent loop.
   suite = TASK_SUITES.get("coding")(coding_suite="swe", tokenizer="/ckpt/hf", chat_format="deepseek_v3",
                                     suite_options={"train": "gym.jsonl"})  # a real model's own format
   terms = suite.reward(task, generated)      # {"outcome": credited pass fraction, "malformed_tool_calls", ...}
-  env = suite.agent_env(task)                # a multi-turn episode (`c2jax.envs.agent_env.CodingAgentEnv`)
+  env = suite.agent_env(task)                # a multi-turn episode (`c2jax.envs.core.agent_env.CodingAgentEnv`)
 
 `reward` grades a single-turn sample: the model's first turn, whose tool calls run in a fresh sandbox copy of the
 task; then the hidden tests grade the repository as the turn left it, whether or not the turn called finish.
@@ -30,11 +30,11 @@ import numpy as np
 from c2jax import typed_config
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs import suite_tokenizer
-from c2jax.envs.agent_env import CodingAgentEnv
+from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.chat.chat_format import CHAT_FORMATS
 from c2jax.envs.chat.chat_tokens import ChatTokens
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
+from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.tools.protocol import HelpDetail
 from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTask, check_split
 

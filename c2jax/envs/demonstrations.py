@@ -37,7 +37,7 @@ import grain
 
 from c2jax.data.sources import SOURCES, document_bytes
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask, check_split
-from c2jax.envs.env import EnvConfig, first_observation
+from c2jax.envs.core.env import EnvConfig, first_observation
 from c2jax.envs.tools.protocol import HelpDetail, ToolCall, ToolName, render
 from c2jax.envs.scripted_policies import ReferencePolicy
 from c2jax.registry import Registry

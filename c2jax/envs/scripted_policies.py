@@ -44,7 +44,7 @@ from typing import Callable, ClassVar, Protocol, Sequence
 
 from c2jax.envs.chat import self_summary
 from c2jax.envs.tasks.coding_tasks import CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName, render
 from c2jax.envs.tasks.suites import compositions, long_horizon
 from c2jax.envs.tasks.suites import spec as spec_suite

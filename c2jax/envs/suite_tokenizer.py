@@ -68,7 +68,7 @@ def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> li
   """Every observation after the first of the suite's teacher (`teacher_name`) on each train task, played through
   CodingEnv with the real sandbox (help format "none", the environment's default budgets), in task order."""
   # Imported here: the environment (sandboxes) is needed only for this text.
-  from c2jax.envs.env import EnvConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.core.env import EnvConfig  # pylint: disable=g-import-not-at-top
   from c2jax.envs.tools.protocol import HelpDetail  # pylint: disable=g-import-not-at-top
   from c2jax.envs.scripted_policies import POLICIES, play  # pylint: disable=g-import-not-at-top
   policy = POLICIES.get(teacher_name(suite))()

@@ -4,7 +4,7 @@ over-editing and per-category tables (report section 5: held-out coding tasks ju
   report = evaluate(tasks, make_policy=lambda i: POLICIES.get("reference")(), samples=1, workers=2)
   report.summary["pass_at_1"], report.markdown(), report.plot("eval.png")
 
-Each (task, sample) is one episode of `c2jax.envs.env.CodingEnv` (multi-turn until the policy finishes or a
+Each (task, sample) is one episode of `c2jax.envs.core.env.CodingEnv` (multi-turn until the policy finishes or a
 budget runs out), graded by the hidden tests in a fresh sandbox; episodes run `workers` at a time in a
 `SandboxPool`. A model is evaluated by `evaluate_model`, through the agent loop the multi-turn RL actors sample
 with (`c2jax.actors.agent_loop`: the slot engine, tools on host workers), so what is evaluated is what is trained:
@@ -31,9 +31,9 @@ import numpy as np
 from c2jax.actors.agent_loop import AgentRunner
 from c2jax.actors.agent_loop import Episode as AgentEpisode
 from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with the RL evaluator
-from c2jax.envs.agent_env import CodingAgentEnv
+from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.tasks.coding_tasks import CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
+from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.scripted_policies import Policy
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import ml_collections
 
 from c2jax import typed_config
-from c2jax.envs.env import EnvConfig
+from c2jax.envs.core.env import EnvConfig
 from c2jax.model import presets
 from c2jax.model.config import ModelConfig
 
@@ -53,7 +53,7 @@ class EvalRunConfig:
     samples: episodes per task (pass@k from n samples); ks: the k of pass@k.
     workers: episodes in flight (sandboxes).
     seed: the model policy's sampling seed.
-    env: the episode's budgets and sandbox limits (`c2jax.envs.env.EnvConfig`).
+    env: the episode's budgets and sandbox limits (`c2jax.envs.core.env.EnvConfig`).
     checkpoint: the model policy's c2jax checkpoint; or watch_weights: a weight store whose every new version is
       evaluated (polled every `watch_poll_s`), with the architecture `model` / `model_overrides`.
     sampling: how the model policy samples.

@@ -20,7 +20,7 @@ from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Source
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.agent_env import CodingAgentEnv
+from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.chat.chat_format import SYSTEM_PROMPT, Step, chat_format
 from c2jax.envs.chat.chat_tokens import ChatTokens
 from c2jax.envs.coding_rl import CodingTaskSuite

@@ -18,7 +18,7 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, overlap_f
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Source
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.agent_env import OneTurnEnv, TurnResult
+from c2jax.envs.core.agent_env import OneTurnEnv, TurnResult
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.token_tasks.char_class import CharClassSuite
 from c2jax.envs.coding_rl import CodingTaskSuite

@@ -17,9 +17,9 @@ from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.chat import self_summary
-from c2jax.envs.agent_env import CodingAgentEnv
+from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.tasks.coding_tasks import CodingTask
-from c2jax.envs.env import EnvConfig, first_observation
+from c2jax.envs.core.env import EnvConfig, first_observation
 from c2jax.envs.tools.protocol import HelpDetail, ToolCall, ToolName, render
 from tests import tiny
 

@@ -13,7 +13,7 @@ import numpy as np
 from c2jax.actors.actor import Actor, ActorConfig, EpisodeKind
 from c2jax.actors.ledger import Source
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.agent_env import TurnResult
+from c2jax.envs.core.agent_env import TurnResult
 from c2jax.envs.token_tasks.suite import TokenTask
 from c2jax.model.losses import token_log_probs
 from c2jax.model.params import init_params

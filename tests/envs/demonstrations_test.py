@@ -11,7 +11,7 @@ from c2jax.envs import demonstrations
 from c2jax.envs.tools import protocol
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.scripted_policies import ReferencePolicy
 from tests.data import batches as batch_checks
 

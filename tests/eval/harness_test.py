@@ -16,7 +16,7 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
-from c2jax.envs.env import EnvConfig
+from c2jax.envs.core.env import EnvConfig
 from c2jax.envs.tools.protocol import HelpDetail, parse
 from c2jax.envs.scripted_policies import POLICIES
 from c2jax.eval import harness

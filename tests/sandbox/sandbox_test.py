@@ -30,7 +30,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.sandbox import cgroup as cgroup_lib
-from c2jax.envs import env as env_lib
+from c2jax.envs.core import env as env_lib
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.sandbox import seccomp
 from c2jax.envs.tasks.coding_tasks import CodingTask

@@ -34,7 +34,7 @@ import transformers
 from c2jax.actors.ledger import Source
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.chat.chat_format import SYSTEM_PROMPT, chat_format
-from c2jax.envs.env import EnvConfig, first_observation
+from c2jax.envs.core.env import EnvConfig, first_observation
 from c2jax.model import checkpoint as ckpt_lib
 from c2jax.model import hf_export
 from c2jax.model import params as params_lib

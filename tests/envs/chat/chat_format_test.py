@@ -12,11 +12,11 @@ from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.chat import self_summary
 from c2jax.envs.chat.chat_format import (CHAT_FORMATS, SYSTEM_PROMPT, Boundary, Step, ToolResult, chat_format,
                                     deepseek_tools_prompt)
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName
 from c2jax.envs.chat.tool_formats import tool_schemas
 from tests.data import chat_tokenizers
-from tests.envs.env_test import FIXED, TASK
+from tests.envs.core.env_test import FIXED, TASK
 
 NATIVE = ("deepseek_v3", "kimi_k2")
 USER = "[8 turns, about 8192 tokens]\nRepository files:\ncalc.py\n\nadd() subtracts; make it add."

@@ -18,7 +18,7 @@ from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.chat import self_summary
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
-from c2jax.envs.env import CodingEnv, EnvConfig, first_observation
+from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.tools.protocol import ToolName, parse
 from c2jax.sandbox.sandbox import SandboxPool
 from c2jax.envs.scripted_policies import POLICIES

@@ -24,7 +24,7 @@ from c2jax.envs.chat import self_summary
 from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
-from c2jax.envs.env import EnvConfig, first_observation
+from c2jax.envs.core.env import EnvConfig, first_observation
 from c2jax.envs.tools.protocol import HelpDetail, ToolName, parse
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPool
 from c2jax.envs import scripted_policies

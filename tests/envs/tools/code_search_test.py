@@ -9,7 +9,7 @@ from c2jax.envs.tools import code_search
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tools.code_search import CodeSearch, chunk_file, render, tokens
 from c2jax.envs.tasks.coding_tasks import Category, CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName, render as render_call
 from tests.envs.tools.sandboxed_env import SandboxedEnvTest
 

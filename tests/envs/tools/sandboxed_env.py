@@ -5,7 +5,7 @@ from absl.testing import absltest
 
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks.coding_tasks import CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.core.env import CodingEnv, EnvConfig
 
 
 class SandboxedEnvTest(absltest.TestCase):

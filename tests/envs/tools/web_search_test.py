@@ -12,7 +12,7 @@ from absl.testing import absltest
 
 from c2jax.envs.tools import web_search
 from c2jax.envs.tasks.coding_tasks import CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName, render as render_call
 from tests.envs.tools.sandboxed_env import SandboxedEnvTest
 from c2jax.envs.tools.web_search import WEB_SEARCH_BACKENDS, SearchResult, StdlibDocs

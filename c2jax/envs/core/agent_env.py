@@ -23,7 +23,7 @@ import numpy as np
 
 from c2jax.envs.chat.chat_format import Continuation, ToolResult
 from c2jax.envs.tasks.coding_tasks import CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig
+from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.token_tasks.suite import TokenTask, TokenTaskSuite
 
 

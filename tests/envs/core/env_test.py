@@ -8,11 +8,11 @@ from unittest import mock
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from c2jax.envs import env as env_lib
+from c2jax.envs.core import env as env_lib
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tools import web_search
 from c2jax.envs.tasks.coding_tasks import Category, CodingTask
-from c2jax.envs.env import CodingEnv, EnvConfig, clip
+from c2jax.envs.core.env import CodingEnv, EnvConfig, clip
 from c2jax.envs.tools.protocol import ToolCall, ToolName, render
 from tests.envs.tools.protocol_test import fuzz_text
 
