@@ -28,7 +28,7 @@ import ml_collections
 from c2jax.services import rl_run_config
 from configs import rl_tiny
 
-TOKENIZER = "bpe:1024:repository"  # c2jax/envs/suite_tokenizer.py: the notes' words are tokens; </s> is 2
+TOKENIZER = "bpe:1024:repository"  # c2jax/envs/teachers/suite_tokenizer.py: the notes' words are tokens; </s> is 2
 EOS = 2
 
 

@@ -33,13 +33,13 @@ tiny_compositions (c2jax/envs/tasks/suites/compositions.py): write a one-line Py
 sentence that names its reducer, mapper and filter in words ("the sum of the squares of the even numbers in xs") and an
 example; a sample is one turn of the coding environment (write_file + finish), graded in a sandbox by the task's
 hidden tests (reward = the fraction passed). Held-out tasks are compositions never trained on (by SFT or RL), whose
-parts all are. Tokens are a 512-token byte-level BPE of the suite's train text (c2jax/envs/suite_tokenizer.py,
+parts all are. Tokens are a 512-token byte-level BPE of the suite's train text (c2jax/envs/teachers/suite_tokenizer.py,
 trained on first use and cached): prompts are the first observation without the tool-format help
 (`instructions="none"`: the SFT teaches the format), 63-115 tokens; an answer is 62-85. First a short cached SFT on
 the train split's demonstrations (c2jax/services/warm_start.py), then RL on the train split; the held-out tasks
 measure pass@1 and best-of-8 before and after RL. The SFT teacher is imperfect: two of its four demonstrations of
-every task leave the write_file call incomplete (c2jax/envs/demonstrations.py), so the SFT policy does so about half
-of the time, on held-out tasks too. RL, rewarded by the hidden tests, unlearns it. With a perfect teacher
+every task leave the write_file call incomplete (c2jax/envs/teachers/demonstrations.py), so the SFT policy does so about
+half of the time, on held-out tasks too. RL, rewarded by the hidden tests, unlearns it. With a perfect teacher
 (`--config.sft.teacher.flawed=0`) RL at this size adds nothing that carries to held-out compositions.
 
 What each choice was measured against, and what each mode's runs show (held-out pass@1, best-of-8, and the agent's
@@ -68,8 +68,8 @@ def _single_turn() -> ml_collections.ConfigDict:
   """The one-turn job; also the recipe the agentic job starts from."""
   c = rl_run_config.defaults()
   c.model = "tiny"  # a preset of c2jax.model.presets
-  # The BPE's 512 tokens (c2jax/envs/suite_tokenizer.py; <pad> 0, <s> 1, </s> 2); 2 layers (1 dense + 1 MoE) keep
-  # each compile to seconds on a CPU.
+  # The BPE's 512 tokens (c2jax/envs/teachers/suite_tokenizer.py; <pad> 0, <s> 1, </s> 2); 2 layers (1 dense + 1 MoE)
+  # keep each compile to seconds on a CPU.
   c.model_overrides = ml_collections.ConfigDict(
       {"vocab_size": 512, "n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1, "d_model": 128})
   c.seed = 0

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("envs: tasks, token tasks, tools", ("c2jax.envs.tasks", "c2jax.envs.token_tasks", "c2jax.envs.tools")),
     ("envs: chat, grading", ("c2jax.envs.chat", "c2jax.envs.grading")),
     ("envs: core", ("c2jax.envs.core",)),
+    ("envs: teachers", ("c2jax.envs.teachers",)),
     ("envs", ("c2jax.envs",)),
     ("rollouts", ("c2jax.rollouts",)),
     ("actors", ("c2jax.actors",)),

@@ -6,7 +6,7 @@ generation) against two schedules a peer would use, on one workload in one invoc
   .venv/bin/python tools/bench_agent.py --placement=shared        # engine and sandboxes on every core
 
 Workload: episodes of `CodingEnv` on a coding suite with real sandboxed tools. The policy is the `explorer` script
-(c2jax/envs/scripted_policies.py: read the repository, write the solution, run a listing and a syntax check,
+(c2jax/envs/teachers/scripted_policies.py: read the repository, write the solution, run a listing and a syntax check,
 finish: 5 tool calls in 4 turns) forced through the engine on a tiny random MoE: every turn is decoded step by
 step as sampled turns are, taking the script's tokens instead of drawing (`EngineConfig.max_forced`), so the device
 work and the tool work are those of a real agent while the episodes stay identical across schedules and repeats.
@@ -64,7 +64,7 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode  # noqa: E
 from c2jax.actors.engine import EngineConfig  # noqa: E402
 from c2jax.actors.sampling import SamplingConfig  # noqa: E402
 from c2jax.envs.coding_rl import CodingTaskSuite  # noqa: E402
-from c2jax.envs.scripted_policies import ExplorerPolicy  # noqa: E402
+from c2jax.envs.teachers.scripted_policies import ExplorerPolicy  # noqa: E402
 from c2jax.model import presets  # noqa: E402
 from c2jax.model.params import init_params  # noqa: E402
 

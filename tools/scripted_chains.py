@@ -3,7 +3,7 @@ suite (report section 4), as a table and a JSON last line.
 
   python tools/scripted_chains.py --tasks=10 --context=1280 --trigger=900     # tiny_long_horizon, train split
 
-Each policy (`c2jax.envs.scripted_policies`) is forced through the engine (the model's weights do not matter:
+Each policy (`c2jax.envs.teachers.scripted_policies`) is forced through the engine (the model's weights do not matter:
 forced turns take the script's tokens) with the episode's real sandbox and hidden tests, once with summaries
 (`--trigger`, `--summary_tokens`, `--segments`) and once without (the truncation baseline). A policy sees only its
 segment's observations, so what passes is what the summaries carried. Reported per (policy, summaries): pass rate
@@ -29,7 +29,7 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryCo
 from c2jax.actors.engine import EngineConfig  # noqa: E402
 from c2jax.actors.sampling import SamplingConfig  # noqa: E402
 from c2jax.envs.coding_rl import CodingTaskSuite  # noqa: E402
-from c2jax.envs.scripted_policies import POLICIES  # noqa: E402
+from c2jax.envs.teachers.scripted_policies import POLICIES  # noqa: E402
 from c2jax.model import presets  # noqa: E402
 from c2jax.model.params import init_params  # noqa: E402
 

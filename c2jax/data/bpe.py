@@ -1,6 +1,6 @@
 """A byte-level BPE tokenizer trained on given text, for the tiny models (report section 3: the tokenizer is part
-of the model; at CPU scale it decides what a 2-layer model can read). `c2jax.envs.suite_tokenizer` trains one on a
-coding suite's own text.
+of the model; at CPU scale it decides what a 2-layer model can read). `c2jax.envs.teachers.suite_tokenizer` trains one
+on a coding suite's own text.
 
   path = train_bpe(texts, vocab_size=1024, path="tokenizer.json")
   tok = make_tokenizer(path)              # c2jax.data.tokenizer.HFTokenizer

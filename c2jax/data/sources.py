@@ -5,7 +5,7 @@
   {"kind": "code_dir", "root": "~/src/project", "extensions": [".py", ".rs"]}
   {"kind": "jsonl", "path": "corpus.jsonl", "field": "text"}
   {"kind": "array_record", "paths": ["shard-00000.array_record"], "field": "text"}   # field None: utf-8 records
-  {"kind": "sft", "suite": "tiny_functions", "split": "train"}     # registered by c2jax.envs.demonstrations
+  {"kind": "sft", "suite": "tiny_functions", "split": "train"}     # registered by c2jax.envs.teachers.demonstrations
 
 `open_source(spec)` returns a grain `MapDataset` of documents (random access, so the pipeline can shard and
 shuffle by index). A document is a `str`, or a tuple of (text, loss weight) parts for chat data (SFT: the prompt

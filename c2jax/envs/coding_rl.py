@@ -13,8 +13,8 @@ task; then the hidden tests grade the repository as the turn left it, whether or
 `agent_env` is the multi-turn episode the agent loop (`c2jax.actors.agent_loop`) drives: observations are fed
 back until the model finishes or a budget ends it, and the hidden tests grade what it left.
 
-The prompt is the exact text `CodingEnv.reset` returns (and `c2jax.envs.demonstrations` trains on), so a model SFT'd
-on the suite's demonstrations meets the same prompt in RL; with a native chat format (`chat_format`) it is that
+The prompt is the exact text `CodingEnv.reset` returns (and `c2jax.envs.teachers.demonstrations` trains on), so a model
+SFT'd on the suite's demonstrations meets the same prompt in RL; with a native chat format (`chat_format`) it is that
 text as the user message of the model's own template (`c2jax.envs.chat.chat_tokens.ChatTokens.prompt`), and the
 episode speaks the model's tool-call syntax.
 """
@@ -29,7 +29,7 @@ import numpy as np
 
 from c2jax import typed_config
 from c2jax.data.tokenizer import make_tokenizer
-from c2jax.envs import suite_tokenizer
+from c2jax.envs.teachers import suite_tokenizer
 from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.chat.chat_format import CHAT_FORMATS
 from c2jax.envs.chat.chat_tokens import ChatTokens
@@ -76,7 +76,7 @@ class CodingTaskSuite:
     suite_options: fields of the coding suite to override, e.g. {"max_difficulty": 1} for tiny_functions (as the
       SFT source's `suite_options`); stored as sorted (name, value) pairs so the suite stays hashable.
     tokenizer: "byte" (the default), the path of a tokenizer.json, or "bpe:<vocab_size>" (a BPE of the suite's own
-      train text, trained on first use and cached: `c2jax.envs.suite_tokenizer`): how prompts are encoded and
+      train text, trained on first use and cached: `c2jax.envs.teachers.suite_tokenizer`): how prompts are encoded and
       samples decoded; the SFT (`c2jax.services.warm_start`) uses the same one, and the model's vocab_size must
       cover it.
     chat_format: the episodes' chat format (`c2jax.envs.chat.chat_format.CHAT_FORMATS`): "brief" (the raw text the tiny

@@ -35,7 +35,7 @@ from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
-from c2jax.envs.scripted_policies import Policy
+from c2jax.envs.teachers.scripted_policies import Policy
 
 
 @dataclasses.dataclass(frozen=True)

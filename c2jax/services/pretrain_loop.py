@@ -49,8 +49,8 @@ import tqdm
 from c2jax import typed_config
 from c2jax.data import pipeline
 from c2jax.data.tokenizer import make_tokenizer
-from c2jax.envs import demonstrations  # noqa: F401  (registers the "sft" data source kind)
-from c2jax.envs import suite_tokenizer
+from c2jax.envs.teachers import demonstrations  # noqa: F401  (registers the "sft" data source kind)
+from c2jax.envs.teachers import suite_tokenizer
 from c2jax.model import losses
 from c2jax.model.checkpoint import load_checkpoint_for, save_checkpoint
 from c2jax.model.config import ModelConfig

@@ -163,8 +163,8 @@ class PretrainRunConfig:
   Attributes:
     model / model_overrides: a `c2jax.model.presets` name and ModelConfig fields over it.
     tokenizer: "byte", the path of an HF tokenizer.json, or a coding suite's BPE "bpe:<V>[:<text>]" (with
-      `tokenizer_suite`; `c2jax.envs.suite_tokenizer`, trained on first use and cached): the model's vocab_size must
-      cover it. A suite's BPE lets pretraining, SFT and RL share one tokenizer and one model.
+      `tokenizer_suite`; `c2jax.envs.teachers.suite_tokenizer`, trained on first use and cached): the model's vocab_size
+      must cover it. A suite's BPE lets pretraining, SFT and RL share one tokenizer and one model.
     tokenizer_suite: the coding suite of a "bpe:..." tokenizer (e.g. "tiny_compositions"); empty otherwise.
     init_checkpoint: a c2jax model checkpoint whose params start the first phase (continued pretraining of a base
       model, report section 3), with a fresh optimizer; its architecture must be the run's model (the rope may

@@ -120,11 +120,11 @@ class TeacherConfig:
   Attributes:
     copies, flawed, flaw: every train task is demonstrated `copies` times, and an imperfect teacher's `flawed` of
       them carry the flaw `flaw`; flawed=0 is a perfect teacher. With the single-turn demonstrations
-      (`c2jax.envs.demonstrations`) `flaw` is a `FLAWS` name; with `policy`, the name of the scripted policy that
-      records the flawed copies (e.g. "spec_unverified": finishes without verifying, and half of its writes are
+      (`c2jax.envs.teachers.demonstrations`) `flaw` is a `FLAWS` name; with `policy`, the name of the scripted policy
+      that records the flawed copies (e.g. "spec_unverified": finishes without verifying, and half of its writes are
       wrong).
-    policy: a scripted policy (`c2jax.envs.scripted_policies.POLICIES`) whose multi-turn episodes, recorded through
-      the agent loop with the run's actor settings (self-summaries included), are the demonstrations instead
+    policy: a scripted policy (`c2jax.envs.teachers.scripted_policies.POLICIES`) whose multi-turn episodes, recorded
+      through the agent loop with the run's actor settings (self-summaries included), are the demonstrations instead
       (`c2jax.services.teacher_traces`); empty: the single-turn ones.
     max_tasks: record the first this many train tasks (0: all).
     heldout_tasks: record the first this many held-out tasks (0: all): they give the SFT's held-out loss only.
@@ -141,8 +141,8 @@ class TeacherConfig:
   summary: SummaryConfig = SummaryConfig()
 
   def __post_init__(self):
-    from c2jax.envs.demonstrations import FLAWS  # pylint: disable=g-import-not-at-top  (imports the suites)
-    from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+    from c2jax.envs.teachers.demonstrations import FLAWS  # pylint: disable=g-import-not-at-top  (imports the suites)
+    from c2jax.envs.teachers.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
     if self.copies < 1 or not 0 <= self.flawed <= self.copies:
       raise ValueError(f"copies={self.copies} must be >= 1 and flawed={self.flawed} in [0, copies].")
     if self.policy:

@@ -5,7 +5,7 @@ experiments/eval_main.py runs, with its run config (configs/eval_realistic.py) t
   summary = run(cfg, workdir)           # report.json, report.md, report.png in workdir; the summary dict
   watch(cfg, workdir)                   # every new version of a weight store, as it appears (until interrupted)
 
-Policies: a scripted one (`c2jax.envs.scripted_policies.POLICIES`: reference must score 100%, empty 0%,
+Policies: a scripted one (`c2jax.envs.teachers.scripted_policies.POLICIES`: reference must score 100%, empty 0%,
 delete_tests must not pass), or `checkpoint`: a c2jax model from `checkpoint`, or from each new version of the weight
 store `watch_weights`, run through the agent loop (`c2jax.eval.harness.evaluate_model`).
 """
@@ -83,7 +83,7 @@ class EvalRunConfig:
 
   def __post_init__(self):
     from c2jax.envs.tasks.coding_tasks import CODING_SUITES, check_split  # pylint: disable=g-import-not-at-top
-    from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+    from c2jax.envs.teachers.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
     import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
     CODING_SUITES.get(self.suite)
     object.__setattr__(self, "suite_options", dict(self.suite_options))
@@ -167,7 +167,7 @@ def run(cfg: EvalRunConfig, workdir: str) -> dict:
     params, model = load_checkpoint(cfg.checkpoint)
     summary = _model_report(cfg, tasks, jax.device_put(params), model, workdir)
   else:
-    from c2jax.envs.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+    from c2jax.envs.teachers.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
     policy_cls = POLICIES.get(cfg.policy)
     summary = _report(cfg, tasks, lambda i: policy_cls(), workdir)
   summary.update(suite=cfg.suite, split=cfg.split, policy=cfg.policy)

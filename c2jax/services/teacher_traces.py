@@ -39,7 +39,7 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
 from c2jax.actors.ledger import ACTIONS, EpisodeEnd
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data import bpe
-from c2jax.envs.scripted_policies import POLICIES
+from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.model.params import init_params
 from c2jax.services.rl_run_config import RLRunConfig
 

@@ -3,7 +3,7 @@
   checkpoint = sft_checkpoint(cfg)      # cfg: an RLRunConfig with an `sft` section (configs/rl_tiny.py)
 
 The SFT is a one-phase run of the pretraining loop (`c2jax.services.pretrain_loop`) on the RL task suite's own
-demonstrations (`c2jax.envs.demonstrations`: the prompt the actors sample from, the reference solution as the
+demonstrations (`c2jax.envs.teachers.demonstrations`: the prompt the actors sample from, the reference solution as the
 answer), for the RL run's exact model. Its directory is named by a hash of everything that determines its result,
 under `sft.cache_dir` ($C2JAX_CACHE_DIR or ~/.cache/c2jax when empty): a second RL run with the same SFT settings,
 in any workdir, reuses the finished checkpoint, and an interrupted SFT resumes where it stopped.
@@ -25,8 +25,8 @@ import numpy as np
 
 from c2jax import typed_config
 from c2jax.data import bpe
-from c2jax.envs import demonstrations
-from c2jax.envs import suite_tokenizer
+from c2jax.envs.teachers import demonstrations
+from c2jax.envs.teachers import suite_tokenizer
 from c2jax.optim import Decay
 from c2jax.pretrain.step import MtpTarget
 from c2jax.services.pretrain_run_config import CheckpointConfig, PhaseConfig, PretrainEvalConfig, PretrainRunConfig
@@ -70,7 +70,8 @@ def _demonstrations_sources(cfg: RLRunConfig) -> tuple[dict, dict]:
             # The SFT may see more of the suite than RL samples from (e.g. every difficulty, then RL on the easy
             # tasks): sft.suite_options when given, else the task's.
             "suite_options": dict(s.suite_options or task["suite_options"] or {}),
-            # An imperfect teacher (c2jax/envs/demonstrations.py): `flawed` of every task's `copies` carry `flaw`.
+            # An imperfect teacher (c2jax/envs/teachers/demonstrations.py): `flawed` of every task's `copies` carry
+            # `flaw`.
             "copies": s.teacher.copies, "flawed": s.teacher.flawed, "flaw": s.teacher.flaw}
   return source, {**source, "split": "heldout", "copies": 1, "flawed": 0}
 

@@ -22,7 +22,7 @@ from c2jax.envs.core.agent_env import OneTurnEnv, TurnResult
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.token_tasks.char_class import CharClassSuite
 from c2jax.envs.coding_rl import CodingTaskSuite
-from c2jax.envs.scripted_policies import ExplorerPolicy
+from c2jax.envs.teachers.scripted_policies import ExplorerPolicy
 from c2jax.model.losses import token_log_probs
 from c2jax.model.params import init_params
 from c2jax.model.transformer import forward

@@ -1,5 +1,5 @@
 """The byte-level BPE trainer: round trips, the specials the pipelines look up, numbers and words as single
-tokens (a coding suite's own BPE: tests/envs/suite_tokenizer_test.py)."""
+tokens (a coding suite's own BPE: tests/envs/teachers/suite_tokenizer_test.py)."""
 
 import os
 import shutil

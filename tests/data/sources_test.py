@@ -10,7 +10,7 @@ from array_record.python.array_record_module import ArrayRecordWriter
 import grain
 
 from c2jax.data import sources
-import c2jax.envs.demonstrations  # noqa: F401  (registers the "sft" kind: the tests do not depend on their order)
+import c2jax.envs.teachers.demonstrations  # noqa: F401  (registers the "sft" kind: the tests do not depend on their order)
 from c2jax.data.sources import SOURCES, open_source
 from tests.data import corpora
 

@@ -7,7 +7,7 @@ from absl.testing import absltest
 
 import c2jax.envs  # noqa: F401  (registers the suites)
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs import demonstrations
+from c2jax.envs.teachers import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES

@@ -18,7 +18,7 @@ from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask
 from c2jax.envs.core.env import EnvConfig
 from c2jax.envs.tools.protocol import HelpDetail, parse
-from c2jax.envs.scripted_policies import POLICIES
+from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.eval import harness
 from tests import tiny
 

@@ -13,7 +13,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import pytest
 
-from c2jax.envs import scripted_policies
+from c2jax.envs.teachers import scripted_policies
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(_ROOT)}

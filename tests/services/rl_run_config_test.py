@@ -7,9 +7,9 @@ from absl.testing import parameterized
 
 from c2jax.actors.actor import WeightUpdates
 from c2jax.data.tokenizer import make_tokenizer
-from c2jax.envs import demonstrations
+from c2jax.envs.teachers import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import suite_tokenizer
+from c2jax.envs.teachers import suite_tokenizer
 from c2jax.services import rl_run_config
 from c2jax.services import teacher_traces
 from c2jax.services import warm_start

@@ -196,7 +196,7 @@ def first_observation(task: CodingTask, config: EnvConfig, files: Sequence[str])
   template declares the tools; its prompt is `ChatFormat.prompt(system, first_observation)`.
 
   `CodingEnv.reset` returns it with `files` = the sandbox's listing of the fresh copy (the sorted paths of
-  `task.files`); SFT demonstrations (`c2jax.envs.demonstrations`) build the same text without a sandbox.
+  `task.files`); SFT demonstrations (`c2jax.envs.teachers.demonstrations`) build the same text without a sandbox.
   """
   listing = "\n".join(files[:MAX_LISTED_FILES])
   if len(files) > MAX_LISTED_FILES:

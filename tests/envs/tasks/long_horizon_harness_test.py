@@ -14,7 +14,7 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryCo
 from c2jax.actors.ledger import EpisodeEnd, Source
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.coding_rl import CodingTaskSuite
-from c2jax.envs.scripted_policies import POLICIES
+from c2jax.envs.teachers.scripted_policies import POLICIES
 from tests import tiny
 from tests.actors.agent_loop_test import ENGINE, MODEL, SAMPLING
 

@@ -21,7 +21,7 @@ from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.envs.tools.protocol import ToolName, parse
 from c2jax.sandbox.sandbox import SandboxPool
-from c2jax.envs.scripted_policies import POLICIES
+from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.envs.tasks.suites import long_horizon as lh
 
 _unavailable_reason = sandbox_lib.unavailable_reason

@@ -27,8 +27,8 @@ from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.core.env import EnvConfig, first_observation
 from c2jax.envs.tools.protocol import HelpDetail, ToolName, parse
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPool
-from c2jax.envs import scripted_policies
-from c2jax.envs.scripted_policies import POLICIES
+from c2jax.envs.teachers import scripted_policies
+from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.envs.tasks.suites import compositions
 from c2jax.envs.tasks.suites import spec
 from tests import tiny

@@ -31,7 +31,7 @@ from c2jax.envs.tasks import swe_tasks
 from c2jax.envs.tasks import unified_diff
 from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, NamedTests, TaskFormatError, parse_test_id
-from c2jax.envs.scripted_policies import POLICIES
+from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.envs.tasks.swe_tasks import InstanceError
 
 _unavailable_reason = sandbox_lib.unavailable_reason

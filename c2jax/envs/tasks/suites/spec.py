@@ -21,7 +21,7 @@ compositions task's example and cases, the same file), the reference solution, d
 The visible examples are drawn apart from the hidden inputs (seeded by (seed, task key)), never one of them.
 
 Sizes at the defaults (seed 0, heldout_fraction 0.2): 138 train and 35 held-out tasks. Tokens under the suite's BPE
-"bpe:512:repository" (`c2jax.envs.suite_tokenizer`: trained on the train split's demonstrations and repository
+"bpe:512:repository" (`c2jax.envs.teachers.suite_tokenizer`: trained on the train split's demonstrations and repository
 files), measured over all 173 tasks with instructions "none" ("brief" in brackets):
   * the first observation: 79 tokens [196], the same text for every task;
   * a full reference episode, `spec_reader` through CodingEnv (BOS, the first observation, its 3 turns with their
@@ -162,7 +162,8 @@ class TinySpecSuite:
     max_difficulty: keeps only tasks of difficulty <= this.
   """
 
-  # The scripted teacher whose episodes show the suite's observations (`c2jax.envs.suite_tokenizer`'s "episodes").
+  # The scripted teacher whose episodes show the suite's observations (`c2jax.envs.teachers.suite_tokenizer`'s
+  # "episodes").
   TEACHER: ClassVar[str] = "spec_fixer"
 
   seed: int = 0

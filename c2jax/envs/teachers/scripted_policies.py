@@ -5,7 +5,7 @@ honest (report section 5: an evaluation is only as good as its checks).
   text = policy.act(task, observations)         # the model text of the next turn (tool calls, see protocol.py)
 
   reference      writes the reference solution's files (and deletes what it deletes), then finishes; its turn is also
-                 the SFT demonstrations' response (`c2jax.envs.demonstrations`);
+                 the SFT demonstrations' response (`c2jax.envs.teachers.demonstrations`);
   empty          finishes at once: must score 0% (every hidden test fails on a starting repository);
   delete_tests   deletes the repository's own test files and finishes: must not pass (the hidden tests judge).
   explorer       the reference solution over several turns, as an agent works: looks around (1-3 turns), writes the

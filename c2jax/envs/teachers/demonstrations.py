@@ -39,7 +39,7 @@ from c2jax.data.sources import SOURCES, document_bytes
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask, check_split
 from c2jax.envs.core.env import EnvConfig, first_observation
 from c2jax.envs.tools.protocol import HelpDetail, ToolCall, ToolName, render
-from c2jax.envs.scripted_policies import ReferencePolicy
+from c2jax.envs.teachers.scripted_policies import ReferencePolicy
 from c2jax.registry import Registry
 
 # Mistakes of an imperfect teacher: (task) -> the text of a flawed turn.

@@ -10,9 +10,9 @@ from absl.testing import absltest
 
 import c2jax.envs  # noqa: F401  (registers the suites)
 from c2jax.data.tokenizer import make_tokenizer
-from c2jax.envs import demonstrations
+from c2jax.envs.teachers import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
-from c2jax.envs import suite_tokenizer
+from c2jax.envs.teachers import suite_tokenizer
 from c2jax.envs.token_tasks.suite import TASK_SUITES
 
 

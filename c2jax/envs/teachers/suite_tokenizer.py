@@ -6,15 +6,15 @@ tokenizer spec "bpe:<vocab_size>[:<text>]" names (report section 3: the tokenize
   path = resolve("bpe:512:episodes", "tiny_spec")         # and the observations the suite's teacher is shown
   path = suite_tokenizer("tiny_functions", vocab_size=1024, cache_dir="~/.cache/c2jax")
 
-The training text is the suite's train split (`TokenizerText`): its demonstrations (`c2jax.envs.demonstrations`:
-prompts in every help format, and the reference answers), and with "repository" also the files of its tasks'
-repositories, which a multi-turn agent reads (a long-horizon task's notes: without them their words stay bytes);
-with "episodes" also the observations of the suite's teacher (`TEACHER` of the suite, a scripted policy) played on
-every train task through the real environment: tool-result wrappers, budget lines and test runs' output, which are
-most of a multi-turn episode's tokens (without them a failing unittest run of 666 bytes is 465 tokens of a 512-token
-BPE). Held-out tasks never shape the vocabulary. The file is cached under a name that hashes the text and the
-settings (for "episodes": the teacher's name and `EPISODES_FORMAT`, not its observations, which would take playing
-the episodes to hash), so a change to the prompts trains a new one.
+The training text is the suite's train split (`TokenizerText`): its demonstrations
+(`c2jax.envs.teachers.demonstrations`: prompts in every help format, and the reference answers), and with "repository"
+also the files of its tasks' repositories, which a multi-turn agent reads (a long-horizon task's notes: without them
+their words stay bytes); with "episodes" also the observations of the suite's teacher (`TEACHER` of the suite, a
+scripted policy) played on every train task through the real environment: tool-result wrappers, budget lines and test
+runs' output, which are most of a multi-turn episode's tokens (without them a failing unittest run of 666 bytes is 465
+tokens of a 512-token BPE). Held-out tasks never shape the vocabulary. The file is cached under a name that hashes the
+text and the settings (for "episodes": the teacher's name and `EPISODES_FORMAT`, not its observations, which would take
+playing the episodes to hash), so a change to the prompts trains a new one.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import os
 import re
 
 from c2jax.data.bpe import default_cache_dir, train_bpe
-from c2jax.envs import demonstrations
+from c2jax.envs.teachers import demonstrations
 
 
 class TokenizerText(enum.Enum):
@@ -70,7 +70,7 @@ def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> li
   # Imported here: the environment (sandboxes) is needed only for this text.
   from c2jax.envs.core.env import EnvConfig  # pylint: disable=g-import-not-at-top
   from c2jax.envs.tools.protocol import HelpDetail  # pylint: disable=g-import-not-at-top
-  from c2jax.envs.scripted_policies import POLICIES, play  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.teachers.scripted_policies import POLICIES, play  # pylint: disable=g-import-not-at-top
   policy = POLICIES.get(teacher_name(suite))()
   config = EnvConfig(instructions=HelpDetail.NONE)
   tasks = demonstrations.suite_tasks(suite, "train", suite_options)

@@ -7,12 +7,12 @@ import numpy as np
 
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.data.pipeline import eval_batches
-from c2jax.envs import demonstrations
+from c2jax.envs.teachers import demonstrations
 from c2jax.envs.tools import protocol
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.core.env import CodingEnv, EnvConfig
-from c2jax.envs.scripted_policies import ReferencePolicy
+from c2jax.envs.teachers.scripted_policies import ReferencePolicy
 from tests.data import batches as batch_checks
 
 TOK = ByteTokenizer()
