@@ -283,6 +283,25 @@ class LayeringTest(absltest.TestCase):
     self.assertIn("c2jax.sandbox.cgroup (line", problems[0])
     self.assertIn("imports c2jax.registry:", problems[0])
 
+  def test_a_planted_upward_import_between_envs_sub_layers_fails(self):
+    # The lowest envs layer may not import the environment core above it.
+    planted = _planted(self.sources, "c2jax.envs.tasks.coding_tasks", "from c2jax.envs.core import env",
+                       in_function=True)
+    upward = [p for p in check(planted) if not p.startswith("import cycle:")]
+    self.assertLen(upward, 1)
+    self.assertIn("c2jax.envs.tasks.coding_tasks (line", upward[0])
+    self.assertIn("imports c2jax.envs.core.env (layer envs: core)", upward[0])
+    # Nor the package's own modules, the top of envs.
+    planted = _planted(self.sources, "c2jax.envs.grading.grading", "from c2jax.envs import coding_rl",
+                       in_function=True)
+    self.assertTrue(any("c2jax.envs.grading.grading" in p and "c2jax.envs.coding_rl (layer envs)" in p
+                        for p in check(planted)))
+    # Peers of one envs layer import neither each other.
+    planted = _planted(self.sources, "c2jax.envs.tools.protocol", "from c2jax.envs.tasks import coding_tasks",
+                       in_function=True)
+    self.assertTrue(any("c2jax.envs.tools.protocol" in p and "c2jax.envs.tasks.coding_tasks" in p
+                        for p in check(planted)))
+
   def test_a_planted_cycle_within_a_package_fails(self):
     # mla imports rope; rope importing mla closes a cycle that no layer rule sees (both are in model).
     planted = _planted(self.sources, "c2jax.model.rope", "from c2jax.model import mla", in_function=True)
