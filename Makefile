@@ -84,10 +84,13 @@ test-gpu-compile: gpu-compile-venv
 	  --durations=10 tests/gpu_compile
 
 # The unit tier: everything but the end-to-end tests (real processes, notebooks, whole runs; marked e2e), with the
-# compiled programs kept between runs (a rerun compiles only what changed). `make test` always compiles afresh, as CI.
+# compiled programs (and mypy's cache, tests/typecheck_test.py) kept between runs (a rerun compiles only what changed).
+# `make test` always compiles and type-checks afresh, as CI.
 TEST_COMPILATION_CACHE ?= $(HOME)/.cache/c2jax/test-compilation-cache
+TEST_MYPY_CACHE ?= $(HOME)/.cache/c2jax/mypy
 test-unit: setup lint
-	C2JAX_TEST_COMPILATION_CACHE=$(TEST_COMPILATION_CACHE) $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
+	C2JAX_TEST_COMPILATION_CACHE=$(TEST_COMPILATION_CACHE) C2JAX_MYPY_CACHE=$(TEST_MYPY_CACHE) \
+	  $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
 	  -m "not e2e" --ignore=tests/gpu_compile tests
 
 # One model through the stages: pretraining of the main job's own model on its tokenizer, then its SFT from that

@@ -40,6 +40,7 @@ setup(
         "test": [
             "pytest>=8.0",
             "ruff==0.17.6",  # `make test` lints first (ruff.toml); pinned, so a new rule never fails an old commit
+            "mypy==1.20.2",  # tests/typecheck_test.py; pinned: its baseline holds mypy's messages word for word
             "torch==2.13.0",
             "transformers>=5.0,<6",
             "safetensors>=0.4",
