@@ -6,16 +6,20 @@ read, edit, run and test; section 6: in-flight weight updates).
   trajectories = runner.run([Episode(prompt=ids, make_env=lambda: suite.agent_env(task), key=k), ...],
                             weights=lambda: (params, version))
 
-One loop iteration:
-  1. free slots take the next queued episodes (their environments start on a tool worker at once);
-  2. one `engine.append` feeds everything waiting to be appended: new prompts (prefill), observations (chunked
-     prefill at the slot's offset, after the pending last token of its turn), and final feeds of finished
-     episodes; long appends go in chunks of the largest bucket;
-  3. one `engine.decode` of `chunk_steps` steps runs every slot whose turn is running, with the newest weights
-     (`weights()` is asked before every device call: an actor swaps in newer weights there, the caches stay);
-  4. slots whose turn ended hand their text to a tool worker (`AgentEnv.step`); their KV stays where it is;
-  5. finished tool calls come back as observation tokens (or end the episode); a finished episode's row is read
-     from its slot, the slot is refilled, and its grading (`AgentEnv.reward`) runs on a tool worker.
+One loop iteration (`AgentRunner.run`; an episode in a slot is in one `_Phase`, which says the stage that takes it
+next):
+  1. `_admit`: free slots take the next queued episodes (their environments start on a tool worker at once);
+  2. `_append_pieces`: one `engine.append` feeds everything waiting to be appended: new prompts (prefill),
+     observations (chunked prefill at the slot's offset, after the pending last token of its turn), a new segment's
+     head, and final feeds of finished episodes, whose rows are then read from their slots (freed for step 1) while
+     their grading (`AgentEnv.reward`) runs on a tool worker; long appends go in chunks of the largest bucket;
+  3. `_decode_turns`: one `engine.decode` of `chunk_steps` steps runs every slot whose turn is running, with the
+     newest weights (`weights()` is asked before every device call: an actor swaps in newer weights there, the
+     caches stay);
+  4. `_end_turns`: slots whose turn ended hand their text to a tool worker (`AgentEnv.step`); their KV stays where
+     it is;
+  5. `_take_tool_results`: finished tool calls come back as observation tokens (or end the episode);
+     `_take_gradings`: finished gradings become trajectories.
 When nothing can run on the device, the loop waits for the first tool worker to finish.
 
 Budgets per episode: `max_turns` model turns, `max_turn_tokens` per turn, `max_episode_tokens` model tokens in all
@@ -53,6 +57,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import enum
 import functools
 import time
 from typing import Callable, Mapping, Sequence
@@ -211,12 +216,62 @@ def overlap_fraction(spans: Sequence[tuple[float, float]], cover: Sequence[tuple
   return covered / total
 
 
+class _Phase(enum.Enum):
+  """Where an episode in a slot stands between two device calls (before it has a slot it is queued; after it leaves
+  its slot it is graded on a tool worker, and then its trajectory is done).
+
+  A new episode starts APPENDING its prompt; the append of its last piece draws its turn's first token: DECODING;
+  an ended model turn goes IN_TOOL, and its result brings it back to APPENDING (an observation, maybe a summary
+  request) or ends it: FINISHING; an ended summary turn is CLOSING, and its next segment starts APPENDING (or the
+  episode is FINISHING when that segment would have no room).
+  """
+
+  APPENDING = enum.auto()  # pieces wait for `engine.append`; the last one draws the turn's first token
+  DECODING = enum.auto()  # its turn runs on the device
+  IN_TOOL = enum.auto()  # its ended model turn runs on a tool worker; the slot keeps its cache
+  CLOSING = enum.auto()  # its summary ended: the next append feeds the summary's last token, then a new segment
+  FINISHING = enum.auto()  # it ended: the next append feeds its last token (routing replay), then it leaves
+
+
+@dataclasses.dataclass(frozen=True)
+class _Piece:
+  """One slot's part of an `engine.append` call.
+
+  Attributes:
+    ids: the tokens appended (at most the largest bucket less one: room for a pending token).
+    reset: the slot starts a new episode (its key is set; nothing of the slot's cache is kept).
+    keep: >= 0: the slot is rewound to its first `keep` positions first (a new segment); -1: no rewind.
+    draw: the last piece before a turn: the append draws the turn's first token.
+    turn_end: the position the turn may not reach (with `draw`).
+    key: the episode's PRNG key (used with `reset`).
+    start: the slot position of the first of `ids` (0 with `reset`, `keep` with a rewind, else the slot's length).
+    pending: 1 if the slot's drawn last token is fed before `ids` (never with `reset` or a rewind), else 0.
+  """
+
+  ids: list[int]
+  reset: bool = False
+  keep: int = -1
+  draw: bool = False
+  turn_end: int = 0
+  key: jax.Array | None = None
+  start: int = 0
+  pending: int = 0
+
+  @property
+  def fed(self) -> int:
+    """Positions the model runs on for this piece."""
+    return len(self.ids) + self.pending
+
+
 @dataclasses.dataclass
 class _Run:
   """Host bookkeeping of one episode in a slot (tokens, source, turn and observations: its current segment)."""
 
   index: int
   env: AgentEnv
+  phase: _Phase = _Phase.APPENDING  # a new episode first appends its prompt
+  pieces: list = dataclasses.field(default_factory=list)  # [`_Piece`] still to append (APPENDING)
+  tool: concurrent.futures.Future | None = None  # the tool call of its last turn (IN_TOOL)
   tokens: list = dataclasses.field(default_factory=list)
   source: list = dataclasses.field(default_factory=list)
   turn: list = dataclasses.field(default_factory=list)
@@ -241,6 +296,71 @@ class _Run:
     self.tokens += [int(i) for i in ids]
     self.source += [int(source)] * len(ids)
     self.turn += [turn] * len(ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SlotView:
+  """What the host reads of the slots after a device call: length, decoding (the turn still runs), turn_start and
+  stopped (the turn ended on a stop token), each [S]."""
+
+  length: np.ndarray
+  decoding: np.ndarray
+  turn_start: np.ndarray
+  stopped: np.ndarray
+
+
+@dataclasses.dataclass
+class _Loop:
+  """One `AgentRunner.run` in progress; mutable by design: each stage of the loop advances it.
+
+  Attributes:
+    episodes: what the run runs.
+    weights: () -> (params, version), asked before every device call.
+    pool: the tool workers.
+    request_text: the summary request's text (empty without summaries).
+    request_ids: the request's tokens as appended after a turn's results: brief appends the text after the
+      notice; a native format renders it as a user turn in place of the generation prompt, whose tokens (the
+      turn's framing) bound it here.
+    reserve: positions a summary needs after a segment's last one: the request and the summary's budget.
+    queue: indices of the episodes still waiting for a slot.
+    results: the trajectories, by episode index (None until graded).
+    slot_run: each slot's episode (None: free).
+    host_len: [S] what the host knows of each slot between device calls: its length (a drawn token included)...
+    pending: [S] ... and whether its drawn last token is still unfed (1) or not (0).
+    known_len: [S] each slot's length as of the last device call (the attention window's bound).
+    grading: the gradings running on tool workers -> the trajectory's fields read from its slot.
+    last_version: the weights version of the last device call (weight swaps are counted against it).
+    tick: when the slot-seconds were last counted.
+  """
+
+  episodes: Sequence[Episode]
+  weights: Callable[[], tuple[object, int]]
+  pool: concurrent.futures.ThreadPoolExecutor
+  request_text: str
+  request_ids: np.ndarray
+  reserve: int
+  queue: collections.deque
+  results: list
+  slot_run: list
+  host_len: np.ndarray
+  pending: np.ndarray
+  known_len: np.ndarray
+  grading: dict = dataclasses.field(default_factory=dict)
+  last_version: int | None = None
+  tick: float = dataclasses.field(default_factory=time.perf_counter)
+
+  @property
+  def running(self) -> bool:
+    """Episodes are queued, in slots or being graded."""
+    return bool(self.queue) or any(r is not None for r in self.slot_run) or bool(self.grading)
+
+  def slots_in(self, *phases: _Phase) -> list[int]:
+    """The slots whose episode is in one of `phases`, ascending."""
+    return [slot for slot, run in enumerate(self.slot_run) if run is not None and run.phase in phases]
+
+  def mask(self, phase: _Phase) -> np.ndarray:
+    """[S] bool: the slots whose episode is in `phase`."""
+    return np.asarray([run is not None and run.phase is phase for run in self.slot_run], bool)
 
 
 @jax.jit
@@ -290,19 +410,14 @@ class AgentRunner:
 
   # -- device calls ---------------------------------------------------------------------------------------------
 
-  def _append(self, params, version, pieces: dict[int, tuple[list[int], bool, bool, int, jax.Array, int]],
-              forced_turns: dict[int, np.ndarray], longest: int):
-    """One append call: pieces[slot] = (ids, reset, draw, turn_end, key, keep) (keep >= 0: rewind the slot to its
-    first keep positions first, -1: no rewind); forced_turns[slot] = a forced turn's ids; longest: the largest new
-    length of a slot taking part (the attention window's bound).
+  def _append(self, params, version, pieces: dict[int, _Piece], forced_turns: dict[int, np.ndarray]):
+    """One append call: pieces[slot] = what the slot appends; forced_turns[slot] = a forced turn's ids. The
+    attention window is bounded by the largest new length of a slot taking part.
 
     Only the taking-part slots are computed (`engine.append` rows, padded with idle slots to a power of two), so
     an observation arriving alone costs its own slot, not all S; under a mesh every slot is."""
     s = self.engine.slots
-    pending = self._host_pending
-    need = max(len(ids) + (0 if reset or keep >= 0 else pending[slot])
-               for slot, (ids, reset, _, _, _, keep) in pieces.items())
-    c = self.engine.bucket(max(need, 1))
+    c = self.engine.bucket(max(max(p.fed for p in pieces.values()), 1))
     subset = self._rows(sorted(pieces))
     rows = list(range(s)) if subset is None else [int(i) for i in subset]
     k = len(rows)
@@ -317,31 +432,37 @@ class AgentRunner:
     for i, slot in enumerate(rows):
       if slot not in pieces:
         continue
-      ids, r, d, end, key, kp = pieces[slot]
+      p = pieces[slot]
       take_part[i] = True
-      chunk[i, :len(ids)] = ids
-      lengths[i] = len(ids)
-      reset[i], draw[i], turn_end[i], keep[i] = r, d, end, kp
-      if r:
-        keys = keys.at[slot].set(key)
-      self.stats.positions_fed += len(ids) + (0 if r or kp >= 0 else pending[slot])
+      chunk[i, :len(p.ids)] = p.ids
+      lengths[i] = len(p.ids)
+      reset[i], draw[i], turn_end[i], keep[i] = p.reset, p.draw, p.turn_end, p.keep
+      if p.reset:
+        keys = keys.at[slot].set(p.key)
+      self.stats.positions_fed += p.fed
     self._keys = keys
-    forced = forced_len = None
-    if self.engine.max_forced:
-      forced = np.zeros((k, self.engine.max_forced), np.int32)
-      forced_len = np.zeros((k,), np.int32)
-      for i, slot in enumerate(rows):
-        if slot in forced_turns:
-          ids = forced_turns[slot][:self.engine.max_forced]
-          forced[i, :len(ids)] = ids
-          forced_len[i] = len(ids)
-    elif forced_turns:
-      raise ValueError("An episode's script forces a turn, but EngineConfig.max_forced is 0.")
+    forced, forced_len = self._forced(rows, forced_turns)
     self._state = engine_lib.append(params, self._state, chunk, lengths, take_part=take_part, reset=reset, draw=draw,
                                     turn_end=turn_end, keys=keys if subset is None else keys[subset],
                                     version=version, forced=forced, forced_len=forced_len, keep=keep,
-                                    window=self.engine.window(longest), rows=subset, **self._kw)
+                                    window=self.engine.window(max(p.start + p.fed for p in pieces.values())),
+                                    rows=subset, **self._kw)
     self.stats.appends += 1
+
+  def _forced(self, rows: list[int], forced_turns: dict[int, np.ndarray]):
+    """The append's forced turns ([k, max_forced] ids, [k] lengths) of its rows, or (None, None) without them."""
+    if not self.engine.max_forced:
+      if forced_turns:
+        raise ValueError("An episode's script forces a turn, but EngineConfig.max_forced is 0.")
+      return None, None
+    forced = np.zeros((len(rows), self.engine.max_forced), np.int32)
+    forced_len = np.zeros((len(rows),), np.int32)
+    for i, slot in enumerate(rows):
+      if slot in forced_turns:
+        ids = forced_turns[slot][:self.engine.max_forced]
+        forced[i, :len(ids)] = ids
+        forced_len[i] = len(ids)
+    return forced, forced_len
 
   def _rows(self, slots) -> np.ndarray | None:
     """The rows a device call computes: `slots` padded with idle ones to a power of two (each k compiles once), or
@@ -354,11 +475,23 @@ class AgentRunner:
     chosen = set(int(i) for i in slots)
     return np.asarray(sorted(chosen) + [i for i in range(s) if i not in chosen][:k - len(chosen)], np.int32)
 
+  def _weights(self, loop: _Loop) -> tuple[object, int]:
+    """The newest (params, version), asked before every device call (an actor swaps in newer weights there)."""
+    params, version = loop.weights()
+    self.stats.weight_swaps += loop.last_version is not None and version != loop.last_version
+    loop.last_version = version
+    return params, version
+
+  def _view(self) -> _SlotView:
+    return _SlotView(*jax.device_get((self._state.length, self._state.decoding, self._state.turn_start,
+                                      self._state.stopped)))
+
   # -- the loop -------------------------------------------------------------------------------------------------
 
   def run(self, episodes: Sequence[Episode], weights: Callable[[], tuple[object, int]],
           on_chunk: Callable[[], None] | None = None) -> list[Trajectory]:
-    """Runs every episode to its end; returns their trajectories in order (see the module docstring).
+    """Runs every episode to its end; returns their trajectories in order (see the module docstring, whose steps
+    1 to 5 are the stages below; an episode's `_Phase` says which of them takes it next).
 
     Args:
       episodes: what to run.
@@ -366,15 +499,29 @@ class AgentRunner:
       on_chunk: called once per loop iteration (an actor renews its lease there).
     """
     t_run = time.perf_counter()
-    agent, s_slots, context = self.agent, self.engine.slots, self.engine.context
-    summary = agent.summary
-    native = self.chat.native
+    loop = self._start(episodes, weights)
+    try:
+      while loop.running:
+        self._count_slot_time(loop)
+        if on_chunk is not None:
+          on_chunk()
+        self._admit(loop)
+        self._append_pieces(loop)
+        view = self._decode_turns(loop)
+        self._end_turns(loop, view)
+        self._take_tool_results(loop)
+        self._take_gradings(loop)
+    finally:
+      self._shut_down(loop)
+    self.stats.wall_s += time.perf_counter() - t_run
+    return loop.results
+
+  def _start(self, episodes: Sequence[Episode], weights: Callable[[], tuple[object, int]]) -> _Loop:
+    """Checks the episodes' prompts against the slots' context and starts the tool workers: the loop's state."""
+    summary, context, native = self.agent.summary, self.engine.context, self.chat.native
     request_text = self.chat.format.summary_request(summary.max_tokens) if summary.enabled else ""
-    # Brief appends the request after the notice; a native format renders it as a user turn in place of the
-    # generation prompt, whose tokens (the turn's framing) bound it here.
     request_ids = (self._encode(self.chat.format.continuation("", (), "", request=request_text).notice) if native
                    else self._encode(request_text))
-    # Positions a summary needs after a segment's last one: the request and the summary's budget.
     reserve = len(request_ids) + summary.max_tokens if summary.enabled else 0
     for i, ep in enumerate(episodes):
       if len(ep.prompt) < 1 or len(ep.prompt) + reserve >= context:
@@ -384,278 +531,331 @@ class AgentRunner:
       if native and summary.enabled and not ep.first_observation:
         raise ValueError(f"Episode {i} has no first_observation; chat format {self.chat.format.name!r} re-renders "
                          "the prompt from it after a self-summary.")
-    queue = collections.deque(range(len(episodes)))
-    results: list[Trajectory | None] = [None] * len(episodes)
-    slot_run: list[_Run | None] = [None] * s_slots
-    # What the host knows of each slot between device calls: its length, and whether a drawn token is unfed.
-    host_len = np.zeros(s_slots, np.int64)
-    known_len = np.zeros(s_slots, np.int64)  # each slot's length as of the last device call (the window's bound)
-    self._host_pending = np.zeros(s_slots, np.int64)
-    waiting: dict[int, list] = {}  # slot -> pieces still to append [(ids, reset, keep)]; the last starts a turn
-    finishing: set[int] = set()  # slots whose pending token is fed for routing, then released
-    closing: set[int] = set()  # slots whose summary's pending token is fed, then a new segment starts
-    tools: dict[concurrent.futures.Future, int] = {}
-    grading: dict[concurrent.futures.Future, dict] = {}  # -> the trajectory's fields read from its slot
-    decoding = np.zeros(s_slots, bool)
-    last_version = None
-    max_piece = self.engine.chunk_sizes[-1] - 1  # leaves room for a pending token
-
-    def timed(fn, run: _Run):
-      def call(*args):
-        t0 = time.perf_counter()
-        try:
-          return fn(*args)
-        finally:
-          t1 = time.perf_counter()
-          run.tool_s += t1 - t0
-          self.stats.tool_intervals.append((t0, t1))
-      return call
-
-    def can_summarize(run: _Run) -> bool:
-      return summary.enabled and len(run.segments) + 1 < summary.max_segments
-
-    def turn_end(slot: int, run: _Run, start: int) -> int:
-      if run.summarizing:
-        return int(min(start + summary.max_tokens, context))
-      left = min(agent.max_turn_tokens, agent.max_episode_tokens - run.model_tokens)
-      # While a summary may follow, a turn leaves room for it (the request and the summary's budget).
-      return int(min(start + left, context - (reserve if can_summarize(run) else 0)))
-
-    def pieces_of(ids, keep: int = -1) -> list:
-      """Appends of at most max_piece tokens; the first rewinds the slot to `keep` (-1: no rewind)."""
-      return [(ids[k:k + max_piece], False, keep if k == 0 else -1) for k in range(0, len(ids), max_piece)] or \
-          [([], False, keep)]
-
+    s = self.engine.slots
     pool = concurrent.futures.ThreadPoolExecutor(
-        agent.tool_workers, thread_name_prefix="agent-tools",
-        initializer=functools.partial(placement.pin_thread, placement.parse_cpus(agent.tool_cpus)))
-    tick = time.perf_counter()
-    try:
-      while queue or any(r is not None for r in slot_run) or grading:
-        now = time.perf_counter()
-        self.stats.slot_s += (now - tick) * s_slots
-        if queue:
-          self.stats.slot_wait_s += (now - tick) * len(tools)
-        tick = now
-        if on_chunk is not None:
-          on_chunk()
-        # 1. Refill free slots.
-        for slot in range(s_slots):
-          if slot_run[slot] is None and queue:
-            i = queue.popleft()
-            run = _Run(index=i, env=episodes[i].make_env())
-            run.started = pool.submit(timed(run.env.reset, run))
-            slot_run[slot] = run
-            prompt = [int(t) for t in episodes[i].prompt]
-            run.add(prompt, Source.PROMPT, 0)
-            if episodes[i].script is not None:
-              run.observations.append(self.tokenizer.decode(prompt))
-            waiting[slot] = [(prompt[k:k + max_piece], k == 0, -1) for k in range(0, len(prompt), max_piece)]
-            host_len[slot] = 0
-            self._host_pending[slot] = 0
-        # 2. One append for everything waiting (each slot's next piece).
-        pieces, forced_turns = {}, {}
-        for slot, chunks in waiting.items():
-          ids, reset, keep = chunks[0]
-          last = len(chunks) == 1
-          run = slot_run[slot]
-          start = (0 if reset else keep if keep >= 0 else host_len[slot]) + len(ids)
-          end = turn_end(slot, run, start) if last else 0
-          key = episodes[run.index].key
-          key = jax.random.key(key) if isinstance(key, int) else key
-          pieces[slot] = (ids, reset, last, end, key, keep)
-          script = episodes[run.index].script
-          if last and script is not None:
-            text = script(run.turns, run.observations)
-            if text is not None:
-              forced_turns[slot] = self.chat.turn_ids(text)
-        for slot in finishing | closing:
-          pieces[slot] = ([], False, False, 0, None, -1)
-        if pieces:
-          params, version = weights()
-          self.stats.weight_swaps += last_version is not None and version != last_version
-          last_version = version
-          base = lambda slot, reset, keep: 0 if reset else keep if keep >= 0 else host_len[slot]
-          longest = max(base(slot, p[1], p[5]) + len(p[0]) + (0 if p[1] or p[5] >= 0 else self._host_pending[slot])
-                        for slot, p in pieces.items())
-          self._append(params, version, pieces, forced_turns, longest)
-          for slot, (ids, reset, draw, _, _, keep) in pieces.items():
-            host_len[slot] = base(slot, reset, keep) + len(ids)
-            known_len[slot] = host_len[slot] + draw
-            self._host_pending[slot] = 0
-            if slot in waiting:
-              waiting[slot].pop(0)
-              if not waiting[slot]:
-                del waiting[slot]
-                decoding[slot] = True  # the turn started; read back below (it may end on its first token)
-          for slot in sorted(finishing):
-            run = slot_run[slot]
-            slot_run[slot] = None
-            grading[pool.submit(timed(self._grade, run), run)] = self._release(slot, run)
-          finishing.clear()
-          for slot in sorted(closing):  # a new segment: the summary framed, after the task's first observation
-            run = slot_run[slot]
-            prompt, head = self._segment_head(episodes[run.index], run)
-            more = summary.enabled and len(run.segments) + 2 < summary.max_segments  # may the new one summarize?
-            if len(prompt) + sum(len(ids) for ids, _ in head) + 1 + (reserve if more else 0) > context:
-              run.end = EpisodeEnd.CONTEXT  # the summary and what it carries leave no room to go on
-              finishing.add(slot)  # the episode ends with the segment just summarized
-              continue
-            run.segments.append(self._segment(slot, run))
-            run.tokens, run.source, run.turn, run.carried = [], [], [], []
-            run.add(prompt, Source.PROMPT, run.turns - 1)
-            for ids, src in head:
-              run.add(ids, src, run.turns - 1)
-            if episodes[run.index].script is not None:
-              texts = [self.tokenizer.decode(ids) for ids, _ in head]
-              run.observations = [self.tokenizer.decode(prompt) + texts[0]] + ["".join(texts[1:])] * (len(head) > 1)
-            run.summarizing, run.kept = False, len(prompt)
-            waiting[slot] = pieces_of([int(t) for ids, _ in head for t in ids], keep=len(prompt))
-          closing.clear()
-        # 3. Decode every running turn.
-        if decoding.any():
-          params, version = weights()
-          self.stats.weight_swaps += last_version is not None and version != last_version
-          last_version = version
-          t0 = time.perf_counter()
-          window = self.engine.window(int(known_len[decoding].max()) + agent.chunk_steps)
-          self._state = engine_lib.decode(params, self._state, steps=agent.chunk_steps, version=version,
-                                          window=window, rows=self._rows(np.flatnonzero(decoding)), **self._kw)
-          view = jax.device_get((self._state.length, self._state.decoding, self._state.turn_start,
-                                 self._state.stopped))
-          self.stats.decode_intervals.append((t0, time.perf_counter()))
-          self.stats.decodes += 1
-        else:
-          view = jax.device_get((self._state.length, self._state.decoding, self._state.turn_start,
-                                 self._state.stopped))
-        length, still, turn_start, stopped = view
-        known_len = np.asarray(length, np.int64).copy()
-        ended = [slot for slot in range(s_slots) if decoding[slot] and not still[slot]]
-        decoding = np.asarray(still, bool).copy()
-        # 4. Ended turns go to the tools; the slot keeps its cache.
-        if ended:
-          for slot in ended:
-            run = slot_run[slot]
-            ids = np.asarray(jax.device_get(_slot_tokens(self._state.tokens, slot)))[turn_start[slot]:length[slot]]
-            self.stats.positions_fed += len(ids) - 1 if len(ids) else 0  # decode steps fed all but the newest
-            host_len[slot] = int(length[slot])
-            self._host_pending[slot] = 1 if len(ids) else 0
-            if not len(ids):  # no budget was left to draw (the checks below end such an episode first)
-              run.end = EpisodeEnd.SUMMARY_BUDGET if run.summarizing else EpisodeEnd.TOKEN_BUDGET
-              finishing.add(slot)
-              continue
-            if run.summarizing:  # the summary: no tool runs; the segment ends (or the episode, if it overran)
-              run.add(ids, Source.SUMMARY, run.turns)
-              run.turns += 1
-              run.summaries += 1
-              self.stats.summaries += 1
-              stop = len(ids) and int(ids[-1]) in self.sampling.stop_tokens
-              run.summary_text = (self.chat.turn_text(ids) if native
-                                  else self.tokenizer.decode(ids[:-1] if stop else ids))
-              if stopped[slot]:
-                closing.add(slot)
-              else:
-                run.end = EpisodeEnd.SUMMARY_BUDGET
-                finishing.add(slot)
-              continue
-            run.add(ids, Source.MODEL, run.turns)
-            run.model_tokens += len(ids)
-            run.turns += 1
-            run.last_stopped = bool(stopped[slot])
-            text = self.chat.turn_text(ids)
-            ended_by_eot = bool(stopped[slot]) and int(ids[-1]) == self.chat.end_of_turn_id
-            if not np.array_equal(self.chat.turn_ids(text) if ended_by_eot else self._encode(text), ids):
-              run.retokenized += 1
-            run.last_text = text
-            run.unended = native and not ended_by_eot
-            tools[pool.submit(timed(self._step, run), run, ids, text)] = slot
-        # 5. Finished tool calls: observations in, or the episode's end.
-        if tools and not decoding.any() and not waiting and not finishing:
-          concurrent.futures.wait(list(tools) + list(grading), return_when=concurrent.futures.FIRST_COMPLETED)
-        for fut in [f for f in tools if f.done()]:
-          slot = tools.pop(fut)
-          run = slot_run[slot]
-          result: TurnResult = fut.result()
-          end = self._episode_end(run, result)
-          obs_ids = self._encode(result.observation)
-          if run.unended:
-            # A turn cut by its budget has no end-of-turn token; the template writes one after every assistant
-            # message, so it opens the observation (the stream stays the conversation's render; not trained on).
-            obs_ids = np.concatenate([np.asarray([self.chat.end_of_turn_id], np.int32), obs_ids])
-          notice_ids = self._encode(result.notice)
-          # host_len counts the turn's pending last token; the next turn needs room for at least one token (and,
-          # while a summary may follow it, for the summary).
-          grown = int(host_len[slot]) + len(obs_ids) + len(notice_ids)
-          summarize = False
-          if end is None and not summary.enabled and grown + 1 > context:
-            end = EpisodeEnd.CONTEXT
-          if end is None and run.model_tokens >= agent.max_episode_tokens:
-            end = EpisodeEnd.TOKEN_BUDGET
-          if end is None and summary.enabled and (grown >= summary.trigger_tokens or grown + 1 + reserve > context):
-            summarize = can_summarize(run)
-            end = None if summarize else EpisodeEnd.SEGMENT_LIMIT
-          if end is not None:
-            run.end = end
-            finishing.add(slot)
-            continue
-          script = episodes[run.index].script is not None
-          ids, appended = [], False
-          if summarize and grown + reserve > context and native:
-            # A native template has no place for tool results before the turn that called them: the episode is cut.
-            run.end = EpisodeEnd.CONTEXT
-            finishing.add(slot)
-            continue
-          if summarize and grown + reserve > context:
-            # The observation does not fit beside a summary: the summary comes first, the observation opens the
-            # next segment (nothing the environment said is lost).
-            run.carried = [(obs_ids, Source.OBSERVATION), (notice_ids, Source.NOTICE)]
-          else:
-            if script:
-              run.observations.append(result.observation + result.notice)
-            run.add(obs_ids, Source.OBSERVATION, run.turns - 1)
-            if summarize and native:
-              # The template writes the request as a user turn in place of the generation prompt: the harness's
-              # message and the request, re-rendered together (the ledger marks them all as the request).
-              notice_ids = self._encode(self.chat.format.continuation(
-                  run.last_text, result.results, result.budget, request=request_text).notice)
-              run.add(notice_ids, Source.SUMMARY_REQUEST, run.turns - 1)
-            else:
-              run.add(notice_ids, Source.NOTICE, run.turns - 1)
-            ids = [int(t) for t in obs_ids] + [int(t) for t in notice_ids]
-            appended = True
-          if summarize and native:
-            if script:
-              run.observations[-1] = result.observation + self.tokenizer.decode(notice_ids)
-            run.summarizing = True
-          elif summarize:
-            if script:
-              text = self_summary.request(summary.max_tokens)
-              if appended:
-                run.observations[-1] += text
-              else:
-                run.observations.append(text)
-            run.add(request_ids, Source.SUMMARY_REQUEST, run.turns - 1)
-            ids += [int(t) for t in request_ids]
-            run.summarizing = True
-          waiting[slot] = pieces_of(ids)
-        if not tools and not decoding.any() and not waiting and not finishing and grading:
-          concurrent.futures.wait(list(grading), return_when=concurrent.futures.FIRST_COMPLETED)
-        for fut in [f for f in grading if f.done()]:
-          partial = grading.pop(fut)
-          terms, tool_s = fut.result()
-          results[partial["index"]] = Trajectory(**{k: v for k, v in partial.items() if k != "index"},
-                                                 reward_terms=terms, tool_seconds=tool_s)
-          self.stats.episodes += 1
-    finally:
-      pool.shutdown(wait=True, cancel_futures=True)
-      for run in slot_run:
-        if run is not None:
-          try:
-            run.env.close()
-          except Exception:  # pylint: disable=broad-except
-            pass
-    self.stats.wall_s += time.perf_counter() - t_run
-    return results
+        self.agent.tool_workers, thread_name_prefix="agent-tools",
+        initializer=functools.partial(placement.pin_thread, placement.parse_cpus(self.agent.tool_cpus)))
+    return _Loop(episodes=episodes, weights=weights, pool=pool, request_text=request_text, request_ids=request_ids,
+                 reserve=reserve, queue=collections.deque(range(len(episodes))), results=[None] * len(episodes),
+                 slot_run=[None] * s, host_len=np.zeros(s, np.int64), pending=np.zeros(s, np.int64),
+                 known_len=np.zeros(s, np.int64))
+
+  def _shut_down(self, loop: _Loop) -> None:
+    """Stops the tool workers and closes the environments of episodes still in slots (after an error)."""
+    loop.pool.shutdown(wait=True, cancel_futures=True)
+    for run in loop.slot_run:
+      if run is not None:
+        try:
+          run.env.close()
+        except Exception:  # pylint: disable=broad-except
+          pass
+
+  def _count_slot_time(self, loop: _Loop) -> None:
+    """Slot-seconds since the last iteration, and those in which slots only held caches while episodes queued."""
+    now = time.perf_counter()
+    self.stats.slot_s += (now - loop.tick) * self.engine.slots
+    if loop.queue:
+      self.stats.slot_wait_s += (now - loop.tick) * len(loop.slots_in(_Phase.IN_TOOL))
+    loop.tick = now
+
+  def _timed(self, fn, run: _Run):
+    """`fn` as a tool worker runs it: its wall time is counted in the episode's `tool_s` and in the tool
+    intervals."""
+
+    def call(*args):
+      t0 = time.perf_counter()
+      try:
+        return fn(*args)
+      finally:
+        t1 = time.perf_counter()
+        run.tool_s += t1 - t0
+        self.stats.tool_intervals.append((t0, t1))
+
+    return call
+
+  def _can_summarize(self, run: _Run) -> bool:
+    summary = self.agent.summary
+    return summary.enabled and len(run.segments) + 1 < summary.max_segments
+
+  def _turn_end(self, loop: _Loop, run: _Run, start: int) -> int:
+    """The position a turn starting at `start` may not reach: its budget, the episode's and the context's."""
+    agent, context = self.agent, self.engine.context
+    if run.summarizing:
+      return int(min(start + agent.summary.max_tokens, context))
+    left = min(agent.max_turn_tokens, agent.max_episode_tokens - run.model_tokens)
+    # While a summary may follow, a turn leaves room for it (the request and the summary's budget).
+    return int(min(start + left, context - (loop.reserve if self._can_summarize(run) else 0)))
+
+  def _pieces(self, ids: list[int], keep: int = -1, reset: bool = False) -> list[_Piece]:
+    """`ids` as appends of at most the largest bucket less one (room for a pending token); the first one resets
+    the slot (`reset`) or rewinds it to `keep` (-1: no rewind)."""
+    n = self.engine.chunk_sizes[-1] - 1
+    return [_Piece(ids[k:k + n], reset=reset and k == 0, keep=keep if k == 0 else -1)
+            for k in range(0, len(ids), n)] or [_Piece([], keep=keep)]
+
+  def _admit(self, loop: _Loop) -> None:
+    """Free slots take the next queued episodes: APPENDING their prompts, their environments starting (`reset`)
+    on a tool worker at once."""
+    for slot in range(self.engine.slots):
+      if loop.slot_run[slot] is None and loop.queue:
+        i = loop.queue.popleft()
+        episode = loop.episodes[i]
+        run = _Run(index=i, env=episode.make_env())
+        run.started = loop.pool.submit(self._timed(run.env.reset, run))
+        loop.slot_run[slot] = run
+        prompt = [int(t) for t in episode.prompt]
+        run.add(prompt, Source.PROMPT, 0)
+        if episode.script is not None:
+          run.observations.append(self.tokenizer.decode(prompt))
+        run.pieces = self._pieces(prompt, reset=True)
+        loop.host_len[slot] = 0
+        loop.pending[slot] = 0
+
+  def _append_pieces(self, loop: _Loop) -> None:
+    """One `engine.append` feeds the next piece of every APPENDING slot (a slot whose last piece goes is DECODING)
+    and the pending last token of every FINISHING and CLOSING one (for routing replay); then FINISHING episodes
+    leave their slots and CLOSING ones start their next segment."""
+    finishing, closing = loop.slots_in(_Phase.FINISHING), loop.slots_in(_Phase.CLOSING)
+    pieces, forced_turns = self._next_pieces(loop)
+    for slot in finishing + closing:
+      pieces[slot] = _Piece([], start=loop.host_len[slot], pending=loop.pending[slot])
+    if not pieces:
+      return
+    params, version = self._weights(loop)
+    self._append(params, version, pieces, forced_turns)
+    for slot, piece in pieces.items():
+      loop.host_len[slot] = piece.start + len(piece.ids)
+      loop.known_len[slot] = loop.host_len[slot] + piece.draw
+      loop.pending[slot] = 0
+      run = loop.slot_run[slot]
+      if run.phase is _Phase.APPENDING:
+        run.pieces.pop(0)
+        if not run.pieces:
+          run.phase = _Phase.DECODING  # the turn started; read back after the decode (it may end on its first token)
+    for slot in finishing:
+      self._release(loop, slot)
+    for slot in closing:
+      self._next_segment(loop, slot)
+
+  def _next_pieces(self, loop: _Loop) -> tuple[dict[int, _Piece], dict[int, np.ndarray]]:
+    """Each APPENDING slot's next piece, placed in its slot (the last one with its turn's end), and the turns the
+    episodes' scripts force."""
+    pieces, forced_turns = {}, {}
+    for slot in loop.slots_in(_Phase.APPENDING):
+      run = loop.slot_run[slot]
+      episode = loop.episodes[run.index]
+      piece = run.pieces[0]
+      last = len(run.pieces) == 1
+      start = 0 if piece.reset else piece.keep if piece.keep >= 0 else loop.host_len[slot]
+      end = self._turn_end(loop, run, start + len(piece.ids)) if last else 0
+      key = jax.random.key(episode.key) if isinstance(episode.key, int) else episode.key
+      pending = 0 if piece.reset or piece.keep >= 0 else loop.pending[slot]
+      pieces[slot] = dataclasses.replace(piece, draw=last, turn_end=end, key=key, start=start, pending=pending)
+      if last and episode.script is not None:
+        text = episode.script(run.turns, run.observations)
+        if text is not None:
+          forced_turns[slot] = self.chat.turn_ids(text)
+    return pieces, forced_turns
+
+  def _release(self, loop: _Loop, slot: int) -> None:
+    """A FINISHING episode (its last token fed) leaves its slot: its last segment is read out with the earlier
+    ones, and its grading (`AgentEnv.reward`) goes to a tool worker."""
+    run = loop.slot_run[slot]
+    loop.slot_run[slot] = None
+    last = self._segment(slot, run)
+    self.stats.model_tokens += run.model_tokens
+    partial = {"index": run.index, **{f.name: getattr(last, f.name) for f in dataclasses.fields(Segment)},
+               "turns": run.turns, "end": run.end, "retokenized_turns": run.retokenized,
+               "earlier": tuple(run.segments)}
+    loop.grading[loop.pool.submit(self._timed(self._grade, run), run)] = partial
+
+  def _next_segment(self, loop: _Loop, slot: int) -> None:
+    """A CLOSING episode's segment is read out of its slot and the next starts APPENDING: the slot is rewound to
+    the task's first positions, whose cache stays, and appends the summary framed and what the last segment
+    carried over. An episode whose new segment would leave no room to go on is FINISHING instead (CONTEXT), with
+    the segment just summarized."""
+    run = loop.slot_run[slot]
+    episode = loop.episodes[run.index]
+    summary = self.agent.summary
+    prompt, head = self._segment_head(episode, run)
+    more = summary.enabled and len(run.segments) + 2 < summary.max_segments  # may the new one summarize?
+    if len(prompt) + sum(len(ids) for ids, _ in head) + 1 + (loop.reserve if more else 0) > self.engine.context:
+      run.end = EpisodeEnd.CONTEXT  # the summary and what it carries leave no room to go on
+      run.phase = _Phase.FINISHING
+      return
+    run.segments.append(self._segment(slot, run))
+    run.tokens, run.source, run.turn, run.carried = [], [], [], []
+    run.add(prompt, Source.PROMPT, run.turns - 1)
+    for ids, src in head:
+      run.add(ids, src, run.turns - 1)
+    if episode.script is not None:
+      texts = [self.tokenizer.decode(ids) for ids, _ in head]
+      run.observations = [self.tokenizer.decode(prompt) + texts[0]] + ["".join(texts[1:])] * (len(head) > 1)
+    run.summarizing, run.kept = False, len(prompt)
+    run.pieces = self._pieces([int(t) for ids, _ in head for t in ids], keep=len(prompt))
+    run.phase = _Phase.APPENDING
+
+  def _decode_turns(self, loop: _Loop) -> _SlotView:
+    """One `engine.decode` of `chunk_steps` steps runs every DECODING slot with the newest weights; returns the
+    slots as the host reads them after it."""
+    decoding = loop.mask(_Phase.DECODING)
+    if decoding.any():
+      params, version = self._weights(loop)
+      t0 = time.perf_counter()
+      window = self.engine.window(int(loop.known_len[decoding].max()) + self.agent.chunk_steps)
+      self._state = engine_lib.decode(params, self._state, steps=self.agent.chunk_steps, version=version,
+                                      window=window, rows=self._rows(np.flatnonzero(decoding)), **self._kw)
+      view = self._view()
+      self.stats.decode_intervals.append((t0, time.perf_counter()))
+      self.stats.decodes += 1
+    else:
+      view = self._view()
+    loop.known_len = np.asarray(view.length, np.int64).copy()
+    return view
+
+  def _end_turns(self, loop: _Loop, view: _SlotView) -> None:
+    """The DECODING slots whose turn ended: a model turn goes IN_TOOL, a summary CLOSING (or, past its budget,
+    FINISHING), a turn that had no budget left to draw FINISHING."""
+    for slot in loop.slots_in(_Phase.DECODING):
+      if view.decoding[slot]:
+        continue
+      run = loop.slot_run[slot]
+      ids = np.asarray(jax.device_get(_slot_tokens(self._state.tokens, slot)))[
+          view.turn_start[slot]:view.length[slot]]
+      self.stats.positions_fed += len(ids) - 1 if len(ids) else 0  # decode steps fed all but the newest
+      loop.host_len[slot] = int(view.length[slot])
+      loop.pending[slot] = 1 if len(ids) else 0
+      if not len(ids):  # no budget was left to draw (the checks after a tool call end such an episode first)
+        run.end = EpisodeEnd.SUMMARY_BUDGET if run.summarizing else EpisodeEnd.TOKEN_BUDGET
+        run.phase = _Phase.FINISHING
+      elif run.summarizing:
+        self._end_summary(run, ids, bool(view.stopped[slot]))
+      else:
+        self._end_model_turn(loop, run, ids, bool(view.stopped[slot]))
+
+  def _end_summary(self, run: _Run, ids: np.ndarray, stopped: bool) -> None:
+    """A summary turn ended: no tool runs; the segment ends (or the episode, if the summary overran)."""
+    run.add(ids, Source.SUMMARY, run.turns)
+    run.turns += 1
+    run.summaries += 1
+    self.stats.summaries += 1
+    stop = len(ids) and int(ids[-1]) in self.sampling.stop_tokens
+    run.summary_text = (self.chat.turn_text(ids) if self.chat.native
+                        else self.tokenizer.decode(ids[:-1] if stop else ids))
+    if stopped:
+      run.phase = _Phase.CLOSING
+    else:
+      run.end = EpisodeEnd.SUMMARY_BUDGET
+      run.phase = _Phase.FINISHING
+
+  def _end_model_turn(self, loop: _Loop, run: _Run, ids: np.ndarray, stopped: bool) -> None:
+    """A model turn ended: its text goes to a tool worker (`AgentEnv.step`)."""
+    run.add(ids, Source.MODEL, run.turns)
+    run.model_tokens += len(ids)
+    run.turns += 1
+    run.last_stopped = stopped
+    text = self.chat.turn_text(ids)
+    ended_by_eot = stopped and int(ids[-1]) == self.chat.end_of_turn_id
+    if not np.array_equal(self.chat.turn_ids(text) if ended_by_eot else self._encode(text), ids):
+      run.retokenized += 1
+    run.last_text = text
+    run.unended = self.chat.native and not ended_by_eot
+    run.tool = loop.pool.submit(self._timed(self._step, run), run, ids, text)
+    run.phase = _Phase.IN_TOOL
+
+  def _take_tool_results(self, loop: _Loop) -> None:
+    """Finished tool calls: their episodes go APPENDING their observations (and a summary request when the
+    segment ends) or FINISHING. When nothing can run on the device, waits for the first tool worker first."""
+    in_tool = loop.slots_in(_Phase.IN_TOOL)
+    if in_tool and not loop.slots_in(_Phase.DECODING, _Phase.APPENDING, _Phase.FINISHING):
+      concurrent.futures.wait([loop.slot_run[slot].tool for slot in in_tool] + list(loop.grading),
+                              return_when=concurrent.futures.FIRST_COMPLETED)
+    for slot in [slot for slot in in_tool if loop.slot_run[slot].tool.done()]:
+      run = loop.slot_run[slot]
+      result: TurnResult = run.tool.result()
+      run.tool = None
+      self._take_tool_result(loop, slot, run, result)
+
+  def _take_tool_result(self, loop: _Loop, slot: int, run: _Run, result: TurnResult) -> None:
+    """A tool call's result: the episode goes APPENDING its observation and notice (fed after its turn's pending
+    last token), with the summary request when its segment ends here, or FINISHING."""
+    obs_ids = self._encode(result.observation)
+    if run.unended:
+      # A turn cut by its budget has no end-of-turn token; the template writes one after every assistant
+      # message, so it opens the observation (the stream stays the conversation's render; not trained on).
+      obs_ids = np.concatenate([np.asarray([self.chat.end_of_turn_id], np.int32), obs_ids])
+    notice_ids = self._encode(result.notice)
+    # host_len counts the turn's pending last token; the next turn needs room for at least one token (and,
+    # while a summary may follow it, for the summary).
+    grown = int(loop.host_len[slot]) + len(obs_ids) + len(notice_ids)
+    end, summarize = self._after_tool(loop, run, result, grown)
+    if end is not None:
+      run.end = end
+      run.phase = _Phase.FINISHING
+      return
+    script = loop.episodes[run.index].script is not None
+    if summarize and grown + loop.reserve > self.engine.context:
+      # The observation does not fit beside a summary: the summary comes first, the observation opens the
+      # next segment (nothing the environment said is lost).
+      run.carried = [(obs_ids, Source.OBSERVATION), (notice_ids, Source.NOTICE)]
+      ids, text = [], ""
+    else:
+      ids, text = self._observe(loop, run, result, obs_ids, notice_ids, summarize, script)
+    if summarize and not self.chat.native:
+      text += self_summary.request(self.agent.summary.max_tokens) if script else ""
+      run.add(loop.request_ids, Source.SUMMARY_REQUEST, run.turns - 1)
+      ids += [int(t) for t in loop.request_ids]
+    if script:
+      run.observations.append(text)
+    if summarize:
+      run.summarizing = True
+    run.pieces = self._pieces(ids)
+    run.phase = _Phase.APPENDING
+
+  def _after_tool(self, loop: _Loop, run: _Run, result: TurnResult, grown: int) -> tuple[EpisodeEnd | None, bool]:
+    """(how the episode ends after a tool call, or None; whether its next turn is a summary). `grown`: the slot's
+    length once the tool's observation and notice are appended."""
+    summary, context = self.agent.summary, self.engine.context
+    end, summarize = self._episode_end(run, result), False
+    if end is None and not summary.enabled and grown + 1 > context:
+      end = EpisodeEnd.CONTEXT
+    if end is None and run.model_tokens >= self.agent.max_episode_tokens:
+      end = EpisodeEnd.TOKEN_BUDGET
+    if end is None and summary.enabled and (grown >= summary.trigger_tokens or grown + 1 + loop.reserve > context):
+      summarize = self._can_summarize(run)
+      end = None if summarize else EpisodeEnd.SEGMENT_LIMIT
+    if end is None and summarize and self.chat.native and grown + loop.reserve > context:
+      # A native template has no place for tool results before the turn that called them: the episode is cut.
+      end = EpisodeEnd.CONTEXT
+    return end, summarize
+
+  def _observe(self, loop: _Loop, run: _Run, result: TurnResult, obs_ids: np.ndarray, notice_ids: np.ndarray,
+               summarize: bool, script: bool) -> tuple[list[int], str]:
+    """Writes a tool call's observation and notice into the episode's ledger (a native format's summary request
+    in place of the notice); returns (their ids to append, their text for a script)."""
+    run.add(obs_ids, Source.OBSERVATION, run.turns - 1)
+    if summarize and self.chat.native:
+      # The template writes the request as a user turn in place of the generation prompt: the harness's
+      # message and the request, re-rendered together (the ledger marks them all as the request).
+      notice_ids = self._encode(self.chat.format.continuation(
+          run.last_text, result.results, result.budget, request=loop.request_text).notice)
+      run.add(notice_ids, Source.SUMMARY_REQUEST, run.turns - 1)
+      text = result.observation + self.tokenizer.decode(notice_ids) if script else ""
+    else:
+      run.add(notice_ids, Source.NOTICE, run.turns - 1)
+      text = result.observation + result.notice
+    return [int(t) for t in obs_ids] + [int(t) for t in notice_ids], text
+
+  def _take_gradings(self, loop: _Loop) -> None:
+    """Finished gradings: their trajectories. When nothing but gradings is left to wait for, waits for the first."""
+    if loop.grading and not loop.slots_in(_Phase.IN_TOOL, _Phase.DECODING, _Phase.APPENDING, _Phase.FINISHING):
+      concurrent.futures.wait(list(loop.grading), return_when=concurrent.futures.FIRST_COMPLETED)
+    for fut in [f for f in loop.grading if f.done()]:
+      partial = loop.grading.pop(fut)
+      terms, tool_s = fut.result()
+      loop.results[partial["index"]] = Trajectory(**{k: v for k, v in partial.items() if k != "index"},
+                                                  reward_terms=terms, tool_seconds=tool_s)
+      self.stats.episodes += 1
 
   # -- episode steps on tool workers ----------------------------------------------------------------------------
 
@@ -710,11 +910,3 @@ class AgentRunner:
     new = self.chat.segment_prompt(episode.first_observation, run.summary_text)
     keep = max(1, min(prefix_length(prompt, new), len(new) - 1))
     return [int(t) for t in new[:keep]], [(new[keep:], Source.RESUME)]
-
-  def _release(self, slot: int, run: _Run) -> dict:
-    """Reads a finished episode's last segment out of its slot (after its final feed), with the earlier ones."""
-    last = self._segment(slot, run)
-    self.stats.model_tokens += run.model_tokens
-    return {"index": run.index, **{f.name: getattr(last, f.name) for f in dataclasses.fields(Segment)},
-            "turns": run.turns, "end": run.end, "retokenized_turns": run.retokenized,
-            "earlier": tuple(run.segments)}

@@ -267,24 +267,35 @@ def _plain_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: Sam
       step=s.step + 1)
 
 
-def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig, mode: DrawMode,
-                      k: int) -> DecodeState:
-  """Drafts k tokens with the MTP module, verifies them with one main-model step, emits 1..k+1 tokens per row."""
-  b, t = s.tokens.shape
-  rows = jnp.arange(b)
-  temperature, top_k, top_p = _unpack(s.knobs)
-  greedy = mode is DrawMode.GREEDY
-  dist = lambda logits: log_distribution(logits, temperature, top_k, top_p, mode)
-  # Randomness: one key per row and step, split for the drafts, the acceptance tests and the final draw.
-  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(s.keys, s.step)
-  draft_keys, accept_keys, final_keys = (jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(step_keys)
-                                         for i in range(3))
+@dataclasses.dataclass(frozen=True)
+class _StepKeys:
+  """A speculative step's randomness, [B] typed keys: the row's key folded with the step, split (fold_in 0, 1, 2)
+  for the drafts, the acceptance tests and the final draw."""
 
-  # 1. Drafts: module 1 at position pos - 1 sees (h_{pos-1}, x_pos) and predicts x_{pos+1}: those logits came with
-  # the previous step's MTP pass. Drafts 2..k reuse the module on its own output hidden state (their cache slots
-  # are rewritten in step 4).
-  feed_pos = jnp.minimum(s.pos, t - 1)
-  last = s.tokens[rows, feed_pos]
+  draft: jax.Array
+  accept: jax.Array
+  final: jax.Array
+
+
+def _step_keys(s: DecodeState) -> _StepKeys:
+  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(s.keys, s.step)
+  return _StepKeys(*(jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(step_keys) for i in range(3)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Drafts:
+  """The MTP module's k drafts: tokens [B, k] int32 (d_1..d_k), logq [B, k, V] the log-distributions they were
+  drawn from, and the cache with the slots of drafts 2..k written."""
+
+  tokens: jax.Array
+  logq: jax.Array
+  cache: decode_lib.KVCache
+
+
+def _draft(params, s: DecodeState, keys: jax.Array, dist, greedy: bool, k: int, cfg: ModelConfig) -> _Drafts:
+  """Step 1, the drafts: module 1 at position pos - 1 sees (h_{pos-1}, x_pos) and predicts x_{pos+1}: those logits
+  came with the previous step's MTP pass. Drafts 2..k reuse the module on its own output hidden state (their cache
+  slots are rewritten by step 4). `keys`: [B] the drafts' keys; draft j draws with fold_in(key, j)."""
   cache, h_prev, logits_q = s.cache, s.draft_hidden, s.draft_logits
   drafts, draft_logq = [], []
   for j in range(k):
@@ -296,41 +307,89 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
     if greedy:
       d = jnp.argmax(logits_q, axis=-1).astype(jnp.int32)
     else:
-      d = jax.vmap(jax.random.categorical)(jax.vmap(jax.random.fold_in, in_axes=(0, None))(draft_keys, j),
+      d = jax.vmap(jax.random.categorical)(jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, j),
                                            logq).astype(jnp.int32)
     drafts.append(d)
     draft_logq.append(logq)
-  drafts = jnp.stack(drafts, axis=1)  # [B, k]
-  logq = jnp.stack(draft_logq, axis=1)  # [B, k, V]
+  return _Drafts(tokens=jnp.stack(drafts, axis=1), logq=jnp.stack(draft_logq, axis=1), cache=cache)
 
-  # 2. Verify: the main model on [x_pos, d_1..d_k] at pos..pos+k in one cached step.
-  fed = jnp.concatenate([last[:, None], drafts], axis=1)  # [B, k + 1]
+
+@dataclasses.dataclass(frozen=True)
+class _Verified:
+  """The main model's pass over [x_pos, d_1..d_k]: out (`decode_lib.ExtendOutput`: logits [B, k + 1, V], hidden,
+  expert ids, cache), logp [B, k + 1, V] its log-distributions (greedy: the untempered model's, as plain decoding
+  reports), positions [B, k + 1] the fed positions pos..pos+k."""
+
+  out: decode_lib.ExtendOutput
+  logp: jax.Array
+  positions: jax.Array
+
+
+def _verify(params, drafts: _Drafts, last: jax.Array, feed_pos: jax.Array, dist, k: int,
+            cfg: ModelConfig) -> _Verified:
+  """Step 2, verification: the main model on [x_pos, d_1..d_k] at pos..pos+k in one cached step. `last`: [B] x_pos,
+  each row's newest token; `feed_pos`: [B] its position (clipped to the buffer)."""
+  fed = jnp.concatenate([last[:, None], drafts.tokens], axis=1)  # [B, k + 1]
   positions = feed_pos[:, None] + jnp.arange(k + 1)[None, :]
-  out = decode_lib.extend(params, cache, fed, positions, cfg=cfg)
-  logp = dist(out.logits)  # [B, k + 1, V] (greedy: the untempered model's, as plain decoding reports)
+  out = decode_lib.extend(params, drafts.cache, fed, positions, cfg=cfg)
+  return _Verified(out=out, logp=dist(out.logits), positions=positions)
 
-  # 3. Accept a prefix of the drafts; then one more token: the residual draw at the first rejection, or a bonus.
+
+@dataclasses.dataclass(frozen=True)
+class _Accepted:
+  """n: [B] int32 the accepted prefix length a (0..k); tokens: [B, k + 1] int32 the token after each fed position
+  pos + j: d_{j+1} while accepted, then the extra token at j = min(a, k) (zeros after it)."""
+
+  n: jax.Array
+  tokens: jax.Array
+
+
+def _accept(drafts: _Drafts, verified: _Verified, keys: _StepKeys, rows: jax.Array, greedy: bool,
+            k: int) -> _Accepted:
+  """Step 3: accepts a prefix of the drafts (draft j with probability min(1, p_j(d_j) / q_j(d_j)); greedy: while
+  it is the model's argmax), then draws one more token: the residual draw at the first rejection, or a bonus."""
+  logits, logp, logq = verified.out.logits, verified.logp, drafts.logq
+  b = drafts.tokens.shape[0]
   if greedy:
-    ok = drafts == jnp.argmax(out.logits[:, :k], axis=-1)
+    ok = drafts.tokens == jnp.argmax(logits[:, :k], axis=-1)
   else:
-    p_d = jnp.take_along_axis(logp[:, :k], drafts[..., None], axis=-1)[..., 0]
-    q_d = jnp.take_along_axis(logq, drafts[..., None], axis=-1)[..., 0]
-    u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(accept_keys)
+    p_d = jnp.take_along_axis(logp[:, :k], drafts.tokens[..., None], axis=-1)[..., 0]
+    q_d = jnp.take_along_axis(logq, drafts.tokens[..., None], axis=-1)[..., 0]
+    u = jax.vmap(lambda kk: jax.random.uniform(kk, (k,)))(keys.accept)
     ok = jnp.log(u) < p_d - q_d  # u < p / q
   n_acc = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)  # [B] accepted prefix length a
   at = jnp.minimum(n_acc, k)
   if greedy:
-    extra = jnp.argmax(out.logits[rows, at], axis=-1).astype(jnp.int32)
+    extra = jnp.argmax(logits[rows, at], axis=-1).astype(jnp.int32)
   else:
     p_at = logp[rows, at]  # [B, V] target at the first rejected position (or the bonus position)
     q_at = jnp.where((n_acc < k)[:, None], logq[rows, jnp.minimum(at, k - 1)], -jnp.inf)
     residual = jnp.log(jnp.maximum(jnp.exp(p_at) - jnp.exp(q_at), 0.0))
     # If p <= q everywhere (only possible by rounding when p == q) fall back to p itself.
     residual = jnp.where(jnp.any(residual > -jnp.inf, axis=-1, keepdims=True), residual, p_at)
-    extra = jax.vmap(jax.random.categorical)(final_keys, residual).astype(jnp.int32)
-  new = jnp.concatenate([drafts, jnp.zeros((b, 1), jnp.int32)], axis=1).at[rows, at].set(extra)  # [B, k + 1]
-  # Tokens emitted this step: the accepted drafts and the extra token, cut at a stop token and at the budget.
-  emit = (jnp.arange(k + 1)[None, :] <= n_acc[:, None]) & ~s.done[:, None]
+    extra = jax.vmap(jax.random.categorical)(keys.final, residual).astype(jnp.int32)
+  new = jnp.concatenate([drafts.tokens, jnp.zeros((b, 1), jnp.int32)], axis=1).at[rows, at].set(extra)
+  return _Accepted(n=n_acc, tokens=new)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Emitted:
+  """Which of the k + 1 candidates (`_Accepted.tokens`) a step emits: positions [B, k + 1] their places in the
+  buffer (pos + 1 + j), emit [B, k + 1] bool, stop [B, k + 1] bool a stop token at that candidate (among those the
+  acceptance emits), count [B] int32 how many are emitted."""
+
+  positions: jax.Array
+  emit: jax.Array
+  stop: jax.Array
+  count: jax.Array
+
+
+def _emit(s: DecodeState, accepted: _Accepted, sampling: SamplingConfig, k: int) -> _Emitted:
+  """The tokens emitted this step: the accepted drafts and the extra token, cut at a stop token and at the budget
+  (none for a row already done)."""
+  t = s.tokens.shape[1]
+  new = accepted.tokens
+  emit = (jnp.arange(k + 1)[None, :] <= accepted.n[:, None]) & ~s.done[:, None]
   new_pos = s.pos[:, None] + 1 + jnp.arange(k + 1)[None, :]
   # Stop checks on the buffer with every candidate written: the check at a position reads only tokens up to it.
   tentative = _write_rows(s.tokens, new_pos, new, emit & (new_pos < t))
@@ -340,12 +399,32 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
   emit = emit & ((jnp.arange(k + 1)[None, :] <= first_stop[:, None]) | ~jnp.any(stop, axis=1)[:, None])
   budget = sampling.max_new_tokens - s.lengths
   emit = emit & (jnp.arange(k + 1)[None, :] < budget[:, None]) & ~s.done[:, None]
-  n_emit = jnp.sum(emit, axis=1)
-  new_logp = jnp.take_along_axis(logp, new[..., None], axis=-1)[..., 0]
+  return _Emitted(positions=new_pos, emit=emit, stop=stop, count=jnp.sum(emit, axis=1))
+
+
+def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, sampling: SamplingConfig, mode: DrawMode,
+                      k: int) -> DecodeState:
+  """Drafts k tokens with the MTP module (`_draft`), verifies them with one main-model step (`_verify`), accepts a
+  prefix and draws one more token (`_accept`), emits 1..k+1 tokens per row (`_emit`), and runs the MTP pass that
+  fixes the drafts' cache slots and gives the next step's first draft (step 4, here)."""
+  b, t = s.tokens.shape
+  rows = jnp.arange(b)
+  temperature, top_k, top_p = _unpack(s.knobs)
+  greedy = mode is DrawMode.GREEDY
+  dist = lambda logits: log_distribution(logits, temperature, top_k, top_p, mode)
+  keys = _step_keys(s)
+  feed_pos = jnp.minimum(s.pos, t - 1)
+  last = s.tokens[rows, feed_pos]
+  drafts = _draft(params, s, keys.draft, dist, greedy, k, cfg)
+  verified = _verify(params, drafts, last, feed_pos, dist, k, cfg)
+  accepted = _accept(drafts, verified, keys, rows, greedy, k)
+  emitted = _emit(s, accepted, sampling, k)
+  new, new_pos, emit, n_emit, out = accepted.tokens, emitted.positions, emitted.emit, emitted.count, verified.out
+  new_logp = jnp.take_along_axis(verified.logp, new[..., None], axis=-1)[..., 0]
   write = emit & (new_pos < t)
   # Routing of the fed positions pos..pos+n_emit-1 is final (their inputs were accepted).
   fed_final = (jnp.arange(k + 1)[None, :] < n_emit[:, None])
-  hit = jnp.any(stop & emit, axis=1)
+  hit = jnp.any(emitted.stop & emit, axis=1)
   lengths = s.lengths + n_emit
   active = ~s.done
   pos = s.pos + n_emit
@@ -355,19 +434,19 @@ def _speculative_step(params, s: DecodeState, version, cfg: ModelConfig, samplin
   # recursion wrote approximately (slots past the emitted tokens are rewritten again before they are read), and
   # at the new frontier's position pos' - 1 = pos + n_emit - 1 it gives the next step's first draft.
   # The token after fed position pos + j is new[:, j]: d_{j+1} while accepted, then the extra token.
-  fix = decode_lib.extend_mtp(params, out.cache, out.hidden, new[None], positions, cfg=cfg)
+  fix = decode_lib.extend_mtp(params, out.cache, out.hidden, new[None], verified.positions, cfg=cfg)
 
   return dataclasses.replace(
       s, cache=fix.cache,
       tokens=_write_rows(s.tokens, new_pos, new, write),
       logprobs=_write_rows(s.logprobs, new_pos, new_logp, write),
       versions=_write_rows(s.versions, new_pos, jnp.broadcast_to(version, (b, k + 1)), write),
-      expert_ids=_write_ids(s.expert_ids, positions, out.expert_ids, fed_final & active[:, None]),
+      expert_ids=_write_ids(s.expert_ids, verified.positions, out.expert_ids, fed_final & active[:, None]),
       pos=pos, draft_logits=jnp.where(active[:, None], fix.logits[0, rows, last_fed], s.draft_logits),
       draft_hidden=jnp.where(active[:, None], fix.hidden[rows, last_fed], s.draft_hidden), lengths=lengths,
       done=s.done | hit | (lengths >= sampling.max_new_tokens), stopped=s.stopped | hit, step=s.step + 1,
       drafted=s.drafted + jnp.sum(jnp.where(active, k, 0)),
-      accepted=s.accepted + jnp.sum(jnp.where(active, jnp.minimum(n_acc, n_emit), 0)))
+      accepted=s.accepted + jnp.sum(jnp.where(active, jnp.minimum(accepted.n, n_emit), 0)))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "speculative", "layout"))
