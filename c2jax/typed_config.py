@@ -92,7 +92,7 @@ def _join(where: str, key: Any) -> str:
   return f"{where}.{key}" if where else str(key)
 
 
-def _convert(tp: Any, value: Any, default: Any, where: str) -> Any:
+def _convert(tp: Any, value: Any, default: Any, where: str) -> Any:  # noqa: C901
   """`value` converted to type `tp` (`default`: the current value, the base of a nested dataclass)."""
   value = _plain_input(value)
   if tp is Any or tp is object:
@@ -238,5 +238,5 @@ def _tuples(plain: Any) -> Any:
 def to_config_dict(obj: Any):
   """`obj` (a dataclass or plain data) as an ml_collections ConfigDict, lists as tuples: a tuple field is then a
   command-line override (`--config.rl.pass_k='(1, 4, 8)'`), which ml_collections refuses for lists."""
-  import ml_collections  # pylint: disable=g-import-not-at-top  (only run configs need it)
+  import ml_collections  # only run configs need it
   return ml_collections.ConfigDict(_tuples(to_plain(obj)))

@@ -45,7 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 def _rl_tiny(rl_mode: str | None) -> ml_collections.ConfigDict:
   """The main job's model and tokenizer (configs/rl_tiny.py in `rl_mode`), pretrained on code (the docstring)."""
-  from configs import rl_tiny  # pylint: disable=g-import-not-at-top
+  from configs import rl_tiny
 
   rl = rl_tiny.get_config(rl_mode)
   c = pretrain_run_config.defaults()

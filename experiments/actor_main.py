@@ -10,10 +10,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
-from absl import app  # noqa: E402
+from absl import app
 
-from c2jax.services import actor_process  # noqa: E402
-from c2jax.services import cli  # noqa: E402
+from c2jax.services import actor_process
+from c2jax.services import cli
 
 if __name__ == "__main__":
   app.run(actor_process.main, flags_parser=cli.flags_parser)

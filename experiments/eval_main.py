@@ -16,12 +16,12 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # run from a checkout
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
+from absl import app
+from absl import flags
+from absl import logging
 
-from c2jax.services import cli  # noqa: E402
-from c2jax.services import suite_eval  # noqa: E402
+from c2jax.services import cli
+from c2jax.services import suite_eval
 
 _CONFIG = cli.define_config_file(os.path.join(_ROOT, "configs", "eval_realistic.py"), "Eval config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/eval", "Where the reports go.")

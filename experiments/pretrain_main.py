@@ -16,14 +16,14 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # run from a checkout
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
+from absl import app
+from absl import flags
+from absl import logging
 
-from c2jax.parallel.distributed import initialize_from_env  # noqa: E402
-from c2jax.services import cli  # noqa: E402
-from c2jax.services import pretrain_loop  # noqa: E402
-from c2jax.services import pretrain_run_config  # noqa: E402
+from c2jax.parallel.distributed import initialize_from_env
+from c2jax.services import cli
+from c2jax.services import pretrain_loop
+from c2jax.services import pretrain_run_config
 
 _CONFIG = cli.define_config_file(os.path.join(_ROOT, "configs", "pretrain_tiny.py"), "Run config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/pretrain", "Where logs, TensorBoard and checkpoints go.")

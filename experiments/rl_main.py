@@ -23,16 +23,16 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # run from a checkout
 
-import jax  # noqa: E402
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
+import jax
+from absl import app
+from absl import flags
+from absl import logging
 
-from c2jax.parallel.distributed import initialize_from_env  # noqa: E402
-from c2jax.services import cli  # noqa: E402
-from c2jax.services import rl_job  # noqa: E402
-from c2jax.services import rl_report  # noqa: E402
-from c2jax.services import rl_run_config  # noqa: E402
+from c2jax.parallel.distributed import initialize_from_env
+from c2jax.services import cli
+from c2jax.services import rl_job
+from c2jax.services import rl_report
+from c2jax.services import rl_run_config
 
 _CONFIG = cli.define_config_file(os.path.join(_ROOT, "configs", "rl_tiny.py"), "Run config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/rl", "Checkpoints, logs, TensorBoard (and, by default, the buffer "

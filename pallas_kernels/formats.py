@@ -53,7 +53,7 @@ def out_struct(shape: tuple[int, ...], dtype, *inputs: jax.Array) -> jax.ShapeDt
     mat = getattr(aval, "manual_axis_type", None)
     axes |= mat.varying if mat is not None else frozenset(getattr(aval, "vma", ()))
   if "manual_axis_type" in _SDS_FIELDS:
-    from jax._src.core import ManualAxisType  # pylint: disable=g-import-not-at-top  (not exported by jax 0.10)
+    from jax._src.core import ManualAxisType  # not exported by jax 0.10
     return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=ManualAxisType(varying=axes))
   if "vma" in _SDS_FIELDS:
     return jax.ShapeDtypeStruct(shape, dtype, vma=axes)

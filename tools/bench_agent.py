@@ -55,18 +55,18 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from c2jax.actors import engine as engine_lib  # noqa: E402
-from c2jax.actors import placement  # noqa: E402
-from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode  # noqa: E402
-from c2jax.actors.engine import EngineConfig  # noqa: E402
-from c2jax.actors.sampling import SamplingConfig  # noqa: E402
-from c2jax.envs.coding_rl import CodingTaskSuite  # noqa: E402
-from c2jax.envs.teachers.scripted_policies import ExplorerPolicy  # noqa: E402
-from c2jax.model import presets  # noqa: E402
-from c2jax.model.params import init_params  # noqa: E402
+from c2jax.actors import engine as engine_lib
+from c2jax.actors import placement
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.engine import EngineConfig
+from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs.coding_rl import CodingTaskSuite
+from c2jax.envs.teachers.scripted_policies import ExplorerPolicy
+from c2jax.model import presets
+from c2jax.model.params import init_params
 
 SCHEDULES = ("engine", "static_append", "reprefill")
 
@@ -154,7 +154,7 @@ def run_engine(runner: AgentRunner, episodes, params, waves: bool) -> dict:
 
 def run_reprefill(runner: AgentRunner, episodes, params) -> dict:
   """Lockstep static waves that re-prefill each whole conversation every turn (see the module docstring)."""
-  eng, tok, agent, kw = runner.engine, runner.tokenizer, runner.agent, runner._kw  # pylint: disable=protected-access
+  eng, tok, agent, kw = runner.engine, runner.tokenizer, runner.agent, runner._kw
   s, piece = eng.slots, eng.chunk_sizes[-1] - 1
   t0 = time.perf_counter()
   fed = positions = model_tokens = 0

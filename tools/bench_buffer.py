@@ -56,8 +56,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from c2jax.rollouts import schema  # noqa: E402
-from c2jax.rollouts.buffer import Durability, RolloutReader, RolloutWriter  # noqa: E402
+from c2jax.rollouts import schema
+from c2jax.rollouts.buffer import Durability, RolloutReader, RolloutWriter
 
 MB = 1e6
 
@@ -230,14 +230,14 @@ def run_buffer(args: argparse.Namespace) -> dict:
 
 def run_weights(args: argparse.Namespace) -> dict:
   """The weight store's part: stored bytes per update, delta versions vs full snapshots, at two learning rates."""
-  import jax  # noqa: PLC0415  (only this part needs JAX)
+  import jax
 
-  from c2jax.model.params import init_params  # noqa: PLC0415
-  from c2jax.rl import batch as batch_lib  # noqa: PLC0415
-  from c2jax.services import rl_run_config  # noqa: PLC0415
-  from c2jax.rl.update import init_state, policy_log_probs, update_step  # noqa: PLC0415
-  from c2jax.rollouts.weight_store import WeightStore  # noqa: PLC0415
-  from configs import rl_char_class  # noqa: PLC0415
+  from c2jax.model.params import init_params
+  from c2jax.rl import batch as batch_lib
+  from c2jax.services import rl_run_config
+  from c2jax.rl.update import init_state, policy_log_probs, update_step
+  from c2jax.rollouts.weight_store import WeightStore
+  from configs import rl_char_class
 
   cfg = rl_run_config.parse(rl_char_class.get_config()).rl
   out = {"weight_steps": args.weight_steps}

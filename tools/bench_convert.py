@@ -49,19 +49,19 @@ from typing import Any, Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-import jax  # noqa: E402
-import ml_dtypes  # noqa: E402
-import numpy as np  # noqa: E402
-import safetensors.numpy  # noqa: E402
+import jax
+import ml_dtypes
+import numpy as np
+import safetensors.numpy
 
-from c2jax.model import checkpoint as ckpt_lib  # noqa: E402
-from c2jax.model import hf_convert  # noqa: E402
-from c2jax.model import hf_export  # noqa: E402
-from c2jax.model import int4_pack  # noqa: E402
-from c2jax.model import params as params_lib  # noqa: E402
-from c2jax.model.config import ModelConfig  # noqa: E402
-from c2jax.model.safetensors_io import INDEX_FILE, HfWeights, SafetensorsReader  # noqa: E402
-from c2jax.model.safetensors_io import quantization_from_hf_config  # noqa: E402
+from c2jax.model import checkpoint as ckpt_lib
+from c2jax.model import hf_convert
+from c2jax.model import hf_export
+from c2jax.model import int4_pack
+from c2jax.model import params as params_lib
+from c2jax.model.config import ModelConfig
+from c2jax.model.safetensors_io import INDEX_FILE, HfWeights, SafetensorsReader
+from c2jax.model.safetensors_io import quantization_from_hf_config
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONVERT = os.path.join(_ROOT, "tools", "convert_hf.py")
@@ -332,8 +332,8 @@ def _cpu_name() -> str:
     return platform.machine()
 
 
-def main(argv: Sequence[str]) -> None:
-  from absl import flags  # pylint: disable=g-import-not-at-top
+def main(argv: Sequence[str]) -> None:  # noqa: C901
+  from absl import flags
 
   del argv
   f = flags.FLAGS

@@ -27,8 +27,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from c2jax.data.pipeline import lm_dataset  # noqa: E402
-from c2jax.data.tokenizer import make_tokenizer  # noqa: E402
+from c2jax.data.pipeline import lm_dataset
+from c2jax.data.tokenizer import make_tokenizer
 
 _DEFAULT_SOURCES = '[{"kind": "stdlib", "split": "train", "max_files": 400}]'
 

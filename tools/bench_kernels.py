@@ -36,11 +36,11 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pallas_kernels.formats import Impl, NVFP4Scaling  # pylint: disable=wrong-import-position
-from pallas_kernels.grouped_matmul.ops import grouped_matmul  # pylint: disable=wrong-import-position
-from pallas_kernels.quantize.ops import quantize_mxfp8, quantize_nvfp4  # pylint: disable=wrong-import-position
-from pallas_kernels.scaled_matmul.kernel import TuningConfig  # pylint: disable=wrong-import-position
-from pallas_kernels.scaled_matmul.ops import scaled_matmul  # pylint: disable=wrong-import-position
+from pallas_kernels.formats import Impl, NVFP4Scaling
+from pallas_kernels.grouped_matmul.ops import grouped_matmul
+from pallas_kernels.quantize.ops import quantize_mxfp8, quantize_nvfp4
+from pallas_kernels.scaled_matmul.kernel import TuningConfig
+from pallas_kernels.scaled_matmul.ops import scaled_matmul
 
 _M = flags.DEFINE_integer("m", None, "Rows (tokens; for grouped: token-expert assignments). Default: 8192 on GPU, "
                           "256 elsewhere.")
@@ -70,7 +70,7 @@ def _try(results: dict, name: str, fn: Callable, *args, iters: int, flops: float
   """Times fn into results[name] (seconds, TFLOP/s or TB/s), or records why it could not run."""
   try:
     s = _time(fn, *args, iters=iters)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:  # noqa: BLE001
     results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
     print(f"{name:34s} unavailable: {results[name]['error']}")
     return

@@ -124,7 +124,7 @@ def _import_c2jax() -> str:
 
 def _tune_malloc():
   """mallopt(M_ARENA_MAX=1, M_MMAP_MAX=0, M_TRIM_THRESHOLD=2 GiB); must run before JAX and torch start threads."""
-  import ctypes  # pylint: disable=g-import-not-at-top
+  import ctypes
   libc = ctypes.CDLL("libc.so.6")
   m_trim_threshold, m_mmap_max, m_arena_max = -1, -4, -8
   ok = libc.mallopt(m_arena_max, 1) and libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)
@@ -230,8 +230,8 @@ class HfRunner:
   """HF DeepseekV3ForCausalLM in eager PyTorch: forward with labels, backward, AdamW step."""
 
   def __init__(self, cfg: ModelConfig, tokens: np.ndarray, seed: int, threads: int):
-    import torch  # pylint: disable=g-import-not-at-top
-    import transformers  # pylint: disable=g-import-not-at-top
+    import torch
+    import transformers
 
     torch.set_num_threads(threads)
     # XLA:CPU runs with denormals flushed to zero; do the same so that tiny AdamW moments cost the same.
@@ -424,7 +424,7 @@ def matmul_flops_per_s(n: int, repeats: int = 10, dtype: str = "float32") -> flo
 
 def torch_matmul_flops_per_s(n: int, repeats: int = 10) -> float:
   """The same for `torch.mm` (oneDNN/MKL), to tell XLA's dot apart from the machine's ceiling."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
   a, b = torch.randn(n, n), torch.randn(n, n)
   torch.mm(a, b)
   times = []
@@ -486,7 +486,7 @@ def _table(rows: list[tuple]) -> list[str]:
   return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
 
 
-def main(argv):
+def main(argv):  # noqa: C901
   del argv
   if _MALLOC_TUNING.value:
     _tune_malloc()

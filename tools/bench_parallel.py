@@ -30,24 +30,24 @@ _FLAG = f"--xla_force_host_platform_device_count={_N_DEVICES}"
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 
-import functools  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
+import functools
+import json
+import statistics
+import time
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from c2jax.parallel import hlo_stats  # noqa: E402
-from c2jax.pretrain import sharded as train_lib  # noqa: E402
-from c2jax.parallel.mesh import MeshConfig, make_mesh  # noqa: E402
-from c2jax.pretrain.step import StepConfig, init_state, train_step  # noqa: E402
-from c2jax.model import presets  # noqa: E402
+from c2jax.parallel import hlo_stats
+from c2jax.pretrain import sharded as train_lib
+from c2jax.parallel.mesh import MeshConfig, make_mesh
+from c2jax.pretrain.step import StepConfig, init_state, train_step
+from c2jax.model import presets
 
 _MESHES = flags.DEFINE_list("meshes", ["fsdp:8", "expert:8", "fsdp:2+expert:4", "fsdp:2+expert:2+context:2",
                                        "data:2+context:4"],
@@ -130,7 +130,7 @@ def main(argv):
       experts = hlo_stats.expert_weight_gathers(records, cfg, r.mesh_cfg.shape)
       entry.update(collectives=summary, expert_weight_all_gather=experts, loops_of_unknown_trip_count=len(unknown))
     results[r.name] = entry
-    kib = lambda kind: entry.get("collectives", {}).get(kind, {}).get("wire_bytes", 0.0) / 1024  # noqa: E731
+    kib = lambda kind: entry.get("collectives", {}).get(kind, {}).get("wire_bytes", 0.0) / 1024
     ew = entry.get("expert_weight_all_gather", {})
     print(f"{r.name:<28} {med * 1e3:9.1f} {med / base:7.2f}  {kib('all-gather'):10.1f} {kib('all-reduce'):10.1f} "
           f"{kib('reduce-scatter'):9.1f} {kib('all-to-all'):10.1f} {kib('collective-permute'):9.1f} "

@@ -43,7 +43,7 @@ def main() -> None:
   tok = make_tokenizer(cfg.tokenizer)
   results = {}
   for phase in cfg.phases_resolved():
-    built = pretrain_loop._build(phase, None)  # pylint: disable=protected-access  (the loop's own jitted step)
+    built = pretrain_loop._build(phase, None)  # the loop's own jitted step
     state = built.init(jax.random.key(0))
     it = iter(pipeline.lm_dataset(phase.sources, tok, seq_len=phase.seq_len, batch_size=phase.batch_size,
                                   seed=0))

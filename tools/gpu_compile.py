@@ -97,7 +97,7 @@ TARGETS = {
 
 def devices(target: str = "h100", count: int = 1) -> list:
   """`count` compile-only CUDA devices of `target` (one host); needs the CUDA plugin (module docstring)."""
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  from jax.experimental import topologies
   try:
     topo = topologies.get_topology_desc(platform="cuda", topology_name="", target_config=TARGETS[target].text_proto(),
                                         topology=f"1x1x{count}")
@@ -130,7 +130,7 @@ def entry_ptx(dump_dir: str) -> dict[str, str]:
 def compile_for(fn: Callable, *args: Any, target: str = "h100", dump_dir: str | None = None,
                 donate_argnums: tuple[int, ...] = ()) -> Compiled:
   """Compiles jit(fn) for one compile-only `target` device; args are ShapeDtypeStructs (placed on that device)."""
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   device = devices(target)[0]
   sharding = jax.sharding.SingleDeviceSharding(device)
   placed = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
@@ -184,13 +184,13 @@ def ptxas(path: str, arch: str = "sm_90a") -> dict[str, PtxasReport]:
 def kernel_programs(tiles: tuple[int, ...] | None = None) -> dict[str, tuple[Callable, tuple]]:
   """{case: (fn, abstract args)} for every Pallas kernel, compiled (not interpreted), at its default tiles or the
   matmuls at `tiles` (block_m, block_n, block_k[, num_warps]). Each case's kernel entry is `kernel_entry(case)`."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from pallas_kernels.formats import NVFP4Scaling, Rounding  # pylint: disable=g-import-not-at-top
-  from pallas_kernels.grouped_matmul import ops as gmm  # pylint: disable=g-import-not-at-top
-  from pallas_kernels.quantize import ops as quant  # pylint: disable=g-import-not-at-top
-  from pallas_kernels.scaled_matmul import ops as smm  # pylint: disable=g-import-not-at-top
-  from pallas_kernels.scaled_matmul.kernel import TuningConfig  # pylint: disable=g-import-not-at-top
+  import jax
+  import jax.numpy as jnp
+  from pallas_kernels.formats import NVFP4Scaling, Rounding
+  from pallas_kernels.grouped_matmul import ops as gmm
+  from pallas_kernels.quantize import ops as quant
+  from pallas_kernels.scaled_matmul import ops as smm
+  from pallas_kernels.scaled_matmul.kernel import TuningConfig
 
   m, k, n, e = 256, 512, 256, 4
   cfg = {} if tiles is None else {"config": TuningConfig(*tiles)}
@@ -246,7 +246,7 @@ def parse_tiles(text: str) -> tuple[int, ...] | None:
 
 def spill_table(target: str = "h100", tiles: tuple[int, ...] | None = None) -> dict[str, dict]:
   """{case: registers, stack, spill bytes and compile seconds of its kernel} at default tiles or `tiles`."""
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   out = {}
   for case, (fn, args) in kernel_programs(tiles).items():
     try:
@@ -266,11 +266,11 @@ def spill_table(target: str = "h100", tiles: tuple[int, ...] | None = None) -> d
 
 def _memory(batches: list[int], seq_len: int, target: str) -> dict:
   """XLA:GPU's memory analysis of gpu_mid's LM train step at each batch, beside tools/plan.py's estimate."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from c2jax.model import presets  # pylint: disable=g-import-not-at-top
-  from c2jax.pretrain.step import StepConfig, init_state, train_step  # pylint: disable=g-import-not-at-top
-  from pallas_kernels.target import Platform  # pylint: disable=g-import-not-at-top
+  import jax
+  import jax.numpy as jnp
+  from c2jax.model import presets
+  from c2jax.pretrain.step import StepConfig, init_state, train_step
+  from pallas_kernels.target import Platform
 
   cfg = presets.load(os.path.join(_ROOT, "configs/model/gpu_mid.py")).replace(platform=Platform.GPU)
   hp = StepConfig(mtp_weight=0.0)
@@ -293,7 +293,7 @@ def _memory(batches: list[int], seq_len: int, target: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-  import argparse  # pylint: disable=g-import-not-at-top
+  import argparse
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("what", choices=("spills", "memory"))
   parser.add_argument("--target", default="h100", choices=sorted(TARGETS))
@@ -302,7 +302,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument("--batches", default="4,16", help="batches for `memory`")
   parser.add_argument("--seq_len", type=int, default=1024)
   args = parser.parse_args(argv)
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   result: dict[str, Any] = {"tool": "gpu_compile", "what": args.what, "target": args.target,
                             "jax": jax.__version__, "load_avg": [round(v, 2) for v in os.getloadavg()]}
   if args.what == "spills":

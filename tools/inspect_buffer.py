@@ -30,11 +30,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from c2jax.data.byte_tokenizer import ByteTokenizer  # noqa: E402
-from c2jax.services import collate  # noqa: E402
-from c2jax.rollouts import schema  # noqa: E402
-from c2jax.rollouts.buffer import RolloutReader, commit_key, shard_ids  # noqa: E402
-from c2jax.rollouts.storage import Store, join  # noqa: E402
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.services import collate
+from c2jax.rollouts import schema
+from c2jax.rollouts.buffer import RolloutReader, commit_key, shard_ids
+from c2jax.rollouts.storage import Store, join
 
 
 ROWS_SHOWN = 2  # rows shown per sample group
@@ -47,7 +47,7 @@ def shard_report(url: str, sid: str) -> tuple[dict, list[str]]:
   try:
     spec = schema.BufferSpec.from_json(store.read_json("schema.json"))
     spec_json = spec.to_json()
-  except Exception as e:  # pylint: disable=broad-except  (report, never crash)
+  except Exception as e:  # noqa: BLE001  (report, never crash)
     spec_json = None
     problems.append(f"shard {sid}: schema.json is unreadable ({e})")
   try:
@@ -138,13 +138,13 @@ def make_tokenizer(spec: str, url: str):
   if spec == "byte":
     return None
   if spec == "run":
-    from c2jax.actors.actor import text_tokenizer  # pylint: disable=g-import-not-at-top
-    from c2jax.services import rl_run_config  # pylint: disable=g-import-not-at-top
+    from c2jax.actors.actor import text_tokenizer
+    from c2jax.services import rl_run_config
     raw = Store(url).read(rl_run_config.RUN_CONFIG_KEY)
     if raw is None:
       raise SystemExit(f"--tokenizer=run: the buffer {url} has no {rl_run_config.RUN_CONFIG_KEY}.")
     return text_tokenizer(rl_run_config.from_json(raw.decode()).task_suite())
-  from c2jax.data.tokenizer import make_tokenizer as make  # pylint: disable=g-import-not-at-top
+  from c2jax.data.tokenizer import make_tokenizer as make
   return make(spec)
 
 

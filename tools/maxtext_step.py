@@ -37,13 +37,13 @@ def main(argv: list[str]) -> int:
     proto.flush()
 
   try:
-    import jax  # pylint: disable=g-import-not-at-top
-    from flax import nnx  # pylint: disable=g-import-not-at-top
-    import maxtext  # pylint: disable=g-import-not-at-top
-    from maxtext.trainers.pre_train import train  # pylint: disable=g-import-not-at-top
-    from maxtext.utils import sharding  # pylint: disable=g-import-not-at-top
-    from maxtext.utils import train_utils  # pylint: disable=g-import-not-at-top
-    from flax.core.spmd import logical_axis_rules  # pylint: disable=g-import-not-at-top
+    import jax
+    from flax import nnx
+    import maxtext
+    from maxtext.trainers.pre_train import train
+    from maxtext.utils import sharding
+    from maxtext.utils import train_utils
+    from flax.core.spmd import logical_axis_rules
 
     base_yml = os.path.join(os.path.dirname(maxtext.__file__), "configs", "base.yml")
     t0 = time.perf_counter()
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
            "jax_version": jax.__version__, "backend": jax.default_backend(),
            "devices": len(jax.devices()), "global_batch": int(config.global_batch_size_to_train_on),
            "seq_len": int(config.max_target_length)})
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     reply({"ready": False, "error": f"{type(e).__name__}: {e}"})
     raise
 
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
 
 
 def _dist_version() -> str | None:
-  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  from importlib import metadata
   try:
     return metadata.version("maxtext")
   except metadata.PackageNotFoundError:

@@ -32,10 +32,10 @@ from typing import Callable, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-from c2jax.services import loglinear  # noqa: E402
-from c2jax.services.run_log import read_records  # noqa: E402
-from configs.sweeps.perplexity_vs_reward import POINTS, PRETRAIN_CONFIG  # noqa: E402
-from tools import sweep as sweep_lib  # noqa: E402
+from c2jax.services import loglinear
+from c2jax.services.run_log import read_records
+from configs.sweeps.perplexity_vs_reward import POINTS, PRETRAIN_CONFIG
+from tools import sweep as sweep_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SWEEP_FILE = REPO / "configs" / "sweeps" / "perplexity_vs_reward.py"
@@ -88,8 +88,8 @@ def table(rows: list[dict], fits: dict[str, loglinear.RewardFit | None]) -> str:
 def plot(rows: list[dict], fits: dict[str, loglinear.RewardFit | None], path: pathlib.Path) -> None:
   import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
+  import numpy as np
 
   fig, axes = plt.subplots(1, len(FITTED), figsize=(5.2 * len(FITTED), 3.8), squeeze=False)
   for ax, key in zip(axes.flat, FITTED):
@@ -161,7 +161,7 @@ def run(workdir: pathlib.Path, *, points: Sequence[int] = POINTS, seeds: str = "
 
 
 def main(argv: list[str]) -> None:
-  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl import flags
 
   del argv
   f = flags.FLAGS

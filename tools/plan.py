@@ -88,7 +88,7 @@ GiB = float(1 << 30)
 
 def proxy_mesh(target, max_devices: int):
   """The compile mesh: `target` with data, then fsdp, halved until it fits in `max_devices` (None if it cannot)."""
-  from c2jax.parallel.mesh import MeshConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.parallel.mesh import MeshConfig
   sizes = dict(target.shape)
   for axis in ("data", "fsdp"):
     while math.prod(sizes.values()) > max_devices and sizes[axis] > 1:
@@ -140,15 +140,15 @@ def _stablehlo_collectives(text: str) -> dict[str, int]:
                                                        "collective_permute")}
 
 
-def main(argv):
+def main(argv):  # noqa: C901
   del argv
   t_start = time.time()
-  from c2jax.model import presets  # pylint: disable=g-import-not-at-top
+  from c2jax.model import presets
   cfg = presets.load(_MODEL.value)
-  from c2jax.model.config import Remat  # pylint: disable=g-import-not-at-top
-  from c2jax.parallel import hlo_stats  # pylint: disable=g-import-not-at-top
-  from c2jax.parallel import plan as plan_lib  # pylint: disable=g-import-not-at-top
-  from c2jax.parallel.mesh import MeshConfig  # pylint: disable=g-import-not-at-top
+  from c2jax.model.config import Remat
+  from c2jax.parallel import hlo_stats
+  from c2jax.parallel import plan as plan_lib
+  from c2jax.parallel.mesh import MeshConfig
 
   cfg = cfg.replace(remat=Remat(_REMAT.value), **({"dtype": _DTYPE.value} if _DTYPE.value else {}),
                     **({"param_dtype": _PARAM_DTYPE.value} if _PARAM_DTYPE.value else {}))
@@ -185,11 +185,11 @@ def main(argv):
     xla_flags += [f"--xla_dump_to={dump_dir}", "--xla_dump_hlo_pass_re=spmd-partitioning"]
   os.environ["XLA_FLAGS"] = " ".join(f for f in xla_flags if f)
 
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from c2jax.pretrain import sharded as train_lib  # pylint: disable=g-import-not-at-top
-  from c2jax.parallel.mesh import make_mesh  # pylint: disable=g-import-not-at-top
-  from c2jax.pretrain.step import StepConfig  # pylint: disable=g-import-not-at-top
+  import jax
+  import jax.numpy as jnp
+  from c2jax.pretrain import sharded as train_lib
+  from c2jax.parallel.mesh import make_mesh
+  from c2jax.pretrain.step import StepConfig
 
   hp = StepConfig(mtp_weight=0.3 if work.with_mtp else 0.0)
   t0 = time.time()
@@ -229,7 +229,7 @@ def main(argv):
     def run():
       try:
         result["compiled"] = low.compile()
-      except Exception as e:  # reported below; the dump may still hold what we need
+      except Exception as e:  # noqa: BLE001  (reported below; the dump may still hold what we need)
         result["error"] = repr(e)
       result["seconds"] = time.time() - t0
 

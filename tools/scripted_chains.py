@@ -21,17 +21,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-from absl import app, flags  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+from absl import app, flags
+import jax
+import numpy as np
 
-from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig  # noqa: E402
-from c2jax.actors.engine import EngineConfig  # noqa: E402
-from c2jax.actors.sampling import SamplingConfig  # noqa: E402
-from c2jax.envs.coding_rl import CodingTaskSuite  # noqa: E402
-from c2jax.envs.teachers.scripted_policies import POLICIES  # noqa: E402
-from c2jax.model import presets  # noqa: E402
-from c2jax.model.params import init_params  # noqa: E402
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
+from c2jax.actors.engine import EngineConfig
+from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs.coding_rl import CodingTaskSuite
+from c2jax.envs.teachers.scripted_policies import POLICIES
+from c2jax.model import presets
+from c2jax.model.params import init_params
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("suite", "tiny_long_horizon", "Coding suite.")

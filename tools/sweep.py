@@ -69,11 +69,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
 
-import ml_collections  # noqa: E402
-import numpy as np  # noqa: E402
+import ml_collections
+import numpy as np
 
-from c2jax.services import rl_run_config  # noqa: E402
-from c2jax.services.run_log import read_history  # noqa: E402  (a run's metrics.jsonl, one record per step)
+from c2jax.services import rl_run_config
+from c2jax.services.run_log import read_history
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RL_MAIN = REPO / "experiments" / "rl_main.py"

@@ -547,7 +547,7 @@ class AgentRunner:
       if run is not None:
         try:
           run.env.close()
-        except Exception:  # pylint: disable=broad-except
+        except Exception:  # noqa: BLE001  (on the way out: one env that fails to close must not keep the rest open)
           pass
 
   def _count_slot_time(self, loop: _Loop) -> None:

@@ -354,7 +354,7 @@ def summarize(behaviours: Sequence[EpisodeBehaviour]) -> dict[str, float]:
   """The metrics of `METRICS` over episodes (module docstring); every name is present, a rate with no applicable
   episode is NaN."""
   n = len(behaviours)
-  mean = lambda xs: float(np.mean(xs)) if n else math.nan  # noqa: E731
+  mean = lambda xs: float(np.mean(xs)) if n else math.nan
   read, with_edit = _rate([b.read_before_edit for b in behaviours])
   tested, finished = _rate([b.tests_before_finish for b in behaviours])
   recovered, failing = _rate([b.recovered for b in behaviours])

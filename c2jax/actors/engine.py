@@ -168,7 +168,7 @@ def init_state(cfg: ModelConfig, engine: EngineConfig, sampling: SamplingConfig,
 
 def _state_shardings(state: SlotState, layout: Layout):
   """Slots along the mesh's batch axes (data, fsdp, expert), as the sampler shards its rows."""
-  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
+  from jax.sharding import NamedSharding, PartitionSpec
   rows = ("data", "fsdp", "expert")
 
   def spec(path, leaf):

@@ -25,8 +25,8 @@ SPECIALS = ("<pad>", "<s>", "</s>")
 def train_bpe(texts, vocab_size: int, path: str) -> str:
   """Trains a byte-level BPE of `vocab_size` tokens (specials included) on `texts`; writes tokenizer.json to `path`
   atomically and returns it."""
-  import tokenizers  # pylint: disable=g-import-not-at-top  (only runs that train one need it)
-  from tokenizers import decoders, models, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
+  import tokenizers  # only runs that train one need it
+  from tokenizers import decoders, models, pre_tokenizers, trainers
   alphabet = pre_tokenizers.ByteLevel.alphabet()
   if vocab_size < len(alphabet) + len(SPECIALS):
     raise ValueError(f"vocab_size={vocab_size} cannot hold the 256 byte tokens and {len(SPECIALS)} specials; use "

@@ -79,7 +79,7 @@ class _TemplateDict:
 class _TemplateNamespace(jinja2.utils.Namespace):
   """The `namespace` global, refusing underscore-prefixed attributes (CPython internals stay out of reach)."""
 
-  def __init__(*args: Any, **kwargs: Any):  # pylint: disable=no-method-argument  (jinja's own signature trick)
+  def __init__(*args: Any, **kwargs: Any):  # jinja's own signature trick
     self, args = args[0], args[1:]
     attrs = dict(*args, **kwargs)
     for name in attrs:
@@ -106,7 +106,7 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separ
   return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def _strftime_now(format: str) -> str:  # pylint: disable=redefined-builtin  (the name templates call it with)
+def _strftime_now(format: str) -> str:  # the name templates call it with
   return datetime.datetime.now().strftime(format)
 
 

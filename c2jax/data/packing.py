@@ -95,7 +95,7 @@ def finish_batch(rows: dict[str, np.ndarray], batch_size: int, pad_id: int) -> d
   weights = np.asarray(rows["weights"], np.float32)
   missing = batch_size - tokens.shape[0]
   if missing > 0:  # the last batch of a finite run: empty rows keep the shape (and the jitted step) fixed
-    pad = lambda x, v: np.concatenate([x, np.full((missing,) + x.shape[1:], v, x.dtype)])  # noqa: E731
+    pad = lambda x, v: np.concatenate([x, np.full((missing,) + x.shape[1:], v, x.dtype)])
     tokens, segment_ids, positions, weights = (pad(tokens, pad_id), pad(segment_ids, 0), pad(positions, 0),
                                                pad(weights, 0.0))
   padding = segment_ids == 0

@@ -48,7 +48,7 @@ _READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=64)
 
 def host_shard() -> dict[str, int]:
   """{"shard_index": jax.process_index(), "shard_count": jax.process_count()}: one shard per host."""
-  import jax  # pylint: disable=g-import-not-at-top  (the pipeline itself does not need jax)
+  import jax  # the pipeline itself does not need jax
   return {"shard_index": jax.process_index(), "shard_count": jax.process_count()}
 
 

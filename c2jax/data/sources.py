@@ -268,7 +268,7 @@ def array_record(paths: str | Sequence[str], field: str | None = None, min_bytes
   ds = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(paths)).map(
       _ArrayRecordText(field, ", ".join(paths)))
   if min_bytes:
-    long_enough = lambda text: len(text.encode("utf-8", errors="replace")) >= min_bytes  # noqa: E731
+    long_enough = lambda text: len(text.encode("utf-8", errors="replace")) >= min_bytes
     # A source that filters away everything would make the pipeline spin forever: look for one document first.
     probe = min(len(ds), _PROBE_RECORDS)
     if not any(long_enough(ds[i]) for i in range(probe)):

@@ -110,7 +110,7 @@ class HFTokenizer:
 
   @functools.cached_property
   def _tok(self):
-    import tokenizers  # pylint: disable=g-import-not-at-top  (only runs that use a tokenizer file need it)
+    import tokenizers  # only runs that use a tokenizer file need it
     return tokenizers.Tokenizer.from_file(self.path)
 
   @property

@@ -41,7 +41,7 @@ from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTask, check_split
 
 @functools.lru_cache(maxsize=16)
 def _tasks(suite: str, split: str, options: tuple[tuple[str, Any], ...] = ()) -> tuple[CodingTask, ...]:
-  import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+  import c2jax.envs.tasks.suites  # noqa: F401  (registers suites)
   suite_obj = CODING_SUITES.get(suite)
   if options:
     suite_obj = suite_obj(**dict(options))

@@ -76,7 +76,7 @@ def run_episode(task: CodingTask, policy: Policy, sample: int, config: EnvConfig
     terms = dict(env.reward())
   except SandboxUnavailable:
     raise
-  except Exception as e:  # pylint: disable=broad-except  (a broken policy scores 0; the run goes on)
+  except Exception as e:  # noqa: BLE001  (a broken policy scores 0; the run goes on)
     terms, error = {"passed": 0.0, "pass_fraction": 0.0}, f"{type(e).__name__}: {e}"
   finally:
     env.close()

@@ -349,7 +349,7 @@ class StreamingCheckpointWriter:
       for f, _ in self._pending:
         try:
           f.result()
-        except Exception:  # pylint: disable=broad-except
+        except Exception:  # noqa: BLE001
           pass
       self._pending.clear()
       self._pending_bytes = 0

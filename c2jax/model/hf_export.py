@@ -400,7 +400,7 @@ def _token_ids(tokenizer_dir: str) -> dict[str, Any]:
   tc, tj = os.path.join(tokenizer_dir, "tokenizer_config.json"), os.path.join(tokenizer_dir, "tokenizer.json")
   if not (os.path.exists(tc) and os.path.exists(tj)):
     return {}
-  import tokenizers  # pylint: disable=g-import-not-at-top
+  import tokenizers
 
   with open(tc) as f:
     declared = json.load(f)
@@ -425,7 +425,7 @@ def _tokenizer_files(tokenizer_dir: str, cfg: ModelConfig) -> list[str]:
     raise FileNotFoundError(f"tokenizer_dir={tokenizer_dir} holds none of {', '.join(_VOCAB_FILES)}; point it at a "
                             "model directory with a tokenizer.")
   if "tokenizer.json" in names:
-    import tokenizers  # pylint: disable=g-import-not-at-top
+    import tokenizers
 
     n = tokenizers.Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json")).get_vocab_size(True)
     if n > cfg.vocab_size:

@@ -31,7 +31,7 @@ CHECKPOINT_PREFIX = "checkpoint:"
 
 def _named(name: str) -> ModelConfig:
   if isinstance(name, str) and name.startswith(CHECKPOINT_PREFIX):
-    from c2jax.model.checkpoint import read_config  # pylint: disable=g-import-not-at-top  (orbax, on demand)
+    from c2jax.model.checkpoint import read_config  # orbax, on demand
     directory = name[len(CHECKPOINT_PREFIX):]
     if not directory:
       raise ValueError(f"model={name!r} names no directory; write {CHECKPOINT_PREFIX}<c2jax checkpoint dir>.")
@@ -94,8 +94,8 @@ def load(spec: str) -> ModelConfig:
   (an architecture of one's own, for the tools' `--model` flag)."""
   if not spec.endswith(".py"):
     return _named(spec)
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
+  import importlib.util
+  import os
   if not os.path.isfile(spec):
     raise ValueError(f"--model={spec}: no such file; give a preset ({', '.join(MODEL_PRESETS.names())}) or a .py "
                      "file that defines get_model_config().")

@@ -445,11 +445,11 @@ def activation_memory(cfg: ModelConfig, mesh_shape: Mapping[str, int], work: Wor
     return sum(i.bytes for i in items if keep(i))
 
   if cfg.remat is Remat.NONE:
-    keep = lambda i: True  # noqa: E731
+    keep = lambda i: True
   elif cfg.remat is Remat.FULL:
-    keep = lambda i: i.name.startswith("h (layer input)")  # noqa: E731
+    keep = lambda i: i.name.startswith("h (layer input)")
   else:
-    keep = lambda i: i.dots or i.name.startswith("h (layer input)")  # noqa: E731
+    keep = lambda i: i.dots or i.name.startswith("h (layer input)")
   ids = 4 * cfg.num_experts_per_tok  # the stacked expert ids [Lm, n, K] int32 the scan outputs
   per_token = ld * total(dense_items, keep) + lm * (total(moe_items, keep) + ids)
   big = moe_items or dense_items

@@ -761,7 +761,7 @@ class RolloutReader:
       store = Store(join(self.url, "shards", sid))
       try:
         theirs = BufferSpec.from_json(store.read_json("schema.json"))
-      except Exception as e:  # pylint: disable=broad-except  (any unreadable schema: skip the shard, never crash)
+      except Exception as e:  # noqa: BLE001  (any unreadable schema: skip the shard, never crash)
         self._skip_shard(sid, f"its schema.json is unreadable ({e})")
         continue
       if self.spec is None:
@@ -775,7 +775,7 @@ class RolloutReader:
         # its groups from the cursor on.
         try:
           first = self._locate(store, start)
-        except Exception as e:  # pylint: disable=broad-except  (storage hiccup: accept the shard on a later call)
+        except Exception as e:  # noqa: BLE001  (storage hiccup: accept the shard on a later call)
           logging.warning("Rollout buffer %s: finding the commit record of seq %d in shard %r failed (%s); will "
                           "retry.", self.url, start, sid, e)
           continue
@@ -831,7 +831,7 @@ class RolloutReader:
     seq = self._fetched[shard.id]
     try:
       raw = shard.store.read(commit_key(seq))
-    except Exception as e:  # pylint: disable=broad-except  (storage hiccup: retry on the next poll)
+    except Exception as e:  # noqa: BLE001  (storage hiccup: retry on the next poll)
       logging.warning("Rollout buffer %s: reading commit record %d of shard %r failed (%s); will retry.",
                       self.url, seq, shard.id, e)
       return None
@@ -842,7 +842,7 @@ class RolloutReader:
       # still missing now that head.json counts it is lost.
       try:
         raw = shard.store.read(commit_key(seq))
-      except Exception:  # pylint: disable=broad-except  (retry on the next poll)
+      except Exception:  # noqa: BLE001  (retry on the next poll)
         return None
       if raw is None:
         return _Pending(shard, seq, None, "its commit record is missing although head.json counts it", lost=True)
@@ -860,7 +860,7 @@ class RolloutReader:
           index = (slice(None), slice(row0, row0 + rows)) if axis else slice(row0, row0 + rows)
           futures[key] = arr[index].read()
         p.futures.append(futures)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       p.error, p.exception = f"its data cannot be read ({e})", e
     return p
 
@@ -882,7 +882,7 @@ class RolloutReader:
           meta.update(task_id=entry["task_id"], shard=p.shard.id, seq=p.seq + i, rows=entry["rows"],
                       row0=entry["row0"], time=p.record.get("time"))
           groups[i] = Group(data=data, meta=meta)
-        except Exception as e:  # pylint: disable=broad-except  (checksum errors, missing chunks, bad shapes)
+        except Exception as e:  # noqa: BLE001  (checksum errors, missing chunks, bad shapes)
           errors[i], exceptions[i] = f"its data cannot be read ({e})", e
     else:
       for futures in p.futures:
@@ -932,7 +932,7 @@ class RolloutReader:
       head = store.read_json("head.json") or {}
       committed = int(head.get("committed", 0))
       return committed > seq and bool(store.list_range(commit_key(seq + 1), commit_key(committed)))
-    except Exception:  # pylint: disable=broad-except
+    except Exception:  # noqa: BLE001
       return False
 
   @classmethod

@@ -56,7 +56,7 @@ def _config() -> RLRunConfig:
   if _CONFIG_JSON.value is not None:
     with open(_CONFIG_JSON.value, encoding="utf-8") as f:
       return cli.typed(rl_run_config.from_json, f.read())
-  from c2jax.rollouts.storage import Store  # pylint: disable=g-import-not-at-top
+  from c2jax.rollouts.storage import Store
   store, deadline = Store(_BUFFER.value), time.time() + _WAIT_CONFIG_S.value
   while (data := store.read(rl_run_config.RUN_CONFIG_KEY)) is None:
     if time.time() > deadline or _stopping:
@@ -72,7 +72,7 @@ def _config() -> RLRunConfig:
 
 
 def run_actor(cfg: RLRunConfig) -> dict:
-  from c2jax.actors.actor import Actor  # pylint: disable=g-import-not-at-top
+  from c2jax.actors.actor import Actor
   actor_id = _ACTOR_ID.value or f"{socket.gethostname()}-{os.getpid()}"
   actor = Actor(cfg.actor_config, cfg.model_config, cfg.task_suite(), buffer_url=_BUFFER.value,
                 weights_url=_WEIGHTS.value, actor_id=actor_id)
@@ -90,9 +90,9 @@ def run_actor(cfg: RLRunConfig) -> dict:
 def run_evaluator(cfg: RLRunConfig) -> dict:
   """Evaluates every `eval.every_versions`-th published version on held-out tasks (eval_during.jsonl, TensorBoard
   under tb/evaluator)."""
-  from c2jax.services.held_out import held_out_evaluation  # pylint: disable=g-import-not-at-top
-  from c2jax.rollouts.weight_store import WeightStore  # pylint: disable=g-import-not-at-top
-  from c2jax.services.run_log import RunLog  # pylint: disable=g-import-not-at-top
+  from c2jax.services.held_out import held_out_evaluation
+  from c2jax.rollouts.weight_store import WeightStore
+  from c2jax.services.run_log import RunLog
   run_eval = held_out_evaluation(cfg)
   log = RunLog(_LOGDIR.value or ".", resumed_at=None, tb_dir=os.path.join("tb", "evaluator"))
   store = WeightStore(_WEIGHTS.value)
@@ -118,7 +118,7 @@ def run_evaluator(cfg: RLRunConfig) -> dict:
 def main(argv):
   del argv
   if _EXIT_WITH_PARENT.value:
-    from c2jax.services.pool import die_with_parent  # pylint: disable=g-import-not-at-top
+    from c2jax.services.pool import die_with_parent
     die_with_parent(_EXIT_WITH_PARENT.value)
   signal.signal(signal.SIGTERM, _stop)
   signal.signal(signal.SIGINT, _stop)

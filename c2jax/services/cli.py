@@ -36,8 +36,8 @@ def refuse(message: str) -> None:
 def refusals():
   """Refuses (one sentence, code 2, no traceback) what the data path refuses inside the block: a damaged weight
   store, a writer id held by another live writer, a buffer cursor of another buffer."""
-  from c2jax.rollouts.buffer import BufferRefusal  # pylint: disable=g-import-not-at-top
-  from c2jax.rollouts.weight_store import WeightStoreError  # pylint: disable=g-import-not-at-top
+  from c2jax.rollouts.buffer import BufferRefusal
+  from c2jax.rollouts.weight_store import WeightStoreError
   try:
     yield
   except (BufferRefusal, WeightStoreError) as e:
@@ -85,7 +85,7 @@ def override_error(config: Any, argv: Sequence[str], flag: str = "config") -> st
 
 
 def _parse_like(old: Any, text: str) -> Any:
-  import ast  # pylint: disable=g-import-not-at-top
+  import ast
   if isinstance(old, bool):
     if text.lower() not in ("true", "false", "1", "0"):
       raise ValueError(text)
@@ -112,7 +112,7 @@ _DEFAULTS: dict[str, str | None] = {}  # flag name -> its default config file (d
 
 def _load_config_file(spec: str) -> Any:
   """`get_config(arg)` of the config file `path[:arg]`, as ml_collections loads it (without any override)."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
+  import importlib.util
   path, _, arg = spec.partition(":")
   module_spec = importlib.util.spec_from_file_location("c2jax_cli_config", path)
   module = importlib.util.module_from_spec(module_spec)
@@ -131,7 +131,7 @@ def _config_without_overrides(argv: Sequence[str], flag: str) -> Any:
     return None
   try:
     return _load_config_file(spec)
-  except Exception:  # pylint: disable=broad-except  (the config file itself fails: absl's message says why)
+  except Exception:  # noqa: BLE001  (the config file itself fails: absl's message says why)
     return None
 
 

@@ -139,9 +139,9 @@ def fit_reward(points: Sequence[tuple[float, float]]) -> RewardFit | None:
 def plot(records: Sequence[dict], result: Fit | None, path: str, x: str = "flops") -> None:
   """PNG of held-out perplexity against x on log-log axes, coloured by phase, with the fitted line."""
   import matplotlib
-  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, ax = plt.subplots(figsize=(6.4, 4.2))
   phases = list(dict.fromkeys(r.get("phase", "") for r in records))

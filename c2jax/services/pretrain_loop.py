@@ -122,8 +122,8 @@ def _build_cached(model: ModelConfig, hp: StepConfig, batch_size: int, seq_len: 
     device = jax.devices()[0]
     # Committed to the device like a restored state, so that a fresh and a resumed run share one compiled step
     # (committedness is part of jit's cache key).
-    init = lambda key, params=None: jax.device_put(jit_init(key, params), device)  # noqa: E731
-    to_device = lambda batch: jax.tree.map(jnp.asarray, batch)  # noqa: E731
+    init = lambda key, params=None: jax.device_put(jit_init(key, params), device)
+    to_device = lambda batch: jax.tree.map(jnp.asarray, batch)
     return _Built(
         init=init, step=jax.jit(functools.partial(train_step, cfg=model, hp=hp), donate_argnums=0),
         put=to_device, put_global=to_device, layout=None,
@@ -179,7 +179,7 @@ def _summary(work: pathlib.Path, phases: list[Phase], *, steps: int, interrupted
 
 def _barrier(name: str) -> None:
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices(name)
 
 
@@ -282,7 +282,7 @@ class _Run:
     # Every process must stop before the same step (the next one is a collective): any process's request counts.
     want = bool(self.stop())
     if self.n_proc > 1:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      from jax.experimental import multihost_utils
       want = bool(np.max(multihost_utils.process_allgather(np.int32(want))))
     return want
 
@@ -343,7 +343,7 @@ class _Run:
       if int(self.state.step) > (self.ckpt.latest_step() or 0) and self.it is not None:
         self.save(phase.name, self.trained_data)
       self.ckpt.wait_until_finished()
-    except Exception as e:  # pylint: disable=broad-except  (e.g. interrupted inside a step: its state was donated)
+    except Exception as e:  # noqa: BLE001  (e.g. interrupted inside a step: its state was donated)
       logging.warning("could not checkpoint the last steps (%s); a restart resumes from step %s", e,
                       self.ckpt.latest_step())
     self.log.flush()

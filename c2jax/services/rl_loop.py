@@ -71,7 +71,7 @@ MODEL_DIR = "model"  # in the workdir: the trained policy as a c2jax model check
 def _host(tree):
   """Host numpy copies of (possibly sharded, possibly multi-host) arrays; every process must call it."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    from jax.experimental import multihost_utils
     tree = multihost_utils.process_allgather(tree, tiled=True)
   return jax.tree.map(np.asarray, jax.device_get(tree))
 
@@ -232,7 +232,7 @@ class _Trainer:
               f"to {self.buffer_url}? Buffer: {status.committed} committed, {status.pending} begun, "
               f"{status.consumed} consumed (see tools/inspect_buffer.py).")
       batch = groups_to_batch(groups, rows=self.rows) if groups else empty_batch(self.spec, self.rows)
-    except Exception as e:  # pylint: disable=broad-except  (re-raised below, on every process)
+    except Exception as e:  # noqa: BLE001  (re-raised below, on every process)
       error, batch = e, empty_batch(self.spec, self.rows)
     halt = 2 if error is not None else int(self.primary and not groups)
     waited = time.perf_counter() - t_wait
@@ -240,7 +240,7 @@ class _Trainer:
     if jax.process_count() > 1:
       # Every process gets the batch, and process 0's decision to stop or fail: the others would otherwise wait in
       # this broadcast forever while process 0 unwinds.
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      from jax.experimental import multihost_utils
       got = multihost_utils.broadcast_one_to_all({"batch": batch, "halt": np.int32(halt)})
       batch, halt = jax.tree.map(np.asarray, got["batch"]), int(got["halt"])
     if halt == 2:
@@ -317,7 +317,7 @@ class _Trainer:
       if int(self.state.step) > (self.ckpt.latest_step() or 0):
         self.save(int(self.state.step))
       self.ckpt.wait_until_finished()
-    except Exception as e:  # pylint: disable=broad-except  (e.g. interrupted inside the update: its state was donated)
+    except Exception as e:  # noqa: BLE001  (e.g. interrupted inside the update: its state was donated)
       logging.warning("could not checkpoint the last steps (%s); a restart resumes from step %s", e,
                       self.ckpt.latest_step())
     self.log.flush()
@@ -358,7 +358,7 @@ class _Trainer:
       self.log.scalars(f"eval_{name}", {key: v for key, v in r.items() if isinstance(v, float)}, int(self.state.step))
     try:
       result["plot"] = rl_report.plot_training(self.work, k=k)
-    except Exception as e:  # pylint: disable=broad-except  (a plot never costs a finished run its result.json)
+    except Exception as e:  # noqa: BLE001  (a plot never costs a finished run its result.json)
       logging.warning("could not draw training.png: %s", e)
       result["plot"] = None
     return result

@@ -68,7 +68,7 @@ def summary_table(result: dict) -> str:
   rows += [row(name, key, digits) for name, key, digits in BEHAVIOUR_ROWS
            if f"{key}_before" in result or f"{key}_after" in result]
   width = [max(len(r[i]) for r in rows) for i in range(4)]
-  line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, width)))  # noqa: E731
+  line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, width)))
   out = [line(rows[0]), line(tuple("-" * w for w in width))] + [line(r) for r in rows[1:]]
   run = [("steps", _fmt(result.get("steps"))),
          ("tokens trained", _fmt(result.get("tokens_trained"))),
@@ -93,8 +93,8 @@ def plot_training(workdir: str | os.PathLike, k: int = 8) -> str | None:
   if not history:
     return None
   # The object API, not pyplot: drawing must not switch the backend of the process that calls it (a notebook).
-  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
 
   evals = {}  # version -> record; the trainer's before/after win over the evaluator's at the same version
   for r in read_records(work / "eval_during.jsonl"):

@@ -141,8 +141,8 @@ class TeacherConfig:
   summary: SummaryConfig = SummaryConfig()
 
   def __post_init__(self):
-    from c2jax.envs.teachers.demonstrations import FLAWS  # pylint: disable=g-import-not-at-top  (imports the suites)
-    from c2jax.envs.teachers.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+    from c2jax.envs.teachers.demonstrations import FLAWS  # imports the suites
+    from c2jax.envs.teachers.scripted_policies import POLICIES
     if self.copies < 1 or not 0 <= self.flawed <= self.copies:
       raise ValueError(f"copies={self.copies} must be >= 1 and flawed={self.flawed} in [0, copies].")
     if self.policy:
@@ -315,7 +315,7 @@ class RLRunConfig:
 
 
 def _suite_class(name: str) -> type:
-  import c2jax.envs  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers the built-in suites)
+  import c2jax.envs  # noqa: F401  (registers the built-in suites)
   return TASK_SUITES.get(name)
 
 

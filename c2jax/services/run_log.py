@@ -83,7 +83,7 @@ class RunLog:
       else:
         trim(self.workdir / name, resumed_at)
     try:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(str(self.workdir / tb_dir), purge_step=None if resumed_at is None else resumed_at + 1)
     except ImportError:  # TensorBoard is optional; the jsonl files have everything.
       logging.warning("tensorboardX is not installed: no TensorBoard events (the jsonl logs have everything).")

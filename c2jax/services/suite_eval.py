@@ -82,9 +82,9 @@ class EvalRunConfig:
   tokenizer: str = "byte"
 
   def __post_init__(self):
-    from c2jax.envs.tasks.coding_tasks import CODING_SUITES, check_split  # pylint: disable=g-import-not-at-top
-    from c2jax.envs.teachers.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
-    import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+    from c2jax.envs.tasks.coding_tasks import CODING_SUITES, check_split
+    from c2jax.envs.teachers.scripted_policies import POLICIES
+    import c2jax.envs.tasks.suites  # noqa: F401  (registers suites)
     CODING_SUITES.get(self.suite)
     object.__setattr__(self, "suite_options", dict(self.suite_options))
     check_split(self.split)
@@ -115,7 +115,7 @@ def parse(c: Mapping[str, Any] | ml_collections.ConfigDict) -> EvalRunConfig:
 
 
 def _tasks(cfg: EvalRunConfig):
-  from c2jax.envs.tasks.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.tasks.coding_tasks import CODING_SUITES
   tasks = CODING_SUITES.get(cfg.suite)(**cfg.suite_options).tasks(cfg.split)
   if not tasks:
     raise ValueError(f"Suite {cfg.suite!r} has no tasks in split {cfg.split!r}.")
@@ -124,11 +124,11 @@ def _tasks(cfg: EvalRunConfig):
 
 def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directory: str, version: int = 0) -> dict:
   """The model policy's report: every episode through the agent loop, with the run's tokenizer."""
-  from c2jax.actors.agent_loop import AgentConfig, AgentRunner  # pylint: disable=g-import-not-at-top
-  from c2jax.actors.engine import EngineConfig  # pylint: disable=g-import-not-at-top
-  from c2jax.actors.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
-  from c2jax.data.tokenizer import make_tokenizer  # pylint: disable=g-import-not-at-top
-  from c2jax.eval import harness  # pylint: disable=g-import-not-at-top
+  from c2jax.actors.agent_loop import AgentConfig, AgentRunner
+  from c2jax.actors.engine import EngineConfig
+  from c2jax.actors.sampling import SamplingConfig
+  from c2jax.data.tokenizer import make_tokenizer
+  from c2jax.eval import harness
   s = cfg.sampling
   tok = make_tokenizer(cfg.tokenizer)
   if tok.vocab_size > model.vocab_size:
@@ -148,7 +148,7 @@ def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directo
 
 
 def _report(cfg: EvalRunConfig, tasks, make_policy, directory: str) -> dict:
-  from c2jax.eval import harness  # pylint: disable=g-import-not-at-top
+  from c2jax.eval import harness
   report = harness.evaluate(tasks, make_policy, samples=cfg.samples, workers=cfg.workers, config=cfg.env,
                             ks=tuple(cfg.ks))
   summary = harness.write_report(report, directory)
@@ -160,14 +160,14 @@ def run(cfg: EvalRunConfig, workdir: str) -> dict:
   """Evaluates the policy of `cfg` once; returns the summary (also in workdir/report.json)."""
   tasks = _tasks(cfg)
   if cfg.policy == CHECKPOINT:
-    import jax  # pylint: disable=g-import-not-at-top
-    from c2jax.model.checkpoint import load_checkpoint  # pylint: disable=g-import-not-at-top
+    import jax
+    from c2jax.model.checkpoint import load_checkpoint
     if not cfg.checkpoint:
       raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
     params, model = load_checkpoint(cfg.checkpoint)
     summary = _model_report(cfg, tasks, jax.device_put(params), model, workdir)
   else:
-    from c2jax.envs.teachers.scripted_policies import POLICIES  # pylint: disable=g-import-not-at-top
+    from c2jax.envs.teachers.scripted_policies import POLICIES
     policy_cls = POLICIES.get(cfg.policy)
     summary = _report(cfg, tasks, lambda i: policy_cls(), workdir)
   summary.update(suite=cfg.suite, split=cfg.split, policy=cfg.policy)
@@ -177,8 +177,8 @@ def run(cfg: EvalRunConfig, workdir: str) -> dict:
 def watch(cfg: EvalRunConfig, workdir: str, stop: Callable[[], bool] = lambda: False) -> None:
   """The evaluator service: each new version of `cfg.watch_weights` evaluated into workdir/v<version>/, its summary
   appended to workdir/versions.jsonl and printed, until `stop`."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from c2jax.rollouts.weight_store import WeightStore  # pylint: disable=g-import-not-at-top
+  import jax
+  from c2jax.rollouts.weight_store import WeightStore
   tasks, model, store = _tasks(cfg), cfg.model_config, WeightStore(cfg.watch_weights)
   version, params = None, None
   while not stop():

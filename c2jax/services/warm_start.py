@@ -81,7 +81,7 @@ def checkpoint_fingerprint(directory: str) -> str:
   of its params, hashed. Content, not place or file times: a pretraining rerun in a fresh clone writes the same model
   elsewhere and reuses the SFT; a base saved again with other values is another SFT. The params are read once here,
   as the SFT reads them all anyway."""
-  # pylint: disable=g-import-not-at-top  (jax-heavy; only for a base model)
+  # jax-heavy; only for a base model
   import jax
   from c2jax.model import checkpoint
   from c2jax.model.config import config_to_json_dict
@@ -129,7 +129,7 @@ def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
 def sft_checkpoint(cfg: RLRunConfig, stop=lambda: False) -> str | None:
   """Trains (or resumes, or reuses) the SFT of `cfg` and returns its model checkpoint directory (None when `stop`
   interrupted it: the same call resumes it)."""
-  from c2jax.services import pretrain_loop  # pylint: disable=g-import-not-at-top  (jax-heavy; only when SFT runs)
+  from c2jax.services import pretrain_loop  # jax-heavy; only when SFT runs
   p = sft_config(cfg)
   workdir = cache_dir(cfg, p)
   checkpoint = os.path.join(workdir, "models", "sft")

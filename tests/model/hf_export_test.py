@@ -227,7 +227,7 @@ class HfExportTest(parameterized.TestCase):
 
   def _tokenizer_dir(self, n_tokens: int) -> str:
     """An HF tokenizer directory (tokenizer.json, tokenizer_config.json with a chat template) of n_tokens tokens."""
-    import tokenizers  # pylint: disable=g-import-not-at-top
+    import tokenizers
 
     d = os.path.join(self.tmp, f"tok{n_tokens}")
     os.makedirs(d)
@@ -355,9 +355,9 @@ class HfExportTest(parameterized.TestCase):
 
   def test_shards_split_as_huggingface_hub_does(self):
     sizes = {"a": 10, "b": 10, "big": 100, "c": 15, "d": 5, "e": 20, "f": 1}
-    tensors = [hf_export._Tensor(k, None, (), None, (n,), np.dtype("<f4"))  # pylint: disable=protected-access
+    tensors = [hf_export._Tensor(k, None, (), None, (n,), np.dtype("<f4"))
                for k, n in sizes.items()]
-    ours = hf_export._shards(tensors, 80)  # pylint: disable=protected-access
+    ours = hf_export._shards(tensors, 80)
     ref = huggingface_hub.split_torch_state_dict_into_shards({k: torch.zeros(n) for k, n in sizes.items()},
                                                              max_shard_size=80)
     self.assertEqual([[t.name for t in s] for s in ours], list(ref.filename_to_tensors.values()))

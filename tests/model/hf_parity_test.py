@@ -128,7 +128,7 @@ def _layer_divergence(model, params, cfg: ModelConfig, toks: np.ndarray) -> str:
       ours = rms_norm(h, params["final_norm"], cfg.rms_norm_eps) if i == cfg.n_layers - 1 else h
       lines.append(f"layer {i} ({group}): rel err {_rel_err(np.asarray(ours), hs[i]):.2e}")
     return "; ".join(lines)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:  # noqa: BLE001
     return f"(per-layer diagnosis failed: {e!r})"
 
 

@@ -302,7 +302,7 @@ class ReferenceTest(parameterized.TestCase):
     scale the codes agree except at rounding boundaries.
     """
     try:
-      from jax._src.cudnn import scaled_matmul_stablehlo as peer  # pylint: disable=g-import-not-at-top
+      from jax._src.cudnn import scaled_matmul_stablehlo as peer
       config_fn = jax.nn.get_scaled_dot_general_config
     except (ImportError, AttributeError) as e:
       self.skipTest(f"this jax has no scaled_dot_general quantizer to compare against ({e})")

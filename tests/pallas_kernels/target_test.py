@@ -9,7 +9,7 @@ from pallas_kernels import target
 from pallas_kernels.formats import Impl
 from pallas_kernels.target import Platform
 
-_AbstractDevice = getattr(jax.sharding, "AbstractDevice", None) or jax._src.mesh.AbstractDevice  # pylint: disable=protected-access
+_AbstractDevice = getattr(jax.sharding, "AbstractDevice", None) or jax._src.mesh.AbstractDevice
 
 
 def abstract_device(platform: str, device_kind: str | None = None, num_cores: int | None = None):

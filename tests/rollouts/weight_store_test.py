@@ -409,8 +409,8 @@ class S3WeightStoreTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    import boto3  # pylint: disable=g-import-not-at-top
-    from moto.server import ThreadedMotoServer  # pylint: disable=g-import-not-at-top  # missing: fail, not skip
+    import boto3
+    from moto.server import ThreadedMotoServer  # missing: fail, not skip
     py_logging.getLogger("werkzeug").setLevel(py_logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

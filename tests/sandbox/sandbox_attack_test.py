@@ -268,7 +268,7 @@ class HostSideAttackTest(SandboxTestCase):
       while not done.is_set():
         try:
           files = box.files()
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:  # noqa: BLE001
           errors.append(repr(e))
           return
         rounds[0] += 1

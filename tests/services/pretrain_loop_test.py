@@ -178,8 +178,8 @@ class BaseModelTest(absltest.TestCase):
       pretrain_run_config.parse(c)
 
   def test_the_main_jobs_pretraining_shares_its_model_and_tokenizer(self):
-    from configs import rl_tiny  # pylint: disable=g-import-not-at-top
-    from c2jax.services import rl_run_config  # pylint: disable=g-import-not-at-top
+    from configs import rl_tiny
+    from c2jax.services import rl_run_config
     p = pretrain_run_config.parse(pretrain_tiny.get_config("rl_tiny"))
     rl = rl_run_config.parse(rl_tiny.get_config())  # the default mode: what `make demo` runs after the pretraining
     self.assertEqual(p.model_config, rl.model_config)

@@ -36,7 +36,7 @@ class SummaryTableTest(absltest.TestCase):
                                   "behaviour_read_before_edit_before": 0.25, "behaviour_read_before_edit_after": 0.75,
                                   "behaviour_recovery_after_failing_tests_before": None,
                                   "behaviour_recovery_after_failing_tests_after": 0.5})
-    row = lambda name: next(line for line in table.splitlines() if line.startswith(name)).split()[-3:]  # noqa: E731
+    row = lambda name: next(line for line in table.splitlines() if line.startswith(name)).split()[-3:]
     self.assertEqual(row("turns / episode"), ["3.50", "4.25", "+0.75"])
     self.assertEqual(row("read before edit"), ["0.250", "0.750", "+0.500"])
     self.assertEqual(row("recovery after failing tests"), ["-", "0.500", "-"])

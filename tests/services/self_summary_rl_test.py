@@ -37,7 +37,7 @@ FLAGS = ["--config.sft.enabled=False", "--config.trainer.steps=2", "--config.tra
 
 def _tb_tags(directory: pathlib.Path) -> set[str]:
   """The scalar tags of the TensorBoard event files under `directory` (TFRecord framing, Event protos)."""
-  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  from tensorboardX.proto import event_pb2
   tags = set()
   for path in directory.rglob("events.out.tfevents.*"):
     data = path.read_bytes()

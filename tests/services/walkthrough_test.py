@@ -104,9 +104,9 @@ def _bf16_rounded(params, cfg):
 
 def _tokenizer() -> transformers.PreTrainedTokenizerFast:
   """A byte-level BPE of the suites' native prompts and files, with the template's control tokens first."""
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
-  import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers the suites)
-  from c2jax.envs.tasks.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  import c2jax.envs.tasks.suites  # noqa: F401  (registers the suites)
+  from c2jax.envs.tasks.coding_tasks import CODING_SUITES
   fmt = chat_format(_FORMAT)
   corpus = []
   for suite, split in _SUITES:

@@ -68,7 +68,7 @@ class CopyProbeTest(absltest.TestCase):
   def test_importing_defines_no_flags(self):
     # The tool's flags exist only when it runs: tools/bench_model.py, loaded into the same test process by
     # tools/bench_sampler.py, defines --model, --steps, --seed, ... of its own.
-    from absl import flags  # pylint: disable=g-import-not-at-top
+    from absl import flags
     self.assertNotIn("mla_features", flags.FLAGS)
     self.assertNotIn("eval_rows", flags.FLAGS)
 

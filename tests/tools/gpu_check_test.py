@@ -84,8 +84,8 @@ class GpuCheckTest(absltest.TestCase):
     self.assertIn("sampler", str(errors))
 
   def test_mfu_uses_the_published_dense_bf16_peak(self):
-    from tools import bench_sampler  # pylint: disable=g-import-not-at-top  (jax; bench_model's flags once)
-    peak = bench_sampler._bench_model().device_peak_tflops  # pylint: disable=protected-access
+    from tools import bench_sampler  # jax; bench_model's flags once
+    peak = bench_sampler._bench_model().device_peak_tflops
     self.assertEqual(peak("NVIDIA H200", "bfloat16"), 989.0)
     self.assertEqual(peak("NVIDIA H100 80GB HBM3", "bfloat16"), 989.0)
     self.assertEqual(peak("NVIDIA H100 PCIe", "bfloat16"), 756.0)

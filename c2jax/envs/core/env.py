@@ -261,7 +261,7 @@ class CodingEnv:
     self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0}
     return first_observation(task, self.config, self._sandbox.list_files())
 
-  def step(self, model_text: str) -> StepResult:
+  def step(self, model_text: str) -> StepResult:  # noqa: C901
     """Runs the tool calls of one model turn, in order.
 
     Returns:
@@ -408,7 +408,7 @@ class CodingEnv:
       return False, f"{call.args.get('path', '')}: {e.strerror or type(e).__name__}."
     except ValueError as e:  # bad paths (SandboxPathError too): the sentence speaks for itself
       return False, str(e)
-    except Exception as e:  # pylint: disable=broad-except  (anything else is the model's error to read)
+    except Exception as e:  # noqa: BLE001  (anything else is the model's error to read)
       return False, f"{type(e).__name__}: {e}"
 
   def _tool_read_file(self, path: str) -> tuple[bool, str]:

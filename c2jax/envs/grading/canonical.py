@@ -60,7 +60,7 @@ class Opaque:
     return f"Opaque({self.reason!r})"
 
 
-def decode(form: Any, depth: int = 0) -> Any:
+def decode(form: Any, depth: int = 0) -> Any:  # noqa: C901
   """The plain value of a canonical form: tuples, sets and dicts as such (dicts as lists of pairs under "d")."""
   if depth > 64:
     raise Malformed("too deep")
@@ -258,7 +258,7 @@ def _count_equal(a: Any, b: Any) -> bool:
     return False
   if _has_opaque(a) or _has_opaque(b):
     return False
-  items = lambda v: [k for k, _ in v] if type(v) is _PlainDict else list(v)  # noqa: E731
+  items = lambda v: [k for k, _ in v] if type(v) is _PlainDict else list(v)
   counts: dict = {}
   for e in items(a):
     counts[key(e)] = counts.get(key(e), 0) + 1
@@ -287,7 +287,7 @@ def _raises(payload: dict) -> bool:
   return True
 
 
-def decide(kind: str, payload: Any, pattern: str | None = None) -> bool:
+def decide(kind: str, payload: Any, pattern: str | None = None) -> bool:  # noqa: C901
   """Whether the recorded check holds (see the module docstring).
 
   Args:

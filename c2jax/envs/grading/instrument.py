@@ -189,7 +189,7 @@ def _is_literal(node: ast.AST) -> bool:
   return True
 
 
-def _perturb(value, rng: random.Random, depth: int = 0):
+def _perturb(value, rng: random.Random, depth: int = 0):  # noqa: C901
   """A value unequal to `value` under the host's comparison rule, or None when there is no safe one.
 
   A container or str is as likely to come out shorter as longer (or as long, one element changed), so neither
@@ -326,7 +326,7 @@ def _random_names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
 
 
 @serialized
-def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.Random, canaries: int | None = 2
+def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.Random, canaries: int | None = 2  # noqa: C901
                ) -> Instrumented:
   """The task's hidden .py files (path -> source) rewritten for one grading call (see the module docstring).
 

@@ -94,7 +94,7 @@ _re_search = re.search
 def _class_name(cls):
   try:
     return f"{cls.__module__}.{cls.__qualname__}"
-  except Exception:  # pylint: disable=broad-exception-caught  (a class with odd attributes)
+  except Exception:  # noqa: BLE001  (a class with odd attributes)
     return "?"
 
 
@@ -108,7 +108,7 @@ def _class_names(spec):
 def _mro_names(cls):
   try:
     return [_class_name(c) for c in _type.__dict__["__mro__"].__get__(cls)]
-  except Exception:  # pylint: disable=broad-exception-caught
+  except Exception:  # noqa: BLE001
     return []
 
 
@@ -282,7 +282,7 @@ class _RaisesContext:
       payload["raised"] = _mro_names(exc_type)
       try:
         payload["message"] = canonical(_str(exc))
-      except Exception:  # pylint: disable=broad-exception-caught  (a submitted exception whose __str__ raises)
+      except Exception:  # noqa: BLE001  (a submitted exception whose __str__ raises)
         payload["message"] = {"o": "str failed"}
     _append([self.check_id, self.kind, payload])
     failure = _getattr(self.test, "failureException", AssertionError)
@@ -314,12 +314,12 @@ def _facts(kind, operands, forms):
   elif kind in ("assertIn", "assertNotIn") and _is_opaque(forms[1]):
     try:
       facts["contains"] = _bool(operands[0] in operands[1])
-    except Exception:  # pylint: disable=broad-exception-caught
+    except Exception:  # noqa: BLE001
       facts["contains"] = None
   elif kind in ("assertTrue", "assertFalse") and _is_opaque(forms[0]):
     try:
       facts["truth"] = _bool(operands[0])
-    except Exception:  # pylint: disable=broad-exception-caught
+    except Exception:  # noqa: BLE001
       facts["truth"] = None
   elif kind in ("assertIsInstance", "assertNotIsInstance"):
     facts["mro"] = _mro_names(_type(operands[0]))
@@ -453,7 +453,7 @@ class _HiddenLoader(importlib.abc.Loader):
     module.__file__ = self.path(name)
     if self.is_package(name):
       module.__path__ = []  # nothing on disk: a hidden package holds only what this loader serves
-    exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)  # pylint: disable=exec-used
+    exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
 
   def spec(self, name):
     return importlib.machinery.ModuleSpec(name, self, origin=self.path(name), is_package=self.is_package(name))
@@ -492,7 +492,7 @@ def import_package(name, root):
       sys.modules[prefix] = importlib.util.module_from_spec(spec)
       if i > 1:
         setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[prefix])
-    except BaseException as e:  # pylint: disable=broad-exception-caught  (SystemExit from submitted code too)
+    except BaseException as e:  # noqa: BLE001  (SystemExit from submitted code too)
       return f"{_type(e).__name__}: {e}"
   return None
 
@@ -523,7 +523,7 @@ def load_module(loader, name):
     sys.modules[name] = module
     try:
       loader.exec_module(module)
-    except BaseException as e:  # pylint: disable=broad-exception-caught  (SystemExit from submitted code too)
+    except BaseException as e:  # noqa: BLE001  (SystemExit from submitted code too)
       if sys.modules.get(name) is module:
         del sys.modules[name]
       loader.made.pop(name, None)
@@ -534,7 +534,7 @@ def load_module(loader, name):
   if parent and parent not in loader.sources:
     try:  # what the import system does for a submodule: `pkg.tests.test_x` reachable from `pkg.tests`
       setattr(sys.modules[parent], name.rpartition(".")[2], loader.made[name])
-    except Exception:  # pylint: disable=broad-exception-caught  (a package object of the submission's making)
+    except Exception:  # noqa: BLE001  (a package object of the submission's making)
       pass
   return loader.made[name], None, planted
 
@@ -605,7 +605,7 @@ def main(argv):
   wanted = None if document.get("select") is None else frozenset(document["select"])
   devnull = os.open(os.devnull, os.O_RDONLY)
   os.dup2(devnull, 0)
-  sys.stdin = open(devnull, closefd=False)  # pylint: disable=consider-using-with
+  sys.stdin = open(devnull, closefd=False)
   report_fd = os.dup(1)
   os.dup2(2, 1)  # the tests' stdout joins the log: fd 1 as the submission sees it is not the report's
   root = os.getcwd()
@@ -637,13 +637,13 @@ def main(argv):
 
     made = []
     unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=make_result).run(suite)
-  except BaseException as e:  # pylint: disable=broad-exception-caught  (the submission broke the runner itself)
+  except BaseException as e:  # noqa: BLE001  (the submission broke the runner itself)
     # What ran so far stands; the breakage is one more failed test (an integrity finding says how, where it shows).
     fixtures = [*fixtures, f"the judge's runner failed: {_type(e).__name__}"]
   try:
     after = snapshot()
     findings = integrity_findings(before, after, loader)
-  except BaseException as e:  # pylint: disable=broad-exception-caught
+  except BaseException as e:  # noqa: BLE001
     findings = [f"snapshot failed: {_type(e).__name__}"]
   for name in loader.made:
     if sys.modules.get(name) is not loader.made[name] and name not in planted:
@@ -653,7 +653,7 @@ def main(argv):
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
-    except Exception:  # pylint: disable=broad-exception-caught  (a test may have closed or replaced it)
+    except Exception:  # noqa: BLE001  (a test may have closed or replaced it)
       pass
   _write_all(report_fd, f"\n{nonce} {_dump(report)}\n".encode())
   _os_exit(0)

@@ -79,7 +79,7 @@ def _decode(data: bytes) -> str | None:
     return None
 
 
-def read_snapshot(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, int]]:
+def read_snapshot(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, int]]:  # noqa: C901
   """(the repository's text files, path -> text; counts of what was left out by kind: "binary", "link", "other").
 
   `path` is a directory or a tarball with the files at its root (a leading "./" is dropped).

@@ -251,7 +251,7 @@ def _read_hunk(lines: list[str], i: int, path: str, number: int) -> tuple[Hunk, 
   return Hunk(old_start, old_len, new_start, new_len, tuple(body), header), i
 
 
-def parse(text: str) -> list[FilePatch]:
+def parse(text: str) -> list[FilePatch]:  # noqa: C901
   """The file changes of a unified diff, in order. Empty text is an empty patch; other text without any file
   section is refused."""
   lines = split_lines(text)

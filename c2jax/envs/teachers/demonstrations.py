@@ -70,7 +70,7 @@ def demonstration(task: CodingTask, config: EnvConfig = EnvConfig()) -> tuple[st
 def suite_tasks(suite: str, split: str, suite_options: Mapping | None = None) -> list[CodingTask]:
   """The tasks of `suite` / `split` (every task, in suite order), with `suite_options` overriding the suite's
   fields."""
-  import c2jax.envs.tasks.suites  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers suites)
+  import c2jax.envs.tasks.suites  # noqa: F401  (registers suites)
   check_split(split)
   suite_obj = CODING_SUITES.get(suite)
   if suite_options:

@@ -60,7 +60,7 @@ def suite_texts(suite: str, suite_options=None, text: TokenizerText = TokenizerT
 
 def teacher_name(suite: str) -> str:
   """The scripted policy whose episodes show a suite's observations: the suite's `TEACHER`, else DEFAULT_TEACHER."""
-  from c2jax.envs.tasks.coding_tasks import CODING_SUITES  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.tasks.coding_tasks import CODING_SUITES
   return getattr(CODING_SUITES.get(suite), "TEACHER", DEFAULT_TEACHER)
 
 
@@ -68,9 +68,9 @@ def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> li
   """Every observation after the first of the suite's teacher (`teacher_name`) on each train task, played through
   CodingEnv with the real sandbox (help format "none", the environment's default budgets), in task order."""
   # Imported here: the environment (sandboxes) is needed only for this text.
-  from c2jax.envs.core.env import EnvConfig  # pylint: disable=g-import-not-at-top
-  from c2jax.envs.tools.protocol import HelpDetail  # pylint: disable=g-import-not-at-top
-  from c2jax.envs.teachers.scripted_policies import POLICIES, play  # pylint: disable=g-import-not-at-top
+  from c2jax.envs.core.env import EnvConfig
+  from c2jax.envs.tools.protocol import HelpDetail
+  from c2jax.envs.teachers.scripted_policies import POLICIES, play
   policy = POLICIES.get(teacher_name(suite))()
   config = EnvConfig(instructions=HelpDetail.NONE)
   tasks = demonstrations.suite_tasks(suite, "train", suite_options)

@@ -143,10 +143,10 @@ class TextIndex:
   def __init__(self, documents: Sequence[Document], lsa_min_documents: int = LSA_MIN_DOCUMENTS,
                lsa_components: int = LSA_COMPONENTS):
     # Deferred: scikit-learn takes ~1.5 s to import, and most processes never build an index.
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    from sklearn.decomposition import TruncatedSVD  # pylint: disable=g-import-not-at-top
-    from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=g-import-not-at-top
-    from sklearn.preprocessing import normalize  # pylint: disable=g-import-not-at-top
+    import numpy as np
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.preprocessing import normalize
 
     self.size = len(documents)
     titles = [tokens(d.title) for d in documents]
@@ -182,8 +182,8 @@ class TextIndex:
     Raises:
       ValueError: the query holds no searchable word (only punctuation, stop words or single letters).
     """
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    from sklearn.preprocessing import normalize  # pylint: disable=g-import-not-at-top
+    import numpy as np
+    from sklearn.preprocessing import normalize
 
     words = tokens(query)
     if not words:

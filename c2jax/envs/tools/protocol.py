@@ -226,7 +226,7 @@ def _skip(text: str, pos: int) -> tuple[int, bool]:
   return (m.end() if m.group() == "</tool>" else m.start()), False
 
 
-def _parse_block(text: str, start: int) -> tuple[ToolCall | None, str, int, bool]:
+def _parse_block(text: str, start: int) -> tuple[ToolCall | None, str, int, bool]:  # noqa: C901
   """Parses the block opening at `start`; returns (call or None, error or "", next position, text ended in it)."""
   n = len(text)
   m = _TOOL_OPEN.match(text, start)

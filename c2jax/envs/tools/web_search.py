@@ -116,15 +116,15 @@ def render(results: Sequence[SearchResult]) -> str:
   return "\n\n".join(parts)
 
 
-def _read_docs(modules: list[str]) -> list[list[str]]:
+def _read_docs(modules: list[str]) -> list[list[str]]:  # noqa: C901
   """[dotted name, kind, module, signature, docstring] of each documented public object of `modules`, sorted.
 
   Runs alone in a fresh `python -I` (its source is the program; see `_extract`), so it imports what it uses itself.
   """
-  import importlib  # pylint: disable=g-import-not-at-top,redefined-outer-name,reimported
-  import inspect  # pylint: disable=g-import-not-at-top,redefined-outer-name,reimported
-  import re  # pylint: disable=g-import-not-at-top
-  import warnings  # pylint: disable=g-import-not-at-top
+  import importlib
+  import inspect
+  import re
+  import warnings
 
   warnings.simplefilter("ignore")  # deprecation notices of the modules read
   address = re.compile(r" at 0x[0-9a-fA-F]+")  # a default's repr names an object's address: not deterministic
@@ -146,7 +146,7 @@ def _read_docs(modules: list[str]) -> list[list[str]]:
   for name in modules:
     try:
       module = importlib.import_module(name)
-    except Exception:  # pylint: disable=broad-except  (not in this build: skipped)
+    except Exception:  # noqa: BLE001  (not in this build: skipped)
       continue
     add(name, module, "module", name)
     public = getattr(module, "__all__", None)
@@ -204,10 +204,10 @@ def _summary(doc: str) -> str:
 
 def _read_cache(path: str) -> tuple[list[list[str]], code_search.TextIndex] | None:
   """The cached (entries, index) at `path`; None when the file is missing, partial or not one."""
-  import joblib  # pylint: disable=g-import-not-at-top  (scikit-learn's dependency; deferred as scikit-learn is)
+  import joblib  # scikit-learn's dependency; deferred as scikit-learn is
   try:
     loaded = joblib.load(path)
-  except Exception:  # pylint: disable=broad-except  (missing, truncated or foreign: rebuilt)
+  except Exception:  # noqa: BLE001  (missing, truncated or foreign: rebuilt)
     return None
   if isinstance(loaded, tuple) and len(loaded) == 2 and isinstance(loaded[1], code_search.TextIndex):
     return loaded
@@ -216,7 +216,7 @@ def _read_cache(path: str) -> tuple[list[list[str]], code_search.TextIndex] | No
 
 def _write_cache(path: str, loaded: tuple[list[list[str]], code_search.TextIndex]) -> None:
   """Writes the cache whole, then renames it into place: a concurrent reader sees the old file or the new one."""
-  import joblib  # pylint: disable=g-import-not-at-top
+  import joblib
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
@@ -248,7 +248,7 @@ class StdlibDocs:
 
   def cache_path(self) -> str:
     """The cache file of this Python, scikit-learn, code and module list."""
-    import sklearn  # pylint: disable=g-import-not-at-top
+    import sklearn
     key = hashlib.blake2b(json.dumps([sys.version, sklearn.__version__, _source_hash(), self.modules]).encode(),
                           digest_size=8).hexdigest()
     root = self.cache_dir or default_cache_dir()

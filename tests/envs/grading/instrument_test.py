@@ -119,14 +119,14 @@ class InstrumentTest(parameterized.TestCase):
     mine, theirs, operand = canary.perturbed
     self.assertEqual((suite.kinds[mine], suite.kinds[theirs], operand), ("assertEqual", "assertEqual", 1))
     tree = ast.parse(suite.modules["hidden_tests.test_x"])
-    (call,) = [c for c in ast.walk(tree) if instrument._recorder_call(c) and c.args[1].value == mine]  # pylint: disable=protected-access
+    (call,) = [c for c in ast.walk(tree) if instrument._recorder_call(c) and c.args[1].value == mine]
     self.assertEqual(ast.unparse(call.args[3]), "f(2)")  # the int check, not one of the others
 
   @parameterized.parameters(range(20))
   def test_perturbed_literals_are_unequal(self, seed):
     rng = random.Random(seed)
     for value in (0, -3, 2.5, "", "abc", b"x", None, True, [1], (), {"a": 1}, {1, 2}, [[1, 2], "x"]):
-      perturbed = instrument._perturb(value, rng)  # pylint: disable=protected-access
+      perturbed = instrument._perturb(value, rng)
       self.assertIsNotNone(perturbed, value)
       self.assertNotEqual(repr(perturbed[0]), repr(value))
       self.assertFalse(type(perturbed[0]) is type(value) and perturbed[0] == value, value)

@@ -197,7 +197,7 @@ class TotalityTest(absltest.TestCase):
       text = fuzz_text(rng)
       try:
         result = parse(text)
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:  # noqa: BLE001
         self.fail(f"parse raised {e!r} on {text!r}")
       check_well_typed(self, result)
 

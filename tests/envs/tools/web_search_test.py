@@ -21,7 +21,7 @@ _CACHE = tempfile.mkdtemp(prefix="c2jax-web-search-test-")
 _DOCS: list[StdlibDocs] = []
 
 
-def tearDownModule():  # pylint: disable=invalid-name
+def tearDownModule():
   shutil.rmtree(_CACHE, ignore_errors=True)
 
 

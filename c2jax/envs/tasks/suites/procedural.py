@@ -300,7 +300,7 @@ def _splits(grammar: str, seed: int, heldout_fraction: float,
   specs = list(GRAMMARS[grammar]())
   random.Random(seed).shuffle(specs)
   n_heldout = int(round(len(specs) * heldout_fraction))
-  keep = lambda group: tuple(s for s in group if s.difficulty <= max_difficulty)  # noqa: E731
+  keep = lambda group: tuple(s for s in group if s.difficulty <= max_difficulty)
   return {"heldout": keep(specs[:n_heldout]), "train": keep(specs[n_heldout:])}
 
 
