@@ -239,7 +239,7 @@ def array_fields(spec: BufferSpec) -> list[tuple[str, str, int, tuple[int, ...]]
   """Every stored array as (key in the group, path under arrays/, rows axis, shape of the non-row axes): the [R, T]
   fields and expert_ids (the [R] fields are in the commit records: `row_fields_to_json`)."""
   t = spec.seq_len
-  out = [(f, f, 0, (t,)) for f in spec.token_fields]
+  out: list[tuple[str, str, int, tuple[int, ...]]] = [(f, f, 0, (t,)) for f in spec.token_fields]
   if spec.n_moe_layers:
     out.append(("expert_ids", "expert_ids", 1, (spec.n_moe_layers, t, spec.experts_per_tok)))
   return out

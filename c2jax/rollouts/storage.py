@@ -16,6 +16,7 @@ URL and `AWS_REGION` if it is not us-east-1; credentials come from the usual AWS
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import json
 import os
@@ -96,7 +97,8 @@ class Store:
       keys = self._kv.list().result()
     return sorted(k.decode() for k in keys)
 
-  def list_range(self, start: str, end: str) -> list[str]:
+  # builtins.list: inside this class `list` is the method above.
+  def list_range(self, start: str, end: str) -> builtins.list[str]:
     """Keys k with start <= k < end (relative to this store), sorted."""
     return sorted(k.decode() for k in self._kv.list(ts.KvStore.KeyRange(start, end)).result())
 

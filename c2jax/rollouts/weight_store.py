@@ -186,7 +186,8 @@ class WeightStore:
     self._mem = ts.KvStore.open({"driver": "memory"}, context=self._scratch).result()
     self._prev: tuple[int, _Flat] | None = None  # the last version this publisher wrote, kept for its delta
     self._last_full: int | None = None
-    self._kinds: dict[int, str] = {}  # of published versions (a published manifest never changes)
+    # of published versions (a published manifest never changes); None: a damaged or unreadable manifest
+    self._kinds: dict[int, str | None] = {}
 
   def __repr__(self) -> str:
     return f"WeightStore({self.url!r}, full_every={self.full_every}, keep={self.keep})"
@@ -312,9 +313,9 @@ class WeightStore:
         present.add(int(name))
         if rest == "manifest.json":
           published.add(int(name))
-    present = sorted(present)
+    versions = sorted(present)
     fulls = []
-    for v in present:
+    for v in versions:
       if v in published and v <= version:
         if v not in self._kinds:
           data = self._get(_manifest_key(v))
@@ -325,7 +326,7 @@ class WeightStore:
         if self._kinds[v] == Kind.FULL.value:
           fulls.append(v)
     cutoff = fulls[-self.keep] if len(fulls) >= self.keep else (fulls[0] if fulls else version)
-    for v in present:
+    for v in versions:
       if v < version and (v < cutoff or v not in published):
         # The manifest first: a version is then unpublished before any of its arrays go.
         self._delete_prefix(_manifest_key(v))
