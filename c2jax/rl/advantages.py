@@ -19,6 +19,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from c2jax.registry import Registry
 
@@ -42,8 +43,9 @@ class GroupStats:
   zero_variance: jax.Array
 
 
-def group_stats(reward: jax.Array, group_id: jax.Array, weight: jax.Array) -> GroupStats:
+def group_stats(reward: ArrayLike, group_id: ArrayLike, weight: ArrayLike) -> GroupStats:
   """Per-row statistics of its group: reward, group_id, weight [B] (weight 1 on one row per trajectory)."""
+  reward, group_id, weight = jnp.asarray(reward), jnp.asarray(group_id), jnp.asarray(weight)
   same = (group_id[:, None] == group_id[None, :]).astype(jnp.float32) * weight[None, :]  # [B, B]: B rows, small
   count = jnp.sum(same, axis=1)
   mean = jnp.sum(same * reward[None, :], axis=1) / jnp.maximum(count, 1.0)
@@ -78,13 +80,14 @@ def rloo(stats: GroupStats, reward: jax.Array, eps: float) -> jax.Array:
   return jnp.where(n > 1, n / jnp.maximum(n - 1.0, 1.0) * (reward - stats.mean), 0.0)
 
 
-def advantages(name: str, reward: jax.Array, group_id: jax.Array, weight: jax.Array,
+def advantages(name: str, reward: ArrayLike, group_id: ArrayLike, weight: ArrayLike,
                eps: float = 1e-6) -> tuple[jax.Array, GroupStats]:
   """(A [B], GroupStats) with the estimator registered as `name`.
 
   A group whose rewards are all equal gets exactly zero advantage: in float32 its mean can be an ulp off the
   common value, which grpo's division by (std + eps) with std = 0 would blow up into a systematic push.
   """
+  reward = jnp.asarray(reward)
   stats = group_stats(reward, group_id, weight)
   adv = ADVANTAGES.get(name)(stats, reward, eps)
   return jnp.where(stats.zero_variance > 0, 0.0, adv), stats

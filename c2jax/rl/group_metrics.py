@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 
 class GroupEstimate(NamedTuple):
@@ -48,7 +49,8 @@ class _Groups:
   count: jax.Array
 
 
-def _groups(group_id: jax.Array, weight: jax.Array, value: jax.Array) -> _Groups:
+def _groups(group_id: ArrayLike, weight: ArrayLike, value: jax.Array) -> _Groups:
+  group_id, weight = jnp.asarray(group_id), jnp.asarray(weight)
   b = group_id.shape[0]
   valid = weight > 0
   # Rows that do not count sort last whatever their id, so that they never split or join a group; within a
@@ -66,7 +68,7 @@ def _groups(group_id: jax.Array, weight: jax.Array, value: jax.Array) -> _Groups
                  count=jnp.sum(starts).astype(jnp.float32))
 
 
-def _check(k: int, *rows: jax.Array) -> None:
+def _check(k: int, *rows: ArrayLike) -> None:
   if not isinstance(k, int) or k < 1:
     raise ValueError(f"k must be a Python int >= 1 (it is static); got {k!r}.")
   shapes = {tuple(jnp.shape(r)) for r in rows}
@@ -79,7 +81,7 @@ def _mean_over(values: jax.Array, counted: jax.Array) -> GroupEstimate:
   return GroupEstimate(value=jnp.sum(jnp.where(counted > 0, values, 0.0)) / jnp.maximum(n, 1.0), groups=n)
 
 
-def pass_at_k(success: jax.Array, group_id: jax.Array, weight: jax.Array, k: int) -> GroupEstimate:
+def pass_at_k(success: ArrayLike, group_id: ArrayLike, weight: ArrayLike, k: int) -> GroupEstimate:
   """Mean over groups of the unbiased pass@k estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021).
 
   C(n - c, k) / C(n, k) = prod_{j < k} (n - c - j) / (n - j): a product of k ratios in [0, 1], exact where
@@ -106,7 +108,7 @@ def pass_at_k(success: jax.Array, group_id: jax.Array, weight: jax.Array, k: int
   return _mean_over(1.0 - jnp.prod(ratios, axis=1), (n >= k).astype(jnp.float32))
 
 
-def best_of_k(reward: jax.Array, group_id: jax.Array, weight: jax.Array, k: int) -> GroupEstimate:
+def best_of_k(reward: ArrayLike, group_id: ArrayLike, weight: ArrayLike, k: int) -> GroupEstimate:
   """Mean over groups of the unbiased estimator of E[max of k rewards drawn without replacement from the group].
 
   With the group's n rewards ascending, r_(i) is the maximum of C(i - 1, k - 1) of the C(n, k) subsets, so the
@@ -133,7 +135,7 @@ def best_of_k(reward: jax.Array, group_id: jax.Array, weight: jax.Array, k: int)
   return _mean_over(per_group, (g.size >= k).astype(jnp.float32))
 
 
-def group_reward_stats(reward: jax.Array, group_id: jax.Array, weight: jax.Array) -> dict[str, jax.Array]:
+def group_reward_stats(reward: ArrayLike, group_id: ArrayLike, weight: ArrayLike) -> dict[str, jax.Array]:
   """How many groups carry a learning signal: under group-relative advantages a group whose rewards are all equal
   (all pass, all fail) contributes nothing.
 
@@ -154,7 +156,7 @@ def group_reward_stats(reward: jax.Array, group_id: jax.Array, weight: jax.Array
   lo = jax.ops.segment_min(jnp.where(g.valid > 0, g.value, jnp.inf), g.segment, num_segments=b)
   hi = jax.ops.segment_max(jnp.where(g.valid > 0, g.value, -jnp.inf), g.segment, num_segments=b)
   zero_var = jnp.sum(((g.size > 0) & (hi <= lo)).astype(jnp.float32))
-  w = (weight > 0).astype(jnp.float32)
+  w = (jnp.asarray(weight) > 0).astype(jnp.float32)
   return {
       "groups": g.count,
       "zero_variance_groups": zero_var,
@@ -163,7 +165,7 @@ def group_reward_stats(reward: jax.Array, group_id: jax.Array, weight: jax.Array
   }
 
 
-def length_by_outcome(lengths: jax.Array, success: jax.Array, weight: jax.Array) -> dict[str, jax.Array]:
+def length_by_outcome(lengths: ArrayLike, success: ArrayLike, weight: ArrayLike) -> dict[str, jax.Array]:
   """Mean length of successful and of unsuccessful trajectories: whether the length penalty shortens the easy
   wins while the failures keep thinking (report section 4).
 
@@ -178,7 +180,7 @@ def length_by_outcome(lengths: jax.Array, success: jax.Array, weight: jax.Array)
   """
   _check(1, lengths, success, weight)
   lengths = jnp.asarray(lengths, jnp.float32)
-  w = (weight > 0).astype(jnp.float32)
+  w = (jnp.asarray(weight) > 0).astype(jnp.float32)
   s = (jnp.asarray(success) > 0.5).astype(jnp.float32) * w
   f = w - s
   n_s, n_f = jnp.sum(s), jnp.sum(f)

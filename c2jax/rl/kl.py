@@ -31,6 +31,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from c2jax.registry import Registry
 
@@ -65,9 +66,9 @@ def k3(log_r: jax.Array) -> jax.Array:
   return jnp.expm1(log_r) - log_r
 
 
-def kl_estimate(name: str, logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
+def kl_estimate(name: str, logp: ArrayLike, ref_logp: ArrayLike) -> jax.Array:
   """Per-token estimate of KL(pi || pi_ref) at sampled tokens: logp, ref_logp [...] -> [...]."""
-  return KL_ESTIMATORS.get(name)(ref_logp - logp)
+  return KL_ESTIMATORS.get(name)(jnp.asarray(ref_logp) - jnp.asarray(logp))
 
 
 def kl_loss_term(name: str, placement: KlPlacement, logp: jax.Array, ref_logp: jax.Array,

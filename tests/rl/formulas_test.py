@@ -1,6 +1,7 @@
 """Each RL formula against a closed-form numpy computation on hand-made inputs: advantages, policy losses,
 aggregation weights, KL estimators (values and exact expected gradients) and the plausibility filter."""
 
+import dataclasses
 import functools
 import math
 
@@ -64,6 +65,17 @@ class AdvantagesTest(parameterized.TestCase):
     # 0.1 is not dyadic: the float32 mean of seven of them is an ulp off, which grpo's 1/(std + eps) would blow up.
     got, _ = advantages.advantages(name, jnp.full(7, 0.1), jnp.zeros(7, jnp.int32), jnp.ones(7))
     np.testing.assert_array_equal(got, np.zeros(7))
+
+  @parameterized.parameters("dr_grpo", "grpo", "rloo")
+  def test_numpy_inputs_are_array_like(self, name):
+    """The entry points take ArrayLike: numpy rows give the jax rows' advantages and statistics bit for bit."""
+    from_np = advantages.advantages(name, self.reward, self.group, self.weight)
+    from_jax = advantages.advantages(name, jnp.asarray(self.reward), jnp.asarray(self.group),
+                                     jnp.asarray(self.weight))
+    chex.assert_trees_all_equal((from_np[0], dataclasses.asdict(from_np[1])),
+                                (from_jax[0], dataclasses.asdict(from_jax[1])))
+    chex.assert_trees_all_equal(kl.kl_estimate("k3", self.reward - 1.0, self.reward),
+                                kl.kl_estimate("k3", jnp.asarray(self.reward - 1.0), jnp.asarray(self.reward)))
 
   def test_unknown_name_lists_choices(self):
     with self.assertRaisesRegex(ValueError, "Unknown advantage estimator 'ppo'; known: dr_grpo, grpo, rloo"):
