@@ -1,4 +1,4 @@
-"""The declared layer order (docs/design.md, "Layer order") and a check that every import keeps to it.
+"""The declared layer order (docs/design/layers.md) and a check that every import keeps to it.
 
 A module may import modules of its own package and of packages in lower layers, nothing else; no two modules may
 import each other, directly or through others; a leaf package (the sandbox) imports nothing of the project outside
@@ -21,7 +21,7 @@ TREES = ("c2jax", "pallas_kernels", "configs", "experiments", "tools")
 EXCLUDED = ("c2jax/envs/tasks/suites/realistic/tasks/",)
 
 # Lowest first. A package may import its own modules and packages of strictly lower layers; packages that share a
-# layer are peers and import neither each other nor anything above. Why this order: docs/design.md.
+# layer are peers and import neither each other nor anything above. Why this order: docs/design/layers.md.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("c2jax", "c2jax.registry", "c2jax.typed_config")),
     ("sandbox", ("c2jax.sandbox",)),
@@ -147,7 +147,7 @@ def layer_violations(graph: Graph) -> list[str]:
   for module, targets in sorted(graph.edges.items()):
     own = layer_of(module)
     if own is None:
-      problems.append(f"{module} is in no layer of LAYERS: add its package to the table and to docs/design.md.")
+      problems.append(f"{module} is in no layer of LAYERS: add its package to the table and to docs/design/layers.md.")
       continue
     for target, line in sorted(targets.items()):
       theirs = layer_of(target)

@@ -1,4 +1,4 @@
-"""Environments, one sub-package per concern (lowest first; docs/design.md, "Layer order"):
+"""Environments, one sub-package per concern (lowest first; docs/design/layers.md):
 
   tasks/, token_tasks/, tools/   coding task formats and suites; tasks as the actors see them; the agent's tools
   chat/, grading/                chat formats; grading by hidden tests in the sandbox (`c2jax.sandbox`)

@@ -79,7 +79,9 @@ def make_mesh(config: MeshConfig, devices: Sequence[jax.Device] | None = None) -
   """A `Mesh` with axes `AXES` of the configured sizes over `devices` (default: all devices, all processes).
 
   Devices are laid out in `jax.devices()` order with `tensor` fastest-varying, then `context`, `expert`,
-  `fsdp`, `data`: the innermost axes, which communicate most, land on the closest devices (same host).
+  `fsdp`, `data`: the innermost axes, which communicate most, land on the closest devices (same host). A plain
+  `Mesh` rather than `jax.make_mesh`, whose Explicit axes (its default in jax 0.10) `shard_map` rejects for
+  mismatched specs.
   """
   devices = list(jax.devices() if devices is None else devices)
   if config.num_devices != len(devices):

@@ -67,13 +67,10 @@ Communication (`communication`, bytes one device sends per step, with the wire c
     MTP block) is done by XLA as an all-gather of the whole sequence, in the forward and again in the backward.
   Tensor-axis collectives and XLA's own reshardings of activations are not modelled; the HLO accounting counts
   them.
-  Checked against the HLO of the Kimi K2.5 step after SPMD partitioning (fsdp:8, expert:64, context:4, 32K tokens,
-  Remat.FULL): parameter + AdamW arguments, the expert-weight gathers and the region psums (experts over a group of
-  32, router and kv_b over 2048) agree to within 1%, all-gathers in all to 2% and all-to-alls to 3% (XLA adds
-  7.5 GiB of f32 logits exchanged over context, the LM head's vocab being split over it). The non-expert gradients
-  are not reduce-scattered at that stage: XLA all-reduces the whole gathered gradient over fsdp x expert and again
-  over context, then slices it (75 GiB against the model's 21 GiB of reduce-scatter); XLA:GPU's reduce-scatter
-  creation pass may rewrite part of it.
+  Checked against the HLO of the Kimi K2.5 step after SPMD partitioning (figures: docs/benchmarks.md,
+  "tools/plan.py"). The non-expert gradients are not reduce-scattered at that stage: XLA all-reduces the whole
+  gathered gradient over fsdp x expert and again over context, then slices it; XLA:GPU's reduce-scatter creation
+  pass may rewrite part of it.
 """
 
 from __future__ import annotations

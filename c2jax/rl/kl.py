@@ -21,7 +21,7 @@ nothing about its *gradient* when x is sampled from pi itself:
                           with k1 or k3 its expectation is exactly grad KL(pi || pi_ref), also off-policy
                           through rho = pi/mu (mu: the behaviour policy).
 
-tests/rl/kl_test.py checks these expectations exactly by enumerating a categorical distribution.
+tests/rl/formulas_test.py checks these expectations exactly by enumerating a categorical distribution.
 """
 
 from __future__ import annotations

@@ -24,10 +24,9 @@ holds, or plant modules. So no verdict is taken from inside that interpreter:
     tests, under random names like every test, with one expected value perturbed (or one check turned into its
     complement) so that a solution passing the real test FAILS its copy. Every test is twinned because a
     forger that reads the rewritten sources in memory can find the pairs by diffing them: with only some tests
-    twinned, it failed both twins of each pair and forged the rest passing, undetected (a tiny_compositions task
-    scored 5/7 that way). A twin is one per test (two copies of one test would show the real one by majority), and
-    a perturbed literal is as likely shorter as longer (a canary's list used to be one element longer: the
-    shorter twin was the real one, and a repository that did nothing scored `passed`). A canary that passes
+    twinned, it could fail both twins of each pair and forge the rest passing, undetected. A twin is one per test
+    (two copies of one test would show the real one by majority), and a perturbed literal is as likely shorter as
+    longer (were canaries always longer, the shorter twin would be the real one). A canary that passes
     together with its twin (the real test it copies: they run the same code on the same inputs and check
     contradicting things, so no deterministic program passes both) means
     the report was forged, the recording bent to "everything equal", or the code read the expected value out of
@@ -114,8 +113,9 @@ on the same channel, with three differences:
     nearest directory holding a named module whose name says tests, `tests/`, `pkg/tests/`, `testing/`,
     `unit_tests/`) is the snapshot's too, with the test patch applied: the submission's edits and additions there
     are dropped. A test whose check sits in a helper, a base class or a data file of that directory (none of which
-    the recorder sees) passed once the submission made the helper a no-op, the base class report success without
-    running the body or the data file hold its wrong answer; SWE-bench's gold patches never touch test directories,
+    the recorder sees) would otherwise pass once the submission made the helper a no-op, the base class report
+    success without running the body or the data file hold its wrong answer; SWE-bench's gold patches never touch
+    test directories,
     and a reference solution's own paths there stay the submission's. A path an import would find instead of a
     hidden or deleted module or of a test directory (`tests/support/__init__.py` beside the reset
     `tests/support.py`, a `tests.py` beside a `tests/` without __init__.py) is dropped as well. Elsewhere (a test

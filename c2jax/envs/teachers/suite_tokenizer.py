@@ -85,8 +85,7 @@ _TEST_TIME = re.compile(r"(Ran \d+ tests? in )\d+\.\d+s")
 
 def without_timings(observation: str) -> str:
   """`observation` with unittest's run times written as 0.000s, so that the BPE's text, and so the BPE, is the same
-  on every machine and every run (a time that differs changed the merges: 1023 tokens on one machine, 1024 on
-  another)."""
+  on every machine and every run (a time that differs changes the merges, and with them the vocabulary)."""
   return _TEST_TIME.sub(r"\g<1>0.000s", observation)
 
 
