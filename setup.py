@@ -56,7 +56,7 @@ setup(
             # 0.1.6 pins transformers<=4.57.1 and 0.1.7 safetensors<0.8, against transformers 5.25's >=0.8.
             "google-tunix==0.1.5",
         ],
-        # The same peer alone, for a user who plugs c2jax's model into tunix (README, "Flax NNX and tunix").
+        # The same peer alone, for a user who plugs c2jax's model into tunix (docs/usage.md, "Flax NNX and tunix").
         "tunix": ["google-tunix==0.1.5"],
     },
 )

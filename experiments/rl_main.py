@@ -10,9 +10,10 @@ The trainer consumes committed groups from the tensorstore buffer and publishes 
 actors (`python -m c2jax.services.actor_process`) sample with the newest weights, swapping them in between decode
 chunks. SIGINT (Ctrl-C) and SIGTERM (preemption, scancel, pod eviction) finish the current step, checkpoint, stop
 the pool and exit with code 130; the same command resumes (the trainer from its orbax checkpoint and buffer cursor;
-actors re-run the groups they had begun). Repeated signals change nothing (schedulers often send two); SIGKILL
-stops at once and loses only the steps since the last checkpoint. A config key that does not exist or a bad value
-is refused in one sentence (exit code 2). Prints the result as JSON on the last line.
+actors re-run the groups they had begun; a finished run trains nothing and only evaluates again). Repeated signals
+change nothing (schedulers often send two); SIGKILL stops at once and loses only the steps since the last
+checkpoint. A config key that does not exist or a bad value is refused in one sentence (exit code 2). Prints the
+result as JSON on the last line.
 """
 
 import json

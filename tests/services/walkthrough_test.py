@@ -1,7 +1,7 @@
-"""README's walkthrough ("From a real checkpoint to RL and back"), command for command: convert an HF DeepSeek-V3
-release, evaluate it in its own chat format, run RL from it, export the RL policy to HF.
+"""The walkthrough (docs/walkthrough.md, "From a real checkpoint to RL and back"), command for command: convert an
+HF DeepSeek-V3 release, evaluate it in its own chat format, run RL from it, export the RL policy to HF.
 
-The commands are read from README's code block and run as subprocesses, with tiny budgets appended, on a tiny
+The commands are read from the doc's code block and run as subprocesses, with tiny budgets appended, on a tiny
 random release the test writes as a real one is laid out: `hf_export.export_params` of a 2-layer tiny MoE with an
 MTP module (bf16, router float32) and, in the same directory, its tokenizer: a byte-level BPE trained here on the
 suites' rendered native prompts and files, holding the DeepSeek template's control tokens as single tokens (BOS 0
@@ -48,7 +48,8 @@ from tests import tiny
 pytestmark = pytest.mark.e2e  # four entry points as subprocesses, an RL run with an actor process and sandboxes
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
-_SECTION = "## From a real checkpoint to RL and back: a walkthrough"
+_DOC = "docs/walkthrough.md"
+_TITLE = "# From a real checkpoint to RL and back: a walkthrough"
 _FORMAT = "deepseek_v3"
 _VOCAB = 2048
 _RTOL = 1e-4  # tests/model/hf_export_test.py's
@@ -73,13 +74,15 @@ _BUDGETS = {
 _SUITES = (("realistic", "heldout"), ("tiny_spec", "train"), ("tiny_spec", "heldout"))
 
 
-def readme_walkthrough() -> tuple[set[str], list[list[str]]]:
-  """(the variables the code block assigns, its commands as argv lists) from README's walkthrough section."""
-  text = (_ROOT / "README.md").read_text(encoding="utf-8")
-  if _SECTION not in text:
-    raise AssertionError(f"README.md has no section {_SECTION!r}.")
-  section = text.split(_SECTION, 1)[1].split("\n## ", 1)[0]
-  block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+def walkthrough_commands() -> tuple[set[str], list[list[str]]]:
+  """(the variables the code block assigns, its commands as argv lists) from the walkthrough doc's bash block."""
+  text = (_ROOT / _DOC).read_text(encoding="utf-8")
+  if not text.startswith(_TITLE + "\n"):
+    raise AssertionError(f"{_DOC} does not start with {_TITLE!r}.")
+  blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+  if len(blocks) != 1:
+    raise AssertionError(f"{_DOC} has {len(blocks)} bash blocks; the walkthrough is one.")
+  block = blocks[0].replace("\\\n", " ")
   variables, commands = set(), []
   for line in block.splitlines():
     line = line.strip()
@@ -146,11 +149,11 @@ class WalkthroughTest(absltest.TestCase):
     self.assertEqual(proc.returncode, 0, f"{shlex.join(argv[1:])}\n{proc.stderr[-3000:]}")
     return proc.stdout
 
-  def test_readme_walkthrough_on_a_tiny_release(self):
+  def test_walkthrough_on_a_tiny_release(self):
     reason = sandbox_lib.unavailable_reason()
     if reason:
       self.skipTest(reason)
-    variables, commands = readme_walkthrough()
+    variables, commands = walkthrough_commands()
     self.assertEqual(variables, {"SRC", "CKPT", "RUNS"})
     self.assertEqual([c[1] for c in commands], list(_BUDGETS))
     work = tempfile.mkdtemp()
