@@ -1,7 +1,7 @@
 """The docs' structure: README's layout table against the tree, README's size budget, and every relative link.
 
 One home per fact (docs/design/README.md): README points and never copies, so it stays small, and its layout table
-names exactly the packages there are. The links of README.md, docs/*.md and docs/experiments/*.md must lead to files
+names exactly the packages there are. The links of README.md, docs/*.md, docs/design/*.md and docs/experiments/*.md must lead to files
 that exist, so a page that moves or splits takes its links along.
 """
 
@@ -57,7 +57,8 @@ def relative_links(text: str) -> list[str]:
 
 
 def doc_files() -> list[pathlib.Path]:
-  return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs/experiments").glob("*.md"))]
+  return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+          *sorted((ROOT / "docs/design").glob("*.md")), *sorted((ROOT / "docs/experiments").glob("*.md"))]
 
 
 class ReadmeTest(absltest.TestCase):
