@@ -1,8 +1,8 @@
 """The docs' structure: README's layout table against the tree, README's size budget, and every relative link.
 
 One home per fact (docs/design/README.md): README points and never copies, so it stays small, and its layout table
-names exactly the packages there are. The links of README.md, docs/*.md, docs/design/*.md and docs/experiments/*.md must lead to files
-that exist, so a page that moves or splits takes its links along.
+names exactly the packages there are. The links of README.md, docs/*.md, docs/design/*.md and docs/experiments/*.md
+must lead to files that exist, so a page that moves or splits takes its links along.
 """
 
 import pathlib
