@@ -12,8 +12,8 @@ with (`c2jax.actors.agent_loop`: the slot engine, tools on host workers), so wha
   runner = AgentRunner(model_cfg, EngineConfig(slots=4, context=4096), sampling, AgentConfig(max_turns=8), tok)
   report = evaluate_model(tasks, runner, params, samples=2, config=EnvConfig(max_turns=8))
 
-pass@k is the unbiased estimator from n samples per task (Chen et al. 2021), best-of-K the mean
-over tasks of the best pass fraction among the K samples.
+pass@k is the unbiased estimator from n samples per task (Chen et al. 2021; `c2jax.eval.metrics`), best-of-K the
+mean over tasks of the best pass fraction among the K samples.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import numpy as np
 
 from c2jax.actors.agent_loop import AgentRunner
 from c2jax.actors.agent_loop import Episode as AgentEpisode
-from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with the RL evaluator
 from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.teachers.scripted_policies import Policy
+from c2jax.eval.metrics import pass_at_k
 
 
 @dataclasses.dataclass(frozen=True)
