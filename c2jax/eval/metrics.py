@@ -8,9 +8,9 @@ raises pass@1 and lowers best-of-K).
 
 pass@k is the unbiased estimator 1 - C(n - c, k) / C(n, k) per task (n samples, c solved), averaged over tasks;
 best_of_k the expected highest outcome among k of a task's n samples drawn without replacement, averaged over tasks:
-with n > k samples both are far less noisy than one draw of k. Metric keys are spelled "pass@k" and "best_of_k"
-everywhere (the harness's reports, the RL metrics, TensorBoard). The RL update computes the same estimators on a
-batch's prompt groups on device (`c2jax.rl.group_metrics`, jnp with static shapes).
+with n > k samples both are far less noisy than one draw of k. The keys are spelled "pass@k" and "best_of_k" here, in
+the harness's reports (`harness.py`) and in the RL update's metrics (the same estimators on a batch's prompt groups,
+on device: `c2jax.rl.group_metrics`, jnp with static shapes).
 """
 
 from __future__ import annotations

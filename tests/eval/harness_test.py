@@ -41,7 +41,7 @@ class HarnessTest(absltest.TestCase):
     self.require_sandbox()
     self.assertGreaterEqual(len(self.tasks), 20)
     reference = harness.evaluate(self.tasks, lambda i: POLICIES.get("reference")(), workers=2, progress=False)
-    self.assertEqual(reference.summary["pass_at_1"], 1.0, reference.markdown())
+    self.assertEqual(reference.summary["pass@1"], 1.0, reference.markdown())
     self.assertEqual(reference.summary["errors"], 0)
     self.assertEqual(reference.summary["num_tasks"], len(self.tasks))
     # Reference edits are the yardstick of over-editing: applying them exactly over-edits nothing.
@@ -49,14 +49,14 @@ class HarnessTest(absltest.TestCase):
     some = self.tasks[::4]
     for name in ("empty", "delete_tests"):
       report = harness.evaluate(some, lambda i, name=name: POLICIES.get(name)(), workers=2, progress=False)
-      self.assertEqual(report.summary["pass_at_1"], 0.0, f"{name}:\n{report.markdown()}")
+      self.assertEqual(report.summary["pass@1"], 0.0, f"{name}:\n{report.markdown()}")
 
     out = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, out, ignore_errors=True)
     summary = harness.write_report(reference, out)
     with open(os.path.join(out, "report.json")) as f:
       saved = json.load(f)
-    self.assertEqual(saved["summary"]["pass_at_1"], summary["pass_at_1"])
+    self.assertEqual(saved["summary"]["pass@1"], summary["pass@1"])
     self.assertLen(saved["episodes"], len(self.tasks))
     self.assertSetEqual(set(saved["by_category"]), {t.category.value for t in self.tasks})
     self.assertIn(f"| all | {len(self.tasks)} |", open(os.path.join(out, "report.md")).read())
@@ -74,7 +74,7 @@ class HarnessTest(absltest.TestCase):
     self.assertEqual(report.summary["errors"], 0, report.markdown())
     self.assertLen(report.episodes, 4)
     self.assertTrue(all(e.turns == 2 for e in report.episodes))  # no finish call: the turn budget ends it
-    self.assertEqual(report.summary["pass_at_2"], 0.0)
+    self.assertEqual(report.summary["pass@2"], 0.0)
     self.assertEqual(runner.stats.reprefill_fraction, 0.0)
 
   def test_an_unusable_sandbox_is_raised_not_scored_zero(self):
