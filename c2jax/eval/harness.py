@@ -12,8 +12,8 @@ with (`c2jax.actors.agent_loop`: the slot engine, tools on host workers), so wha
   runner = AgentRunner(model_cfg, EngineConfig(slots=4, context=4096), sampling, AgentConfig(max_turns=8), tok)
   report = evaluate_model(tasks, runner, params, samples=2, config=EnvConfig(max_turns=8))
 
-pass@k is the unbiased estimator from n samples per task (Chen et al. 2021; `c2jax.eval.metrics`), best-of-K the
-mean over tasks of the best pass fraction among the K samples.
+pass@k is the unbiased estimator from n samples per task (Chen et al. 2021), best-of-K the mean over tasks of the
+best pass fraction among the K = n samples, both by the estimators of `c2jax.eval.metrics`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.teachers.scripted_policies import Policy
-from c2jax.eval.metrics import pass_at_k
+from c2jax.eval.metrics import best_of_k, pass_at_k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +109,7 @@ class Report:
     row = {"num_tasks": len(by_task)}
     for k in self.ks:
       row[f"pass@{k}"] = float(np.mean([pass_at_k(n, sum(e.passed for e in eps), k) for eps in by_task.values()]))
-    row[f"best_of_{n}"] = float(np.mean([max(e.terms.get("pass_fraction", 0.0) for e in eps)
+    row[f"best_of_{n}"] = float(np.mean([best_of_k([e.terms.get("pass_fraction", 0.0) for e in eps], n)
                                          for eps in by_task.values()]))
     for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts"):
       values = [e.terms[key] for e in episodes if key in e.terms]
