@@ -1,5 +1,5 @@
 """Evaluation of a policy on the hand-written realistic suite (report section 5); every field and its default:
-c2jax/services/suite_eval.py.
+c2jax/eval/suite_eval.py.
 
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=reference   # must be 100%
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=empty       # must be 0%
@@ -12,7 +12,7 @@ c2jax/services/suite_eval.py.
 
 import ml_collections
 
-from c2jax.services import suite_eval
+from c2jax.eval import suite_eval
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

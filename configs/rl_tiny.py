@@ -110,7 +110,7 @@ def _single_turn() -> ml_collections.ConfigDict:
   c.weight_store.update(full_every=8, keep=2)
   # Held-out evaluation: in the trainer before and after training (tasks x samples), and by an evaluator process
   # during training (every_versions, the same tasks). All 35 held-out tasks; best-of-8 and pass@k are estimated
-  # from 16 samples per task (c2jax/actors/evaluate.py), which halves their sampling noise against 8 samples.
+  # from 16 samples per task (c2jax/eval/metrics.py), which halves their sampling noise against 8 samples.
   c.eval.update(tasks=35, samples=16, best_of=8, every_versions=20, process=True)
   return c
 

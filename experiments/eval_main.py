@@ -1,5 +1,5 @@
 """Evaluates a policy on a coding-task suite in sandboxes: pass@k, best-of-K, over-editing, per-category tables
-(report section 5; `c2jax.services.suite_eval`). Writes report.json, report.md and report.png to --workdir and
+(report section 5; `c2jax.eval.suite_eval`). Writes report.json, report.md and report.png to --workdir and
 prints the summary as JSON on the last line.
 
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=reference
@@ -20,8 +20,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from c2jax.eval import suite_eval
 from c2jax.services import cli
-from c2jax.services import suite_eval
 
 _CONFIG = cli.define_config_file(os.path.join(_ROOT, "configs", "eval_realistic.py"), "Eval config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/eval", "Where the reports go.")

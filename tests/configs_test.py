@@ -13,10 +13,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax import typed_config
+from c2jax.eval import suite_eval
 from c2jax.model import presets
 from c2jax.services import pretrain_run_config
 from c2jax.services import rl_run_config
-from c2jax.services import suite_eval
 from configs import eval_realistic
 from configs import pretrain_tiny
 from configs import rl_char_class

@@ -2,7 +2,7 @@
 over-editing and per-category tables (report section 5: held-out coding tasks judged by hidden tests).
 
   report = evaluate(tasks, make_policy=lambda i: POLICIES.get("reference")(), samples=1, workers=2)
-  report.summary["pass_at_1"], report.markdown(), report.plot("eval.png")
+  report.summary["pass@1"], report.markdown(), report.plot("eval.png")
 
 Each (task, sample) is one episode of `c2jax.envs.core.env.CodingEnv` (multi-turn until the policy finishes or a
 budget runs out), graded by the hidden tests in a fresh sandbox; episodes run `workers` at a time in a
@@ -12,8 +12,8 @@ with (`c2jax.actors.agent_loop`: the slot engine, tools on host workers), so wha
   runner = AgentRunner(model_cfg, EngineConfig(slots=4, context=4096), sampling, AgentConfig(max_turns=8), tok)
   report = evaluate_model(tasks, runner, params, samples=2, config=EnvConfig(max_turns=8))
 
-pass@k is the unbiased estimator from n samples per task (Chen et al. 2021), best-of-K the mean
-over tasks of the best pass fraction among the K samples.
+pass@k is the unbiased estimator from n samples per task (Chen et al. 2021), best-of-K the mean over tasks of the
+best pass fraction among the K = n samples, both by the estimators of `c2jax.eval.metrics`.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import numpy as np
 
 from c2jax.actors.agent_loop import AgentRunner
 from c2jax.actors.agent_loop import Episode as AgentEpisode
-from c2jax.actors.evaluate import pass_at_k  # the one estimator, shared with the RL evaluator
 from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.teachers.scripted_policies import Policy
+from c2jax.eval.metrics import best_of_k, pass_at_k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +108,8 @@ class Report:
     n = self.samples
     row = {"num_tasks": len(by_task)}
     for k in self.ks:
-      row[f"pass_at_{k}"] = float(np.mean([pass_at_k(n, sum(e.passed for e in eps), k) for eps in by_task.values()]))
-    row[f"best_of_{n}"] = float(np.mean([max(e.terms.get("pass_fraction", 0.0) for e in eps)
+      row[f"pass@{k}"] = float(np.mean([pass_at_k(n, sum(e.passed for e in eps), k) for eps in by_task.values()]))
+    row[f"best_of_{n}"] = float(np.mean([best_of_k([e.terms.get("pass_fraction", 0.0) for e in eps], n)
                                          for eps in by_task.values()]))
     for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts"):
       values = [e.terms[key] for e in episodes if key in e.terms]
@@ -130,7 +130,7 @@ class Report:
 
   def markdown(self) -> str:
     """The per-category table and the per-task results."""
-    k_cols = [f"pass_at_{k}" for k in self.ks] + [f"best_of_{self.samples}"]
+    k_cols = [f"pass@{k}" for k in self.ks] + [f"best_of_{self.samples}"]
     head = ["category", "tasks"] + k_cols + ["pass_fraction", "over_editing", "malformed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -165,7 +165,7 @@ class Report:
     names = list(cats)
     x = np.arange(len(names))
     fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(names) + 2), 3.2))
-    ax.bar(x - 0.2, [cats[c]["pass_at_1"] for c in names], 0.4, label="pass@1")
+    ax.bar(x - 0.2, [cats[c]["pass@1"] for c in names], 0.4, label="pass@1")
     ax.bar(x + 0.2, [cats[c]["pass_fraction"] or 0.0 for c in names], 0.4, label="mean pass fraction")
     ax.set_xticks(x, names)
     ax.set_ylim(0, 1.05)

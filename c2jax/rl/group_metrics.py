@@ -13,6 +13,11 @@ weight is authoritative: a row of weight 0 belongs to no group whatever its id (
 
 Everything is jnp with static shapes (groups live in B segments), so it jits inside the update step; `k` is a
 Python int (static).
+
+These are the training-time form of evaluation's estimators: the one numpy pass@k / best-of-K, per task on the host
+with exact integer binomials, is `c2jax.eval.metrics`, and tests/eval/metrics_test.py holds the two equal. They share
+no code on purpose: `rl` sits below `eval` in the layer order, and the form here (float32 products over sorted
+segments, static shapes) is what a jitted update needs, not what a host-side evaluation of a few tasks does.
 """
 
 from __future__ import annotations
@@ -82,7 +87,8 @@ def _mean_over(values: jax.Array, counted: jax.Array) -> GroupEstimate:
 
 
 def pass_at_k(success: ArrayLike, group_id: ArrayLike, weight: ArrayLike, k: int) -> GroupEstimate:
-  """Mean over groups of the unbiased pass@k estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021).
+  """Mean over groups of the unbiased pass@k estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021); per task on the
+  host: `c2jax.eval.metrics.pass_at_k`.
 
   C(n - c, k) / C(n, k) = prod_{j < k} (n - c - j) / (n - j): a product of k ratios in [0, 1], exact where
   lgamma differences would lose digits in float32, and exactly 0 (pass@k = 1) when n - c < k.
@@ -109,7 +115,8 @@ def pass_at_k(success: ArrayLike, group_id: ArrayLike, weight: ArrayLike, k: int
 
 
 def best_of_k(reward: ArrayLike, group_id: ArrayLike, weight: ArrayLike, k: int) -> GroupEstimate:
-  """Mean over groups of the unbiased estimator of E[max of k rewards drawn without replacement from the group].
+  """Mean over groups of the unbiased estimator of E[max of k rewards drawn without replacement from the group]; per
+  task on the host: `c2jax.eval.metrics.best_of_k`.
 
   With the group's n rewards ascending, r_(i) is the maximum of C(i - 1, k - 1) of the C(n, k) subsets, so the
   estimate is sum_i r_(i) C(i - 1, k - 1) / C(n, k); the coefficient is (k / n) prod_{j < k-1} (i-1-j) / (n-1-j).

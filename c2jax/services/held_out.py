@@ -4,9 +4,11 @@
   run_eval = held_out_evaluation(cfg)          # cfg: an RLRunConfig
   result = run_eval(params)                    # {"pass@1": ..., "best_of_8": ..., "reward/mean": ..., ...}
 
-Single-turn actors are evaluated by the token-level sampler on the suite's verifier (`actors.evaluate.evaluate`);
-multi-turn actors by the same agent loop they sample with (`actors.evaluate.evaluate_episodes`, with the actors'
-engine shapes, budgets and sampling), so what is evaluated is what is trained.
+Single-turn actors are evaluated by the token-level sampler on the suite's verifier
+(`c2jax.eval.policy_eval.evaluate`); multi-turn actors by the same agent loop they sample with
+(`c2jax.eval.policy_eval.evaluate_episodes`, with the actors' engine shapes, budgets and sampling), so what is
+evaluated is what is trained. This wiring stays in services, not in `c2jax.eval`: it reads the RL run config, and the
+trainer and the evaluator process import it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Callable
 
 from c2jax.actors.actor import EpisodeKind, suite_chat_format, text_tokenizer
 from c2jax.actors.agent_loop import AgentRunner
-from c2jax.actors.evaluate import evaluate, evaluate_episodes
+from c2jax.eval.policy_eval import evaluate, evaluate_episodes
 from c2jax.services.rl_run_config import RLRunConfig
 
 

@@ -192,7 +192,7 @@ class EvalConfig:
 
   Attributes:
     tasks: held-out tasks evaluated.
-    samples: samples per task (pass@k and best-of-K are estimated from them: `c2jax.actors.evaluate`).
+    samples: samples per task (pass@k and best-of-K are estimated from them: `c2jax.eval.metrics`).
     best_of: K of the held-out best-of-K (0: `samples`); must lie in [1, samples].
     every_versions: the evaluator process evaluates every this many published versions.
     process: run the evaluator process beside the actors.

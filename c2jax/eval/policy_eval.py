@@ -1,18 +1,14 @@
-"""Held-out evaluation of a policy on a task suite: pass@k and best-of-K from K samples per task (report section 5:
-RL should raise both the mean and the best-of-K; a policy that only sharpens raises pass@1 and lowers best-of-K).
+"""Held-out evaluation of a policy on a token task suite (report section 5): K samples per task, by the token-level
+sampler on the suite's verifier (`evaluate`) or as whole episodes of the agent loop the multi-turn actors sample with
+(`evaluate_episodes`), scored by the estimators of `c2jax.eval.metrics` (pass@k, best-of-K).
 
   result = evaluate(params, model=cfg, suite=suite, tasks=16, samples=8, sampling=SamplingConfig(8))
   result["pass@1"], result["best_of_8"]
-
-pass@k is the unbiased estimator 1 - C(n - c, k) / C(n, k) per task (n samples, c solved), averaged over tasks;
-best_of_k the expected highest outcome (a pass fraction: partial credit counts) among k of a task's n samples
-drawn without replacement, averaged over tasks: with n > k samples both are far less noisy than one draw of k.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import numpy as np
@@ -25,27 +21,9 @@ from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.core.agent_env import agent_env
 from c2jax.envs.token_tasks.suite import TokenTaskSuite
+from c2jax.eval.metrics import summary
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-  """Unbiased pass@k of one task from n samples of which c are solved (Chen et al. 2021); 1 <= k <= n."""
-  if not 1 <= k <= n:
-    raise ValueError(f"pass@{k} needs 1 <= k <= samples per task ({n}).")
-  return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def best_of_k(outcomes, k: int) -> float:
-  """Unbiased E[max of k of the n outcomes drawn without replacement]: with the outcomes sorted ascending,
-  sum_i o_(i) C(i - 1, k - 1) / C(n, k) (the i-th smallest is the maximum of C(i - 1, k - 1) of the k-subsets);
-  1 <= k <= n. k = n is the plain maximum."""
-  o = np.sort(np.asarray(outcomes, np.float64))
-  n = len(o)
-  if not 1 <= k <= n:
-    raise ValueError(f"best_of_{k} needs 1 <= k <= samples per task ({n}).")
-  weights = np.array([math.comb(i, k - 1) for i in range(n)], np.float64) / math.comb(n, k)
-  return float(np.dot(weights, o))
 
 
 def evaluate(params: Params, *, model: ModelConfig, suite: TokenTaskSuite, tasks: int, samples: int,
@@ -74,20 +52,6 @@ def evaluate(params: Params, *, model: ModelConfig, suite: TokenTaskSuite, tasks
                             [tokens[r, lengths[r]:lengths[r] + n_gen[r]] for r in range(rows)])
   outcome = np.array([t["outcome"] for t in terms], np.float64).reshape(tasks, samples)
   return summary(outcome, success_threshold, pass_k)
-
-
-def summary(outcome: np.ndarray, success_threshold: float = 1.0, pass_k: tuple[int, ...] = (1,)) -> dict:
-  """The figures of outcomes [tasks, samples]: "pass@k" and "best_of_k" for k in pass_k (k <= samples),
-  f"best_of_{samples}", "reward/mean", "tasks", "samples"."""
-  tasks, samples = outcome.shape
-  solved = (outcome >= success_threshold).sum(1)
-  result = {f"pass@{k}": float(np.mean([pass_at_k(samples, int(c), k) for c in solved]))
-            for k in pass_k if k <= samples}
-  for k in sorted({k for k in pass_k if k <= samples} | {samples}):
-    result[f"best_of_{k}"] = float(np.mean([best_of_k(row, k) for row in outcome]))
-  result["reward/mean"] = float(outcome.mean())
-  result["tasks"], result["samples"] = tasks, samples
-  return result
 
 
 def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TokenTaskSuite, tasks: int, samples: int,
