@@ -183,22 +183,21 @@ class TypecheckTest(absltest.TestCase):
       self.fail(problem + self._version_hint())
 
   def test_a_planted_type_error_fails(self):
-    # A copy of c2jax/rl/kl.py that calls its own kl_estimate with a string for an array, read by mypy in place of
+    # A copy of c2jax/rl/kl.py that calls its own k3 estimator with a string for an array, read by mypy in place of
     # the file (--shadow-file): the error is keyed to the real path, as one in the file would be.
     source = ROOT / "c2jax" / "rl" / "kl.py"
     with tempfile.TemporaryDirectory() as tmp:
       planted = pathlib.Path(tmp) / "kl.py"
-      planted.write_text(source.read_text(encoding="utf-8") + '\n\n_PLANTED = kl_estimate("k1", "logp", "ref")\n',
+      planted.write_text(source.read_text(encoding="utf-8") + '\n\n_PLANTED = k3("log_r")\n',
                          encoding="utf-8")
       result = run_mypy(self.cache_dir, "--shadow-file", str(source.relative_to(ROOT)), str(planted))
     got, unread = error_keys(result.stdout)
     self._check_ran(result, got, unread)
-    want = {'c2jax/rl/kl.py [arg-type] Argument 2 to "kl_estimate" has incompatible type "str"; expected "Array"': 1,
-            'c2jax/rl/kl.py [arg-type] Argument 3 to "kl_estimate" has incompatible type "str"; expected "Array"': 1}
+    want = {'c2jax/rl/kl.py [arg-type] Argument 1 to "k3" has incompatible type "str"; expected "Array"': 1}
     self.assertEqual(got - self.got, collections.Counter(want))
     problem = new_errors(got, self.got)
     self.assertIsNotNone(problem)
-    self.assertIn("mypy reports 2 error(s) that typecheck_baseline.txt does not hold", problem)
+    self.assertIn("mypy reports 1 error(s) that typecheck_baseline.txt does not hold", problem)
     self.assertIn("\n  " + next(iter(want)), problem)
     # And once fixed, the entries are stale in a baseline that still holds them.
     problem = stale_entries(self.got, got)
