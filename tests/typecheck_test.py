@@ -202,7 +202,7 @@ class TypecheckTest(absltest.TestCase):
     # And once fixed, the entries are stale in a baseline that still holds them.
     problem = stale_entries(self.got, got)
     self.assertIsNotNone(problem)
-    self.assertIn("holds 2 error(s) that mypy no longer reports", problem)
+    self.assertIn("holds 1 error(s) that mypy no longer reports", problem)
     self.assertIn("C2JAX_UPDATE_MYPY_BASELINE=1", problem)
 
   def test_keys_hold_no_line_and_count_duplicates(self):
