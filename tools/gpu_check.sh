@@ -17,7 +17,7 @@
 #   preflight      30  the backend, device, memory and versions, and whether every stage's imports load (a missing
 #                      package is named in one sentence). Without a GPU the script stops here (exit 2).
 #   kernel_tests  100  tests/pallas_kernels without the *InterpretTest classes: on a GPU the *CompiledTest classes,
-#                      QuantizeKernelTest and the GPU lowering tests run the kernels compiled (they skip on CPU).
+#                      and the GPU lowering tests run the kernels compiled (they skip on CPU).
 #   bench_kernels  60  tools/bench_kernels.py at M=16384 K=7168 N=2048, 64 experts: TFLOP/s of jnp.dot and
 #                      jax.lax.ragged_dot in bf16 and fp8 against our MXFP8 / NVFP4 scaled and grouped matmuls;
 #                      quantizer TB/s.

@@ -17,6 +17,7 @@ from pallas_kernels.grouped_matmul.ops import grouped_matmul, ragged_matmul, tra
 from pallas_kernels.quantize.ops import quantize_mxfp8, quantize_nvfp4
 from pallas_kernels.grouped_matmul.kernel import gmm_kernel, tgmm_kernel
 from pallas_kernels.scaled_matmul.kernel import Operand, OperandFormat, TuningConfig, scaled_matmul_kernel
+from tests.pallas_kernels.kernel_case import CompiledOnGpu
 
 M, K, N, E = 96, 64, 32, 4
 CONFIG = TuningConfig(block_m=32, block_n=32, block_k=32)
@@ -104,14 +105,8 @@ class GroupedMatmulInterpretTest(parameterized.TestCase):
       grouped_matmul(x, jnp.swapaxes(w, 1, 2), jnp.array([M], jnp.int32), **self.kw())
 
 
-class GroupedMatmulCompiledTest(GroupedMatmulInterpretTest):
-  """The same tests with the kernels compiled (tools/gpu_check.sh runs them on a GPU)."""
-  interpret = False
-
-  def setUp(self):
-    super().setUp()
-    if jax.default_backend() != "gpu":
-      self.skipTest("compiled Pallas kernels target GPUs; this backend is " + jax.default_backend())
+class GroupedMatmulCompiledTest(CompiledOnGpu, GroupedMatmulInterpretTest):
+  """The same tests with the kernels compiled (tests/pallas_kernels/kernel_case.py)."""
 
 
 class GpuLoweringTest(parameterized.TestCase):

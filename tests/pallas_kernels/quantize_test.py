@@ -15,6 +15,7 @@ import numpy as np
 from pallas_kernels import formats
 from pallas_kernels.formats import Impl, NVFP4Scaling, Rounding, ScaleMode
 from pallas_kernels.quantize import hadamard, kernel, ops, reference
+from tests.pallas_kernels.kernel_case import CompiledOnGpu
 
 F32 = np.float32
 E2M1_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -402,21 +403,16 @@ class HadamardTest(parameterized.TestCase):
 # ------------------------------------------------------------------------------------------------------- kernels
 
 
-class QuantizeKernelTest(parameterized.TestCase):
-  """Pallas kernels against the reference. Compiled: needs a GPU; the Interpret subclass runs it on CPU."""
+class QuantizeKernelInterpretTest(parameterized.TestCase):
+  """Pallas kernels against the reference, interpreted (tests/pallas_kernels/kernel_case.py)."""
 
-  INTERPRET = False
-
-  def setUp(self):
-    super().setUp()
-    if not self.INTERPRET and jax.default_backend() != "gpu":
-      self.skipTest("compiled Pallas kernels need a GPU; QuantizeKernelInterpretTest runs these tests interpreted")
+  interpret = True
 
   def _mx(self, x, axis=-1, mode=ScaleMode.RCEIL, config=kernel.TuningConfig()):
-    return ops.quantize_mxfp8(x, axis, mode, impl=Impl.PALLAS, interpret=self.INTERPRET, config=config)
+    return ops.quantize_mxfp8(x, axis, mode, impl=Impl.PALLAS, interpret=self.interpret, config=config)
 
   def _nv(self, x, scaling=NVFP4Scaling.PER_TOKEN, config=kernel.TuningConfig(), **kw):
-    return ops.quantize_nvfp4(x, scaling, impl=Impl.PALLAS, interpret=self.INTERPRET, config=config, **kw)
+    return ops.quantize_nvfp4(x, scaling, impl=Impl.PALLAS, interpret=self.interpret, config=config, **kw)
 
   @parameterized.parameters(ScaleMode.RCEIL, ScaleMode.FLOOR)
   def test_mxfp8_bitexact_edge_rows_both_layouts(self, mode):
@@ -478,13 +474,13 @@ class QuantizeKernelTest(parameterized.TestCase):
       self.assertTrue(same[1])  # permuting alone keeps the tensor amax
 
 
-class QuantizeKernelInterpretTest(QuantizeKernelTest):
-  INTERPRET = True
+class QuantizeKernelCompiledTest(CompiledOnGpu, QuantizeKernelInterpretTest):
+  """The same tests with the kernels compiled (tests/pallas_kernels/kernel_case.py)."""
 
 
 class GpuLoweringTest(absltest.TestCase):
   """Every kernel variant lowers for CUDA (Pallas -> Triton IR) on any host: catches primitives the GPU lowering
-  lacks without a GPU. Compiling and running them needs one (QuantizeKernelTest)."""
+  lacks without a GPU. Compiling and running them needs one (QuantizeKernelCompiledTest)."""
 
   def test_kernels_lower_for_cuda(self):
     x3 = jax.ShapeDtypeStruct((128, 8, 32), jnp.bfloat16)

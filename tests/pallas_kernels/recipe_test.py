@@ -10,6 +10,7 @@ from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from c2jax.model.config import Precision
 from pallas_kernels.formats import Impl, NVFP4Scaling
@@ -17,6 +18,7 @@ from pallas_kernels.grouped_matmul.ops import grouped_matmul
 from pallas_kernels.quantize.ops import quantize_nvfp4
 from pallas_kernels.recipe.ops import dense_matmul, expert_matmul
 from pallas_kernels.scaled_matmul.kernel import TuningConfig
+from tests.pallas_kernels.kernel_case import CompiledOnGpu
 
 M, K, N, E = 96, 64, 32, 4
 SIZES = [30, 0, 17, 36]  # 13 padding rows
@@ -43,6 +45,7 @@ class RecipeInterpretTest(parameterized.TestCase):
     return lambda x, w: expert_matmul(x, w, gs, precision, impl=impl, interpret=self.interpret, config=CONFIG)
 
   @parameterized.parameters(Precision.MXFP8, Precision.NVFP4_FWD_MXFP8_BWD)
+  @pytest.mark.slow
   def test_forward_and_gradients_track_float32(self, precision):
     x, w, dy = data()
     gs = jnp.array(SIZES, jnp.int32)
@@ -68,6 +71,7 @@ class RecipeInterpretTest(parameterized.TestCase):
     np.testing.assert_array_equal(np.asarray(self.op(Precision.BF16)(x, w)),
                                   np.asarray(jax.lax.ragged_dot(x, w, gs)))
 
+  @pytest.mark.slow
   def test_per_token_forward_is_causal_and_per_tensor_leaks(self):
     """Report section 5: output row i must not depend on other tokens. Perturbing, permuting or appending the
     rows after i leaves row i bitwise identical with per-token NVFP4; the same check on per-tensor NVFP4 (built
@@ -97,14 +101,8 @@ class RecipeInterpretTest(parameterized.TestCase):
         self.assertEqual(same, not leaks, f"{name}: rows <= {i} {'changed' if not same else 'unchanged'}")
 
 
-class RecipeCompiledTest(RecipeInterpretTest):
-  """The same tests with the kernels compiled (tools/gpu_check.sh runs them on a GPU)."""
-  interpret = False
-
-  def setUp(self):
-    super().setUp()
-    if jax.default_backend() != "gpu":
-      self.skipTest("compiled Pallas kernels target GPUs; this backend is " + jax.default_backend())
+class RecipeCompiledTest(CompiledOnGpu, RecipeInterpretTest):
+  """The same tests with the kernels compiled (tests/pallas_kernels/kernel_case.py)."""
 
 
 class RecipeGpuLoweringTest(parameterized.TestCase):

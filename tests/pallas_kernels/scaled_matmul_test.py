@@ -14,6 +14,7 @@ from pallas_kernels.formats import Impl, NVFP4Scaling
 from pallas_kernels.quantize.ops import quantize_mxfp8, quantize_nvfp4
 from pallas_kernels.scaled_matmul.kernel import TuningConfig
 from pallas_kernels.scaled_matmul.ops import scaled_matmul
+from tests.pallas_kernels.kernel_case import CompiledOnGpu
 
 # M and N are not multiples of the row tile (the kernel pads them); K spans two block_k chunks.
 M, N, K = 40, 48, 128
@@ -102,14 +103,8 @@ class ScaledMatmulInterpretTest(parameterized.TestCase):
       self.matmul(qa, bad)
 
 
-class ScaledMatmulCompiledTest(ScaledMatmulInterpretTest):
-  """The same tests with the kernels compiled (tools/gpu_check.sh runs them on a GPU)."""
-  interpret = False
-
-  def setUp(self):
-    super().setUp()
-    if jax.default_backend() != "gpu":
-      self.skipTest("compiled Pallas kernels target GPUs; this backend is " + jax.default_backend())
+class ScaledMatmulCompiledTest(CompiledOnGpu, ScaledMatmulInterpretTest):
+  """The same tests with the kernels compiled (tests/pallas_kernels/kernel_case.py)."""
 
 
 if __name__ == "__main__":
