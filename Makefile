@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make test   installs bubblewrap, slurm and munge if missing (root + apt-get), creates .venv, installs c2jax with
-#               its test extras, lints (ruff), runs the whole suite
+#               its test extras, lints (ruff), runs the whole suite (but the GPU compile tier) in two xdist workers
 #   make demo   creates .venv, installs, runs the main job's model through pretraining on code, SFT and asynchronous RL
 #               on coding tasks, with held-out evaluation (configs/pretrain_tiny.py:rl_tiny, configs/rl_tiny.py)
 PYTHON ?= python3
@@ -38,20 +38,15 @@ setup:
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-# Four pytest processes: in one process holding the whole suite, XLA:CPU crashed (SIGSEGV or SIGABRT inside a
-# compilation) in tests/rl/update_test.py's 8-device update test, which passes in a process of its own, and after
-# tests/actors, tests/envs, or tests/parallel + tests/pretrain alone; with everything before tests/rl in one process
-# it crashed the same way in tests/pretrain/sharded_test.py (writing a compiled program to the compilation cache),
-# and with the model, interop and kernel tests in the first process, in tests/pallas_kernels (the same write).
-TEST_MODEL := tests/model tests/interop tests/pallas_kernels
-TEST_MID := tests/parallel tests/pretrain
-TEST_LATE := tests/rl tests/rollouts tests/services tests/tools tests/typed_config_test.py
+# The suite's tiers are pytest markers (pytest.ini, --strict-markers): e2e, mesh, slow, gpu_compile. Two pytest-xdist
+# workers (TEST_WORKERS) take whole test files (--dist loadfile: a file's tests share their compiled programs); each
+# worker drops its jit caches after every module (tests/conftest.py). With TEST_BUDGET_S set (.ci/run sets it), a
+# suite that runs past that many seconds fails, saying so (tools/test_budget.py), instead of creeping.
+TEST_WORKERS ?= 2
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+BUDGET = $(if $(TEST_BUDGET_S),$(PY) tools/test_budget.py --budget_s=$(TEST_BUDGET_S) --,)
 test: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests \
-	  $(addprefix --ignore=,$(TEST_MODEL) $(TEST_MID) $(TEST_LATE) tests/gpu_compile)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_MODEL)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_MID)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(TEST_LATE)
+	$(BUDGET) $(PYTEST) -q --durations=25 -m "not gpu_compile" tests
 
 # The deviceless GPU compile tier (tests/gpu_compile, tools/gpu_compile.py): XLA:GPU compiles every Pallas kernel, the
 # recipe and the train steps for an H100 (and a B200) with no GPU, and ptxas reports each kernel's registers and
@@ -80,18 +75,16 @@ gpu-compile-venv: $(STAMP)
 
 test-gpu-compile: gpu-compile-venv
 	PATH="$$PATH:$(abspath $(CUDA_VENV))/bin" JAX_PLATFORMS=cpu JAX_ENABLE_COMPILATION_CACHE=false \
-	  $(CUDA_VENV)/bin/python -m pytest -q -p no:cacheprovider \
-	  --durations=10 tests/gpu_compile
+	  $(CUDA_VENV)/bin/python -m pytest -q --durations=10 -m gpu_compile tests/gpu_compile
 
-# The unit tier: everything but the end-to-end tests (real processes, notebooks, whole runs; marked e2e), with the
+# The unit tier, the inner loop: everything but the end-to-end (e2e), sharded-parity (mesh) and slow tests, with the
 # compiled programs (and mypy's cache, tests/typecheck_test.py) kept between runs (a rerun compiles only what changed).
 # `make test` always compiles and type-checks afresh, as CI.
 TEST_COMPILATION_CACHE ?= $(HOME)/.cache/c2jax/test-compilation-cache
 TEST_MYPY_CACHE ?= $(HOME)/.cache/c2jax/mypy
 test-unit: setup lint
 	C2JAX_TEST_COMPILATION_CACHE=$(TEST_COMPILATION_CACHE) C2JAX_MYPY_CACHE=$(TEST_MYPY_CACHE) \
-	  $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
-	  -m "not e2e" --ignore=tests/gpu_compile tests
+	  $(PYTEST) -q --durations=10 -m "not e2e and not mesh and not slow and not gpu_compile" tests
 
 # One model through the stages: pretraining of the main job's own model on its tokenizer, then its SFT from that
 # model's checkpoint, then RL (configs/pretrain_tiny.py:rl_tiny; the three-phase byte-level recipe is the file's

@@ -3,10 +3,15 @@ persistent compilation cache for the session, so that a program compiled by one 
 later test (through another Python function) or by a process a test starts.
 
 C2JAX_TEST_COMPILATION_CACHE=<dir> keeps that cache across sessions (a rerun then compiles almost nothing);
-by default it is a temporary directory removed at the end, so every session compiles as CI does.
+by default it is a temporary directory removed at the end, so every session compiles as CI does. Under pytest-xdist
+the workers inherit the controller's environment, so they share the one cache.
+
+After each module a fixture drops the jit caches and checks that the module left denormals unflushed
+(`_module_hygiene`); the tiers are markers declared in pytest.ini.
 """
 
 import atexit
+import gc
 import os
 import shutil
 import tempfile
@@ -26,6 +31,44 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 
-def pytest_configure(config):
-  # `make test-unit` (pytest -m "not e2e") leaves these out; `make test` runs everything.
-  config.addinivalue_line("markers", "e2e: end-to-end: real processes (trainer, actors, entry points), notebooks")
+import jax  # after XLA_FLAGS and the cache directory are set
+import numpy as np
+import pytest
+
+
+_SUBNORMAL = np.float32(np.finfo(np.float32).smallest_subnormal)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_hygiene(request):
+  """After each test module: its compiled programs are dropped, and it must not leave the process flushing
+  denormals to zero.
+
+  A worker runs many modules in one process: without `jax.clear_caches()` (as maxtext's conftest does) it keeps
+  every executable it compiled. A module that turns on flush-to-zero (torch.set_flush_denormal) changes every later
+  module's float arithmetic in that worker (tests/pallas_kernels/exact_divide_test.py's IEEE references).
+  """
+  yield
+  if not os.environ.get("C2JAX_TEST_KEEP_COMPILED"):  # =1 keeps them: the control run of docs/benchmarks.md
+    jax.clear_caches()
+    gc.collect()
+  if np.multiply(_SUBNORMAL, np.float32(1.0)) == 0:
+    pytest.fail(f"{request.module.__name__} left this process flushing denormals to zero "
+                "(torch.set_flush_denormal(True)?): restore it, or set it only in a tool's own process.")
+
+
+def pytest_collection_modifyitems(config, items):
+  """Files holding e2e tests first, then those holding mesh or slow ones, then the rest, each file's tests in their
+  order: `--dist loadfile` hands whole files to the workers in this order, so the long files start early and the
+  suite ends on short files on both workers, not on one e2e file with the other worker idle."""
+  del config
+
+  def rank(item) -> int:
+    return 0 if item.get_closest_marker("e2e") else 1 if item.get_closest_marker("mesh") or \
+        item.get_closest_marker("slow") else 2
+
+  first = {}
+  for item in items:
+    path = item.nodeid.split("::")[0]
+    first[path] = min(first.get(path, 2), rank(item))
+  items.sort(key=lambda item: first[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order

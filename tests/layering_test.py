@@ -14,6 +14,7 @@ import dataclasses
 import pathlib
 
 from absl.testing import absltest
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TREES = ("c2jax", "pallas_kernels", "configs", "experiments", "tools")
@@ -283,6 +284,7 @@ class LayeringTest(absltest.TestCase):
     self.assertIn("c2jax.sandbox.cgroup (line", problems[0])
     self.assertIn("imports c2jax.registry:", problems[0])
 
+  @pytest.mark.slow
   def test_a_planted_upward_import_between_envs_sub_layers_fails(self):
     # The lowest envs layer may not import the environment core above it.
     planted = _planted(self.sources, "c2jax.envs.tasks.coding_tasks", "from c2jax.envs.core import env",

@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "mypy.ini"
@@ -182,6 +183,7 @@ class TypecheckTest(absltest.TestCase):
     if problem:
       self.fail(problem + self._version_hint())
 
+  @pytest.mark.slow
   def test_a_planted_type_error_fails(self):
     # A copy of c2jax/rl/kl.py that calls its own k3 estimator with a string for an array, read by mypy in place of
     # the file (--shadow-file): the error is keyed to the real path, as one in the file would be.

@@ -186,8 +186,6 @@ def load_hf_model(params, cfg):
   import torch
   import transformers
 
-  # XLA:CPU runs with denormals flushed to zero; do the same so that tiny values cost the same.
-  torch.set_flush_denormal(True)
   with tempfile.TemporaryDirectory() as d:
     # HF's DeepseekV3ForCausalLM has no MTP module: the MTP weights stay out (else they are unexpected keys).
     hf_export.export_params({k: v for k, v in params.items() if k != "mtp"}, cfg.replace(num_mtp_layers=0), d,
@@ -575,6 +573,9 @@ def main(argv: list[str] | None = None) -> dict:  # noqa: C901
     import torch
     import transformers
     versions.update(torch=torch.__version__, transformers=transformers.__version__)
+    # XLA:CPU runs with denormals flushed to zero; do the same so that tiny values cost the same. Here, in the run's
+    # own process, not in load_hf_model: the flag is the process's, and a test calling that would leave it set.
+    torch.set_flush_denormal(True)
   pc = count_params(cfg)
   machine = {"cores": cores, "hf_threads": hf_threads, "vllm_threads": cores if vllm_py else None, "cpu": _cpu_name(),
              "load_avg_start": [round(x, 2) for x in os.getloadavg()], **versions, "backend": jax.default_backend(),

@@ -13,6 +13,7 @@ from unittest import mock
 from absl.testing import absltest
 import jax
 import numpy as np
+import pytest
 
 from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.actor import Actor, ActorConfig, WeightUpdates, _seed
@@ -99,6 +100,7 @@ class ActorTest(absltest.TestCase):
     np.testing.assert_array_equal(out.policy_version, versions)
     np.testing.assert_allclose(out.samples.logprobs, np.concatenate([g.data["behaviour_logprobs"] for g in groups]))
 
+  @pytest.mark.slow
   def test_admission_holds_the_actor_until_the_trainer_catches_up(self):
     self.store.publish(0, self.params[0])
     self._trainer_progress(0, 0)

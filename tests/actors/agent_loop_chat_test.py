@@ -14,6 +14,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import numpy as np
+import pytest
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.engine import EngineConfig
@@ -87,6 +88,7 @@ class NativeChatEngineTest(parameterized.TestCase):
     return traj, log, chat
 
   @parameterized.parameters(*FORMATS)
+  @pytest.mark.slow
   def test_native_calls_solve_the_task_with_zero_drift(self, name):
     suite = self._suite(name)
     task = suite.task("heldout", 0)
@@ -118,6 +120,7 @@ class NativeChatEngineTest(parameterized.TestCase):
     np.testing.assert_array_equal(model, np.concatenate([chat.turn_ids(t) for t in turns]))
 
   @parameterized.parameters(*FORMATS)
+  @pytest.mark.slow
   def test_a_summary_is_a_segment_break_re_rendered_by_the_template(self, name):
     suite = self._suite(name)
     task = suite.task("heldout", 1)
@@ -153,6 +156,7 @@ class NativeChatEngineTest(parameterized.TestCase):
     np.testing.assert_array_equal(second.tokens[:kept], np.asarray(task.prompt)[:kept])
 
   @parameterized.parameters(*FORMATS)
+  @pytest.mark.slow
   def test_a_cut_turn_is_closed_by_the_end_of_turn_token(self, name):
     # Sampled turns of the random model, cut at 6 tokens: the template ends every assistant message with the
     # end-of-turn token, so the engine writes it before the observation of a turn that was cut.

@@ -13,6 +13,7 @@ from absl.testing import absltest
 import chex
 import jax
 import numpy as np
+import pytest
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, overlap_fraction
 from c2jax.actors.engine import EngineConfig
@@ -89,6 +90,7 @@ class AgentLoopTest(absltest.TestCase):
     cls.params = tiny.params(MODEL)
     cls.batched = _runner().run(_episodes(), weights=lambda: (cls.params, 3))
 
+  @pytest.mark.slow
   def test_trajectories_equal_the_trainer_forward(self):
     # Log-probs to float32 rounding and identical routing at every position, prompt, turns and observations alike,
     # though the episodes shared slots, chunks and decode steps; the last position's routing comes from the final
@@ -134,6 +136,7 @@ class AgentLoopTest(absltest.TestCase):
       np.testing.assert_allclose(alone.logprobs, self.batched[i].logprobs, rtol=0, atol=2e-5)
       np.testing.assert_array_equal(alone.expert_ids, self.batched[i].expert_ids)
 
+  @pytest.mark.slow
   def test_in_flight_swaps_keep_every_cache_and_stamp_versions(self):
     # New weights arrive after a few device calls: every slot keeps its cache (the positions before the swap keep
     # the old weights' log-probs), tokens drawn after it carry the new version, and nothing is prefilled again.
@@ -162,6 +165,7 @@ class AgentLoopTest(absltest.TestCase):
       self.assertEqual(traj.drift, 0)
     self.assertGreaterEqual(both, 1)  # some episode has turns under both versions
 
+  @pytest.mark.slow
   def test_budgets_end_episodes_as_cut(self):
     never = lambda i: 100  # EchoEnv that never finishes
     turns = _runner(AgentConfig(max_turns=3, max_turn_tokens=8, max_episode_tokens=1000, chunk_steps=4))
@@ -228,6 +232,7 @@ class AgentLoopTest(absltest.TestCase):
     spans = runner.stats.tool_intervals[n:]
     self.assertGreater(overlap_fraction(spans, runner.stats.decode_intervals), 0.0)
 
+  @pytest.mark.slow
   def test_real_tools_in_a_sandbox(self):
     # The explorer script forced through the engine on tiny_functions: look, write, check, finish in 4-7 turns,
     # each tool's result an observation; the hidden tests grade what it left.
@@ -257,6 +262,7 @@ class AgentLoopTest(absltest.TestCase):
       self.assertEqual(traj.drift, 0)
     self.assertGreater(len(turns), 1)  # episodes of different lengths
 
+  @pytest.mark.mesh
   def test_a_data_expert_mesh_gives_the_same_trajectories(self):
     # Slots over data-parallel replicas x expert-sharded weights on 4 devices: the trajectories of one device.
     mesh = make_mesh(MeshConfig(data=2, expert=2), jax.devices()[:4])

@@ -8,6 +8,7 @@ import math
 
 from absl.testing import absltest, parameterized
 import numpy as np
+import pytest
 
 from c2jax.actors import behaviour
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
@@ -313,6 +314,7 @@ def _runner() -> AgentRunner:
 
 class RealEpisodeTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_a_scripted_episode_through_the_agent_loop(self):
     # Real tools in the sandbox: read, run the tests (they fail), fix and run them again (they pass), finish.
     reason = sandbox_lib.unavailable_reason()

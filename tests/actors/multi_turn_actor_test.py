@@ -9,6 +9,7 @@ import time
 from absl.testing import absltest
 import jax
 import numpy as np
+import pytest
 
 from c2jax.actors.actor import Actor, ActorConfig, EpisodeKind
 from c2jax.actors.ledger import Source
@@ -104,6 +105,7 @@ class MultiTurnActorTest(absltest.TestCase):
   def _actor(self, cfg=CFG, actor_id="a0"):
     return Actor(cfg, MODEL, EchoSuite(), buffer_url=self.buffer, weights_url=self.weights, actor_id=actor_id)
 
+  @pytest.mark.slow
   def test_groups_hold_whole_trajectories_with_their_ledger(self):
     actor = self._actor()
     self.assertEqual(actor.run(max_groups=2).groups, 2)
@@ -128,6 +130,7 @@ class MultiTurnActorTest(absltest.TestCase):
         np.testing.assert_array_equal(d["expert_ids"][:, r, :n], np.asarray(out.expert_ids)[:, 0])
     self.assertEqual(actor.runner().stats.reprefill_fraction, 0.0)
 
+  @pytest.mark.slow
   def test_in_flight_swap_across_turns_stamps_versions(self):
     actor = self._actor(dataclasses.replace(CFG, max_lag=1))
     update = actor.weights.update

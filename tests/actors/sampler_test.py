@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import stats
+import pytest
 
 from c2jax.actors import reference_sampler
 from c2jax.actors import sampler
@@ -64,6 +65,7 @@ class SamplerTest(absltest.TestCase):
     for b, end in enumerate(ends):
       np.testing.assert_array_equal(fast.samples.expert_ids[:, b, :end], ref.expert_ids[:, b, :end])
 
+  @pytest.mark.slow
   def test_matches_reference_sampler_token_for_token(self):
     # Cached decode equals the uncached full-sequence forward, token by token: same tokens from the same keys,
     # log-probs to float32 rounding, identical routing; prompts of different lengths in one batch.
@@ -85,6 +87,7 @@ class SamplerTest(absltest.TestCase):
       np.testing.assert_array_equal(s.expert_ids[:, b, :end], np.asarray(out.expert_ids)[:, b, :end])
     np.testing.assert_array_equal(fast.policy_version, 0)
 
+  @pytest.mark.slow
   def test_rows_do_not_depend_on_the_batch(self):
     sampling = SamplingConfig(max_new_tokens=N)
     prompts = _prompts()
@@ -97,6 +100,7 @@ class SamplerTest(absltest.TestCase):
       np.testing.assert_array_equal(alone.tokens[0], batch.tokens[b])
       np.testing.assert_allclose(alone.logprobs[0], batch.logprobs[b], rtol=0, atol=2e-5)
 
+  @pytest.mark.slow
   def test_chunked_decode_keeps_the_cache_and_stamps_versions(self):
     sampling = SamplingConfig(max_new_tokens=N, stop_tokens=())
     prompts = _prompts()
@@ -120,6 +124,7 @@ class SamplerTest(absltest.TestCase):
       np.testing.assert_array_equal(swapped.tokens[b, :LENGTHS[b] + 3], whole.samples.tokens[b, :LENGTHS[b] + 3])
     self.assertFalse(np.array_equal(swapped.tokens, whole.samples.tokens))
 
+  @pytest.mark.slow
   def test_stop_tokens_and_sequences(self):
     fast, ref = self._both(_stop_config(), key=0)
     self._assert_same(fast, ref)
@@ -143,6 +148,7 @@ class DecodeWindowsTest(absltest.TestCase):
 
 class SpeculativeTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_greedy_speculative_equals_plain(self):
     # With stop tokens and sequences, so that multi-token steps are cut where plain decoding stops.
     sampling = _stop_config()
@@ -161,6 +167,7 @@ class SpeculativeTest(absltest.TestCase):
     self.assertGreater(int(spec.drafted), 0)
     self.assertBetween(spec.acceptance_rate, 0.0, 1.0)
 
+  @pytest.mark.slow
   def test_sampled_speculative_preserves_the_distribution(self):
     # Many rows with one prompt: the second generated token is the first that a draft decides. Its distribution
     # must be the main model's marginal p(t2) = sum_t1 p(t1 | prompt) p(t2 | prompt, t1), whatever the (untrained,
@@ -200,6 +207,7 @@ class SpeculativeTest(absltest.TestCase):
                       sampling=SamplingConfig(max_new_tokens=2), speculative=1)
 
 
+@pytest.mark.mesh
 class MeshSamplerTest(absltest.TestCase):
 
   def test_sharded_generation_equals_one_device(self):

@@ -12,6 +12,7 @@ import functools
 from absl.testing import absltest
 import jax
 import numpy as np
+import pytest
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.ledger import EpisodeEnd, Source, SummaryTokens
@@ -56,6 +57,7 @@ def _runs(segment):
   return [(src, TOK.decode(segment.tokens[s:e])) for s, e, src, _ in segment.boundaries()]
 
 
+@pytest.mark.slow  # every test runs whole summarizing episodes through the agent loop
 class SelfSummaryTest(absltest.TestCase):
 
   @classmethod

@@ -9,6 +9,7 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
+import pytest
 
 import c2jax.envs.tasks.suites  # noqa: F401  (registers the suites)
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner
@@ -62,6 +63,7 @@ class HarnessTest(absltest.TestCase):
     self.assertIn(f"| all | {len(self.tasks)} |", open(os.path.join(out, "report.md")).read())
     self.assertGreater(os.path.getsize(os.path.join(out, "report.png")), 1000)
 
+  @pytest.mark.slow
   def test_a_model_runs_through_the_agent_loop(self):
     # An untrained model writes bytes, not tool calls: it must be evaluated (turns taken, nothing raised), and fail.
     self.require_sandbox()

@@ -1,7 +1,7 @@
 """The deviceless GPU compile tier: XLA:GPU compiles for an H100 (and a B200) on this CPU host, no GPU attached.
 
-Run by `make test-gpu-compile` (and `.ci/run`) in .venv-cuda, the venv with jax's CUDA plugin; the CPU suite never
-collects this directory. What it proves that the cross-lowering tier (tests/cross_lowering_test.py) cannot: the
+Run by `make test-gpu-compile` (and `.ci/run`) in .venv-cuda, the venv with jax's CUDA plugin; marked gpu_compile,
+which the CPU tiers leave out. What it proves that the cross-lowering tier (tests/cross_lowering_test.py) cannot: the
 programs survive XLA:GPU's whole pipeline (fusion, buffer assignment, Pallas -> Triton -> PTX, ptxas to SASS for
 sm_90a / sm_100a), and the SASS-level properties of the kernels hold:
   - every Pallas kernel compiles at its default tiles with no register spill (ptxas -v);
@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
+import pytest
 
 from c2jax.model.config import Precision
 from c2jax.model.params import init_params
@@ -30,6 +31,8 @@ from pallas_kernels.recipe.ops import expert_matmul
 from pallas_kernels.target import Platform
 from tests import tiny
 from tools import gpu_compile
+
+pytestmark = pytest.mark.gpu_compile
 
 _CASES = tuple(gpu_compile.kernel_programs())
 _APPROX_DIVISION = re.compile(r"\b(div\.(full|approx)(\.ftz)?\.f32|rcp\.approx(\.ftz)?\.f32)\b")

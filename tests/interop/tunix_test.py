@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from c2jax.actors import sampler as c2jax_sampler
 from c2jax.actors.sampling import SamplingConfig
@@ -85,6 +86,7 @@ def _even_mass(params) -> float:
 class AdapterTest(absltest.TestCase):
   """The adapter alone, with inputs built as tunix's sampler builds them (runs without tunix installed)."""
 
+  @pytest.mark.slow
   def test_cached_prefill_and_decode_equal_forward(self):
     params = tiny.params(CFG)
     model = TunixModel.from_params(CFG, params)
@@ -132,6 +134,7 @@ class TunixInteropTest(parameterized.TestCase):
       got = logits[b, p_len - len(p):p_len + len(c)]
       chex.assert_trees_all_close(got, want, atol=1e-5, rtol=1e-5)
 
+  @pytest.mark.slow
   def test_sampler_greedy_equals_c2jax(self):
     """tunix's Sampler (left padding, its prefill and decode loop, c2jax's latent cache inside) decodes greedily
     the tokens c2jax's own sampler decodes, and its per-step logits are c2jax's forward logits."""
@@ -164,6 +167,7 @@ class TunixInteropTest(parameterized.TestCase):
       full = _forward()(params, seq).logits[0, len(p) - 1:len(p) - 1 + len(got)]
       chex.assert_trees_all_close(np.asarray(out.logits[b]), full, atol=1e-4, rtol=1e-4)
 
+  @pytest.mark.slow
   def test_grpo_learner_trains(self):
     """tunix's GRPO learner (vanilla rollout = tunix's sampler, Adam, two passes per batch) on the tiny model with
     reward = the fraction of even token ids: the second passes' surrogate loss is below the first passes', and the

@@ -32,6 +32,7 @@ from safetensors.torch import load_file, save_file
 import torch
 import transformers
 from transformers.models.kimi_k25 import Kimi_K25Config, Kimi_K25ForConditionalGeneration
+import pytest
 
 from c2jax.model import checkpoint as ckpt_lib
 from c2jax.model import hf_convert
@@ -307,6 +308,7 @@ class KimiReleaseTest(parameterized.TestCase):
       dict(testcase_name="at_top_level", where=("top",)),
       dict(testcase_name="in_both", where=("text_config", "top")),
   )
+  @pytest.mark.slow
   def test_kimi_k25_release(self, where):
     qc = _quantization_config(K25_IGNORE)
     stored, deq, quantized = self._release("language_model.", qc, with_vision=True)

@@ -26,6 +26,7 @@ import numpy as np
 from safetensors import safe_open
 import torch
 import transformers
+import pytest
 
 from c2jax.model import checkpoint as ckpt_lib
 from c2jax.model import hf_convert
@@ -324,6 +325,7 @@ class HfExportTest(parameterized.TestCase):
     # Nothing was written by a refused export.
     self.assertEqual([d for d in "abcdefgh" if os.path.exists(os.path.join(self.tmp, d))], [])
 
+  @pytest.mark.slow
   def test_tool_end_to_end(self):
     cfg = tiny.MODEL_MTP
     ckpt, out = os.path.join(self.tmp, "ckpt"), os.path.join(self.tmp, "hf")

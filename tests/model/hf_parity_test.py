@@ -27,6 +27,7 @@ import orbax.checkpoint as ocp
 from safetensors.torch import load_file, save_file
 import torch
 import transformers
+import pytest
 
 from c2jax.model import checkpoint as ckpt_lib
 from c2jax.model import embedding
@@ -319,6 +320,7 @@ class HfParityTest(parameterized.TestCase):
     self.assertLen(summary.warnings, 1)
     self.assertIn("embed_tokens", summary.warnings[0])
 
+  @pytest.mark.slow
   def test_tools_end_to_end(self):
     cfg = _cfg(n_layers=2)
     model = _hf_model(cfg)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from c2jax.model import nnx_model
 from c2jax.model.checkpoint import save_checkpoint
@@ -141,6 +142,7 @@ class ParamsTest(parameterized.TestCase):
 
 class ForwardTest(parameterized.TestCase):
 
+  @pytest.mark.slow
   def test_call_equals_forward(self):
     module = nnx_model.from_params(CFG, _params())
     got = _module_forward(module, _tokens())
@@ -163,6 +165,7 @@ class ForwardTest(parameterized.TestCase):
     chex.assert_trees_all_equal(got, want, strict=True)
     self.assertFalse(np.array_equal(got.logits, ref.logits))  # the arguments did reach the model
 
+  @pytest.mark.slow
   def test_nnx_grad_equals_pure_grad(self):
     module = nnx_model.from_params(CFG, _params())
     got = nnx.jit(nnx.grad(lambda m, t: _loss(m(t))))(module, _tokens())
@@ -179,6 +182,7 @@ class ForwardTest(parameterized.TestCase):
     np.testing.assert_allclose(after, 2.0 * before, rtol=1e-6)
 
 
+@pytest.mark.mesh
 class ShardedTest(parameterized.TestCase):
 
   @classmethod

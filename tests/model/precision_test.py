@@ -9,6 +9,7 @@ import functools
 from absl.testing import absltest
 import jax
 import numpy as np
+import pytest
 
 from c2jax.model.config import Precision
 from c2jax.optim import OptimizerConfig
@@ -20,6 +21,7 @@ STEPS = 4
 
 class PrecisionTrainingTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_each_precision_trains_and_tracks_bf16(self):
     base = tiny.MODEL
     hp = StepConfig(optim=OptimizerConfig(learning_rate=3e-3, warmup_steps=0, total_steps=20))

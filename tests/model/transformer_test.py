@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from c2jax.model import config as config_lib
 from c2jax.model import losses
@@ -45,6 +46,7 @@ class TransformerTest(parameterized.TestCase):
     chex.assert_trees_all_close(a[:, :15], b[:, :15], atol=1e-6)
     self.assertGreater(float(jnp.abs(a[:, 15:] - b[:, 15:]).max()), 1e-4)
 
+  @pytest.mark.slow
   def test_packed_segments_equal_separate_rows(self):
     cfg, p, toks = _setup(b=1, t=20)
     f = jax.jit(lambda p, t, pos, seg: forward(p, t, cfg=cfg, positions=pos, segment_ids=seg).logits)
@@ -56,6 +58,7 @@ class TransformerTest(parameterized.TestCase):
     chex.assert_trees_all_close(packed[:, :8], sep_a, atol=2e-5)
     chex.assert_trees_all_close(packed[:, 8:], sep_b, atol=2e-5)
 
+  @pytest.mark.slow
   def test_routing_replay(self):
     cfg, p, toks = _setup()
     f = jax.jit(lambda p, t, ids: forward(p, t, cfg=cfg, forced_expert_ids=ids))
@@ -72,6 +75,7 @@ class TransformerTest(parameterized.TestCase):
       forward(p, toks, cfg=cfg, forced_expert_ids=out.expert_ids[:, :1])
 
   @parameterized.parameters(MoeDispatch.SLOTS, MoeDispatch.TILES, MoeDispatch.RAGGED)
+  @pytest.mark.slow
   def test_dispatch_equals_dense_with_grads(self, dispatch):
     cfg, p, toks = _setup()
 
@@ -85,6 +89,7 @@ class TransformerTest(parameterized.TestCase):
     chex.assert_trees_all_close(g, ref_g, atol=1e-6, rtol=1e-4)
 
   @parameterized.parameters(Remat.FULL, Remat.DOTS_SAVEABLE)
+  @pytest.mark.slow
   def test_remat_same_grads(self, remat):
     cfg, p, toks = _setup()
 
@@ -95,6 +100,7 @@ class TransformerTest(parameterized.TestCase):
     g1 = jax.jit(jax.grad(lambda p: loss(p, cfg.replace(remat=remat))))(p)
     chex.assert_trees_all_close(g0, g1, atol=1e-6, rtol=1e-5)
 
+  @pytest.mark.slow
   def test_mtp_module_by_hand(self):
     cfg, p, toks = _setup()
     out = jax.jit(lambda p: forward(p, toks, cfg=cfg))(p)
@@ -108,6 +114,7 @@ class TransformerTest(parameterized.TestCase):
     logits = rms_norm(h, m["final_norm"], cfg.rms_norm_eps) @ p["lm_head"]
     chex.assert_trees_all_close(out.mtp_logits[0], logits, atol=1e-5)
 
+  @pytest.mark.slow
   def test_bf16_forward_close_to_f32(self):
     cfg, p, toks = _setup()
     a = jax.jit(lambda p: forward(p, toks, cfg=cfg, with_mtp=False).logits)(p)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+import pytest
 
 from c2jax.model import mla
 from c2jax.model import params as params_lib
@@ -21,6 +22,8 @@ from c2jax.model import rope as rope_lib
 from c2jax.parallel import context_parallel as cp_lib
 from c2jax.parallel.mesh import BATCH_AXES, CONTEXT, TENSOR, MeshConfig, make_mesh
 from c2jax.model import presets
+
+pytestmark = pytest.mark.mesh  # sharded against one device on 8 fake CPU devices (`make test-unit` leaves them out)
 
 B, T = 4, 32
 MESHES = {

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
+import pytest
 
 from c2jax.model import moe
 from c2jax.model.config import Precision
@@ -32,6 +33,8 @@ from c2jax.parallel.mesh import BATCH_AXES, CONTEXT, EXPERT, FSDP, TENSOR
 from pallas_kernels.formats import NVFP4Scaling
 from pallas_kernels.recipe import ops as recipe_ops
 from tests import tiny
+
+pytestmark = pytest.mark.mesh  # sharded against one device on 8 fake CPU devices (`make test-unit` leaves them out)
 
 _CFG = tiny.MODEL
 _D, _E, _K, _F = _CFG.d_model, _CFG.n_routed_experts, _CFG.num_experts_per_tok, _CFG.moe_intermediate_size

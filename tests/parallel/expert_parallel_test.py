@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
+import pytest
 
 from c2jax.model import moe
 from c2jax.model.config import ModelConfig, MoeDispatch
@@ -23,6 +24,8 @@ from c2jax.model.sharding import Layout, use_layout
 from c2jax.parallel import mesh as meshlib
 from c2jax.parallel.expert_parallel import make_expert_parallel
 from c2jax.parallel.mesh import BATCH_AXES, CONTEXT, EXPERT, FSDP, TENSOR
+
+pytestmark = pytest.mark.mesh  # sharded against one device on 8 fake CPU devices (`make test-unit` leaves them out)
 
 # K=2 of E=16 (rather than 4) so that a fully skewed batch needs 4 dropless rounds, not 2.
 _B, _T, _D, _E, _K, _F = 8, 32, 16, 16, 2, 8

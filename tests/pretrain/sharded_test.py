@@ -11,6 +11,7 @@ import functools
 from absl.testing import absltest, parameterized
 import jax
 import numpy as np
+import pytest
 
 from c2jax.model import presets
 from c2jax.model.params import init_params
@@ -22,6 +23,8 @@ from c2jax.parallel.mesh import MeshConfig, make_mesh
 from c2jax.pretrain.sharded import make_trainer
 from c2jax.pretrain.step import StepConfig, init_state, loss_fn, train_step
 from tests import tiny
+
+pytestmark = pytest.mark.mesh  # sharded against one device on 8 fake CPU devices (`make test-unit` leaves them out)
 
 # Each mesh costs one sharded value-and-grad compile (~15-20 s on 2 cores): four shapes cover every axis (pure
 # expert parallelism, FSDP x EP x CP, data x CP, and tensor parallelism with EP x CP); tests/parallel/

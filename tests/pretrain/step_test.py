@@ -7,6 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from c2jax.model import presets
 from c2jax.optim import OptimizerConfig
@@ -15,6 +16,7 @@ from c2jax.pretrain.step import MtpTarget, StepConfig, init_state, train_step
 
 class StepTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_steps_lower_loss_and_bias_follows_balancing_rule(self):
     cfg = presets.tiny()
     hp = StepConfig(optim=OptimizerConfig(learning_rate=3e-3, warmup_steps=1, total_steps=20), bias_update_rate=1e-2,

@@ -12,6 +12,7 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from c2jax.actors.reference_sampler import SamplingConfig, sample
 from c2jax.optim import OptimizerConfig
@@ -25,6 +26,7 @@ PROMPTS, GROUP, PROMPT_LEN, NEW_TOKENS, STEPS = 4, 8, 2, 8, 30
 
 class LearningTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_mean_reward_rises(self):
     model = tiny.MODEL
     target = model.vocab_size // 8

@@ -10,6 +10,7 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from c2jax.actors.actor import episode_group
 from c2jax.actors.ledger import EpisodeEnd, Segment, Source, SummaryTokens, Trajectory
@@ -94,6 +95,7 @@ class SummaryChainTest(absltest.TestCase):
     mask[:, 0] = 0
     np.testing.assert_allclose(prep.weight, mask / (16 * T), rtol=1e-6)
 
+  @pytest.mark.slow
   def test_masked_summaries_change_the_gradient_by_exactly_their_tokens(self):
     trained = _batch(SummaryTokens.TRAINED, self.params)
     masked = _batch(SummaryTokens.MASKED, self.params)

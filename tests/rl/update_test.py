@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from c2jax.model.losses import token_log_probs
 from c2jax.model.transformer import forward
@@ -106,6 +107,7 @@ def _assert_tree_close(test, got, want, rtol, atol_floor=1e-9):
 
 class DrGrpoTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_on_policy_dr_grpo_is_reinforce_with_group_mean_baseline(self):
     # On-policy (behaviour = trainer log-probs) the clipped ratio is 1 and its gradient is grad log pi, so
     # Dr. GRPO's gradient is REINFORCE's: -(1 / (B T)) sum_i (r_i - mean_g r) sum_t grad log pi(y_it).
@@ -134,6 +136,7 @@ MICRO_CFG = dict(aggregation="token_mean", kl_placement=KlPlacement.LOSS_STRAIGH
 
 class MicroBatchTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_gradient_does_not_depend_on_micro_batches(self):
     # token_mean normalizes by the whole batch's tokens: the aggregation a per-micro-batch normalization gets wrong.
     # With the KL in the loss (the reference forward is micro-batched too) and off-policy behaviour log-probs, so
@@ -152,6 +155,7 @@ class MicroBatchTest(absltest.TestCase):
 
 class RoutingReplayTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_replay_reproduces_recorded_routing_after_the_router_moved(self):
     params = _params()
     batch = _batch()
@@ -283,6 +287,7 @@ class ChainTest(parameterized.TestCase):
 
 class MetricsTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_metrics(self):
     batch = _batch(seed=4, off_policy=0.5)
     _, m = _grads(_cfg(micro_batches=1, **MICRO_CFG), batch, version=5)
@@ -326,6 +331,7 @@ class MetricsTest(absltest.TestCase):
     self.assertTrue(np.isfinite(float(m["loss"])))
     self.assertEqual(float(m["filtered_rows"]), 2.0)
 
+  @pytest.mark.slow
   def test_chain_metrics_count_each_chain_once(self):
     batch, lengths = _chain_batch()
     _, m = _grads(_cfg(micro_batches=1, **MICRO_CFG), batch)
@@ -337,6 +343,7 @@ class MetricsTest(absltest.TestCase):
     self.assertEqual(float(m["groups/zero_variance_groups"]), 1.0)  # group 1: all pass
 
 
+@pytest.mark.mesh
 class MeshTest(absltest.TestCase):
 
   def test_update_on_8_devices_matches_one_device(self):

@@ -151,6 +151,7 @@ class RunMeasuredTest(absltest.TestCase):
 class ToolTest(absltest.TestCase):
 
   @pytest.mark.e2e  # the whole tool and its conversions, processes of their own
+  @pytest.mark.slow
   def test_tiny_run_prints_json(self):
     tmp = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)

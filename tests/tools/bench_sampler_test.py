@@ -85,6 +85,7 @@ class BenchSamplerTest(absltest.TestCase):
       bench_sampler.parse_args(["--skip_spec", "--dtype=bfloat16"])
 
   @pytest.mark.e2e  # the whole tool in a process of its own
+  @pytest.mark.slow
   def test_toy_run_prints_json_with_matching_greedy_outputs(self):
     env = {**os.environ, "PYTHONPATH": _REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # One HF thread: two threads on a shared 2-core machine can stall for minutes (see the tool's --hf_threads).

@@ -15,6 +15,7 @@ import tempfile
 from absl.testing import absltest
 import jax
 import numpy as np
+import pytest
 
 from c2jax.model import params as params_lib
 
@@ -28,6 +29,7 @@ _SETTINGS = copy_probe.ProbeSettings(steps=3, eval_every=1, batch_size=2, seq_le
 
 class CopyProbeTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_deepseek_v3_in_transformers_follows_c2jax_step_for_step(self):
     cfg = copy_probe.model_config(extra={"vocab_size": 260})
     ours = copy_probe.run_probe("c2jax", cfg, _SETTINGS)
@@ -44,6 +46,7 @@ class CopyProbeTest(absltest.TestCase):
     self.assertLess(result["curve"][-1]["first"], result["curve"][0]["first"] - 0.5)
     self.assertEqual(result["below_90"], None)  # three steps do not copy
 
+  @pytest.mark.slow
   def test_jax_llama_and_its_mla_features(self):
     cfg = copy_probe.model_config(extra={"vocab_size": 260})
     plain = copy_probe.run_probe("jax_llama", cfg, _SETTINGS)
@@ -79,6 +82,7 @@ class CopyProbeTest(absltest.TestCase):
     self.assertEqual(copy_probe.first_below(curve, 0.5), 100)
     self.assertIsNone(copy_probe.first_below(curve, 0.1))
 
+  @pytest.mark.slow
   def test_cli_json_line_results_and_plot(self):
     with tempfile.TemporaryDirectory() as tmp:
       results = os.path.join(tmp, "runs.jsonl")

@@ -22,6 +22,7 @@ import unittest
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 
 from c2jax.envs.grading import grading
 from c2jax.envs.grading import instrument
@@ -206,6 +207,7 @@ class TwinForgeryTest(parameterized.TestCase):
       self.assertLessEqual(terms["pass_fraction"], honest["pass_fraction"])
 
   @parameterized.named_parameters(*_cases())
+  @pytest.mark.slow
   def test_guessing_the_real_twin_by_length_is_a_coin_toss(self, task):
     # A guess per pair: right with probability 1/2 now (it was always right on list literals), and a wrong guess
     # cancels a right one. All M guesses right (probability 2^-M) still score; over seeds it must stay rare.
@@ -367,6 +369,7 @@ class ConsistentGuessTest(absltest.TestCase):
   # takes back what a right one earned.
   # 64 calls: the gain per call is +-1/4 per guessed pair (about 2 per call on todo_next_up), so its mean over 64
   # calls has a standard deviation of about 0.04 (over the first 16 alone the guesses came out 22 right, 9 wrong).
+  @pytest.mark.slow
   def test_a_consistent_guesser_gains_nothing_in_credit(self):
     task = _realistic("todo_next_up")
     seeds = range(64)

@@ -16,6 +16,7 @@ import unittest
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 
 from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs.grading import grading
@@ -54,6 +55,7 @@ def judge_in_process(task: ct.CodingTask, solution_source: str, seed: int) -> gr
 class ReferencesTest(parameterized.TestCase):
 
   @parameterized.parameters(procedural.TinyFunctionsSuite, compositions.TinyCompositionsSuite)
+  @pytest.mark.slow
   def test_every_reference_passes_and_stubs_fail(self, suite_class):
     suite = suite_class(seed=0)
     tasks = suite.tasks("train") + suite.tasks("heldout")

@@ -9,6 +9,7 @@ import functools
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.ledger import EpisodeEnd, Source
@@ -49,6 +50,7 @@ class LongHorizonHarnessTest(absltest.TestCase):
     if reason:
       self.skipTest(reason)
 
+  @pytest.mark.slow
   def test_a_summarizing_agent_passes_across_segments(self):
     for traj in _run("summarizing_reader", SUMMARIES):
       self.assertEqual(traj.end, EpisodeEnd.FINISHED)
@@ -59,11 +61,13 @@ class LongHorizonHarnessTest(absltest.TestCase):
         self.assertEqual(seg.drift, 0)
       self.assertTrue(np.any(traj.segments[-1].source == Source.RESUME))
 
+  @pytest.mark.slow
   def test_without_summaries_the_window_overflows(self):
     for traj in _run("summarizing_reader", SummaryConfig()):
       self.assertEqual((traj.end, traj.compactions), (EpisodeEnd.CONTEXT, 0))
       self.assertEqual(traj.reward_terms["outcome"], 0.0)
 
+  @pytest.mark.slow
   def test_summaries_that_carry_nothing_do_not_pass(self):
     for traj in _run("reader", SUMMARIES):
       self.assertGreaterEqual(traj.compactions, 1)

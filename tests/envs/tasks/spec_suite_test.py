@@ -13,6 +13,7 @@ import re
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
+import pytest
 
 from c2jax.actors import behaviour
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
@@ -371,6 +372,7 @@ class AgentLoopTest(absltest.TestCase):
     if reason:
       self.skipTest(reason)
 
+  @pytest.mark.slow
   def test_behaviour(self):
     tasks, trajectories, tokenizer = _agent_run()
     by_policy = collections.defaultdict(list)

@@ -7,6 +7,7 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
+import pytest
 
 import c2jax.envs  # noqa: F401  (registers the suites)
 from c2jax.data.tokenizer import make_tokenizer
@@ -58,6 +59,7 @@ class SuiteTokenizerTest(absltest.TestCase):
     self.assertTrue(heldout_notes)
     self.assertFalse(heldout_notes & set(texts))  # held-out repositories never shape the vocabulary
 
+  @pytest.mark.slow
   def test_episodes_text_holds_the_teachers_observations(self):
     try:
       sandbox_lib.check_available()
