@@ -297,6 +297,9 @@ def prepare(batch: Mapping, ref_logp: jax.Array | None, cfg: RLConfig) -> Prepar
   # 3. The KL in the reward is taken at the sampled tokens with the behaviour log-probs (mu sampled them).
   shaped = reward_out.total
   if cfg.uses_reference and cfg.kl_placement is KlPlacement.IN_REWARD:
+    if ref_logp is None:
+      raise ValueError("The KL is in the reward (kl_placement=IN_REWARD) but prepare got no ref_logp; pass the "
+                       "reference log-probs (reference_log_probs), or set kl_coef=0.")
     row_kl = jnp.sum(full_mask * kl_lib.kl_estimate(cfg.kl_estimator, batch["behaviour_logprobs"], ref_logp), axis=1)
     shaped = shaped - cfg.kl_coef * batch_lib.segment_sum_by(batch["chain_id"], row_kl, valid)
 
@@ -338,11 +341,13 @@ def rl_gradients(params: Params, ref_params: Params | None, version: jax.Array, 
   if batch["tokens"].shape[0] % cfg.micro_batches:
     raise ValueError(f"Batch of {batch['tokens'].shape[0]} rows does not split into "
                      f"micro_batches={cfg.micro_batches}.")
-  if cfg.uses_reference and ref_params is None:
-    raise ValueError("The KL to the reference policy is on but the state has no ref_params; build the state with "
-                     "c2jax.rl.update.init_state for this config, or set kl_coef=0.")
   # 2. Reference log-probs (no gradient).
-  ref_logp = reference_log_probs(ref_params, batch, cfg) if cfg.uses_reference else None
+  ref_logp: jax.Array | None = None
+  if cfg.uses_reference:
+    if ref_params is None:
+      raise ValueError("The KL to the reference policy is on but the state has no ref_params; build the state with "
+                       "c2jax.rl.update.init_state for this config, or set kl_coef=0.")
+    ref_logp = reference_log_probs(ref_params, batch, cfg)
   prep = prepare(batch, ref_logp, cfg)
 
   # 6. Loss and gradients, micro-batch by micro-batch.

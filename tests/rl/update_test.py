@@ -255,6 +255,12 @@ class ChainTest(parameterized.TestCase):
     chain_kl = np.array([row_kl[batch["chain_id"] == c].sum() for c in batch["chain_id"]])
     np.testing.assert_allclose(prep.shaped_reward, batch["reward_terms"]["outcome"] - 0.5 * chain_kl, rtol=1e-5)
 
+  def test_kl_in_reward_without_ref_logp_is_a_clear_error(self):
+    batch, _ = _chain_batch()
+    cfg = _cfg(kl_coef=0.5, kl_placement=KlPlacement.IN_REWARD)
+    with self.assertRaisesRegex(ValueError, "kl_placement=IN_REWARD.*got no ref_logp"):
+      prepare(batch, None, cfg)
+
   def test_zero_variance_is_judged_before_the_kl_shaping(self):
     batch, _ = _chain_batch()
     cfg = _cfg(zero_variance_groups=ZeroVarianceGroups.DROP)  # the default k1 KL in the reward is on
