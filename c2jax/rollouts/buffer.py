@@ -73,11 +73,13 @@ INITIAL_ROWS = 16 * SHARD_ROWS
 # padding) it stores within a few percent of zstd level 1 (tokens 0.34 vs 0.35 of the raw bytes, log-probs 0.46 vs
 # 0.45, expert ids 0.26 vs 0.25) at about half its CPU time, and encoding is most of a commit's CPU time. The codec
 # is recorded in each array's zarr.json, so shards written with another codec stay readable.
-_ZARR_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}},
-                {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}},
-                {"name": "crc32c"}]  # after the compressor: checks the stored bytes, so corruption fails the read
+_ZARR_CODECS: list[dict[str, Any]] = [
+    {"name": "bytes", "configuration": {"endian": "little"}},
+    {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}},
+    {"name": "crc32c"}]  # after the compressor: checks the stored bytes, so corruption fails the read
 _IO_CONCURRENCY = 32
-_SHARD_INDEX_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+_SHARD_INDEX_CODECS: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}},
+                                             {"name": "crc32c"}]
 
 
 class Durability(enum.Enum):
@@ -276,7 +278,7 @@ class RolloutWriter:
                     for key, path, axis, rest in schema_lib.array_fields(spec)}
     self._axes = {key: axis for key, _, axis, _ in schema_lib.array_fields(spec)}
     self._capacity = min(a.shape[self._axes[k]] for k, a in self._arrays.items())
-    self._grow_rows = max(a.chunk_layout.write_chunk.shape[self._axes[k]] for k, a in self._arrays.items())
+    self._grow_rows = max(self._write_chunk_rows(k, a) for k, a in self._arrays.items())
     self._closed = False
     self._next_seq, self._next_row = self._recover()
     self._pending = {tid for tid, _ in self._list_pending()}
@@ -452,7 +454,7 @@ class RolloutWriter:
         # chunks of `chunk_rows` rows (of one MoE layer) that readers fetch by byte range.
         outer = [rest[0], shard_rows, *rest[1:]] if axis else [shard_rows, *rest]
         inner = [1, chunk_rows, *rest[1:]] if axis else [chunk_rows, *rest]
-        codecs = [{"name": "sharding_indexed", "configuration": {
+        codecs: list[dict[str, Any]] = [{"name": "sharding_indexed", "configuration": {
             "chunk_shape": inner, "codecs": _ZARR_CODECS, "index_codecs": _SHARD_INDEX_CODECS}}]
       else:
         outer, codecs = [shard_rows], _ZARR_CODECS  # a few bytes per row: not worth an index
@@ -460,13 +462,22 @@ class RolloutWriter:
                   "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": outer}}}
       arr = ts.open({"driver": "zarr3", **base, "metadata": metadata}, create=True, open=True,
                     context=self._context).result()
-    want = list(rest)
+    want: list[int | None] = list(rest)
     want.insert(axis, None)
     got = [None if i == axis else n for i, n in enumerate(arr.shape)]
     if arr.dtype.numpy_dtype != dtype or got != want:
       raise ValueError(f"Array {path} of shard {self.writer_id!r} has dtype {arr.dtype.numpy_dtype} and shape "
                        f"{arr.shape}; the schema needs {dtype.name} with non-row axes {rest}.")
     return arr
+
+  def _write_chunk_rows(self, key: str, arr: ts.TensorStore) -> int:
+    """Rows per stored object of the array of `key` (its write chunk along the row axis)."""
+    shape = arr.chunk_layout.write_chunk.shape
+    rows = None if shape is None else shape[self._axes[key]]
+    if rows is None:
+      raise ValueError(f"Array {key} of shard {self.writer_id!r} has no regular chunk grid along its row axis (chunk "
+                       f"layout {arr.chunk_layout}); the shard was not written by RolloutWriter: use a new writer id.")
+    return rows
 
   def _recover(self) -> tuple[int, int]:
     """(next seq, next row) of a reopened shard, from its last commit record; tickets whose groups did commit (a
@@ -486,21 +497,28 @@ class RolloutWriter:
     except (ValueError, TypeError, AttributeError):
       head_rows = 0
     pending = [k[len("pending/"):-len(".json")] for k in self._store.list("pending/") if k.endswith(".json")]
-    next_seq = end = None
-    done, covered = [], 0
-    for s in reversed(seqs):  # newest first, until the records read cover as many groups as there are tickets
+
+    def record_groups(s: int) -> tuple[list[dict], Exception | None]:
+      """The group entries of record `s` ([] and the error when it is unreadable)."""
       try:
-        groups = RolloutReader._parse_record(self._store.read(commit_key(s)) or b"null", s)["groups"]
+        return RolloutReader._parse_record(self._store.read(commit_key(s)) or b"null", s)["groups"], None
       except (ValueError, TypeError, KeyError) as e:
-        groups = []
-        if end is None:
-          # An unreadable last record hides how many groups and rows it held: the next call starts after its
-          # first seq, and its rows past everything the arrays ever held.
-          logging.warning("Shard %r: last commit record %d is unreadable (%s); new rows start at the array end %d.",
-                          self.writer_id, s, e, self._capacity)
-          next_seq, end = s + 1, self._capacity
-      if end is None:
-        next_seq, end = s + len(groups), groups[-1]["row0"] + groups[-1]["rows"]
+        return [], e
+
+    last = seqs[-1]
+    last_groups, error = record_groups(last)
+    if error is None:
+      next_seq, end = last + len(last_groups), last_groups[-1]["row0"] + last_groups[-1]["rows"]
+    else:
+      # An unreadable last record hides how many groups and rows it held: the next call starts after its first
+      # seq, and its rows past everything the arrays ever held.
+      logging.warning("Shard %r: last commit record %d is unreadable (%s); new rows start at the array end %d.",
+                      self.writer_id, last, error, self._capacity)
+      next_seq, end = last + 1, self._capacity
+    done: list[str] = []
+    covered = 0
+    for s in reversed(seqs):  # newest first, until the records read cover as many groups as there are tickets
+      groups = last_groups if s == last else record_groups(s)[0]
       done += [g["ticket_id"] for g in groups if isinstance(g.get("ticket_id"), str)]
       covered += max(1, len(groups))
       if covered >= len(pending):
@@ -523,6 +541,10 @@ class RolloutWriter:
   def _read_ticket(self, ticket_id: str) -> dict | None:
     try:
       rec = self._store.read_json(f"pending/{ticket_id}.json")
+      if rec is None:
+        logging.warning("Shard %r: pending ticket %s was deleted after it was listed; ignoring it.", self.writer_id,
+                        ticket_id)
+        return None
       return dict(rec["ticket"])
     except (ValueError, TypeError, KeyError) as e:
       logging.warning("Shard %r: pending ticket %s is unreadable (%s); ignoring it.", self.writer_id, ticket_id, e)
@@ -580,6 +602,7 @@ class _Shard:
   def __init__(self, shard_id: str, store: Store, spec: BufferSpec):
     self.id = shard_id
     self.store = store
+    self.spec = spec
     self.fields = schema_lib.array_fields(spec)
     self.arrays: dict[str, ts.TensorStore] = {}
 
@@ -760,7 +783,11 @@ class RolloutReader:
         continue
       store = Store(join(self.url, "shards", sid))
       try:
-        theirs = BufferSpec.from_json(store.read_json("schema.json"))
+        raw_spec = store.read_json("schema.json")
+        if raw_spec is None:
+          self._skip_shard(sid, "its schema.json is missing")
+          continue
+        theirs = BufferSpec.from_json(raw_spec)
       except Exception as e:  # noqa: BLE001  (any unreadable schema: skip the shard, never crash)
         self._skip_shard(sid, f"its schema.json is unreadable ({e})")
         continue
@@ -807,7 +834,8 @@ class RolloutReader:
     active = self._order()
     got = 0
     while active and (want is None or got < want):
-      batch, idle = [], set()
+      batch: list[_Pending] = []
+      idle: set[str] = set()
       for sid in active:
         if want is not None and got + len(batch) >= want:
           break
@@ -872,12 +900,12 @@ class RolloutReader:
     groups: list[Group | None] = [None] * n
     errors: list[str | None] = [p.error] * n
     exceptions: list[BaseException | None] = [p.exception] * n
-    if p.error is None:
+    if p.record is not None and p.error is None:
       for i, (entry, futures) in enumerate(zip(p.record["groups"], p.futures)):
         try:
           data = {key: future.result() for key, future in futures.items()}
-          data.update(schema_lib.row_fields_from_json(entry["row_fields"], self.spec))
-          data = schema_lib.normalize_group(data, self.spec)
+          data.update(schema_lib.row_fields_from_json(entry["row_fields"], p.shard.spec))
+          data = schema_lib.normalize_group(data, p.shard.spec)
           meta = dict(entry["meta"])
           meta.update(task_id=entry["task_id"], shard=p.shard.id, seq=p.seq + i, rows=entry["rows"],
                       row0=entry["row0"], time=p.record.get("time"))
