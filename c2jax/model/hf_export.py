@@ -279,8 +279,7 @@ class _CheckpointSource:
     return store
 
   def slab_extent(self, path: tuple[str, ...], lead: tuple[int, ...], piece_bytes: int) -> tuple[int, ...]:
-    chunk = self._store(path).chunk_layout.read_chunk.shape
-    extent = [max(1, min(c, n)) for c, n in zip(chunk, lead)]
+    extent = [max(1, min(c, n)) for c, n in zip(self._read_chunk(path), lead)]
     while math.prod(extent) * piece_bytes > self._budget and max(extent, default=1) > 1:
       i = int(np.argmax(extent))
       extent[i] = -(-extent[i] // 2)
@@ -288,6 +287,16 @@ class _CheckpointSource:
 
   def read(self, path: tuple[str, ...], slab: tuple[slice, ...]) -> np.ndarray:
     return self._store(path)[slab].read().result()
+
+  def _read_chunk(self, path: tuple[str, ...]) -> list[int]:
+    """The stored array's read chunk shape (zarr arrays always have one; tensorstore types it as optional)."""
+    layout = self._store(path).chunk_layout
+    shape = layout.read_chunk.shape
+    chunk = [] if shape is None else [c for c in shape if c is not None]
+    if shape is None or len(chunk) != len(shape):
+      raise ValueError(f"{os.path.dirname(self._dir)}: param {'/'.join(path)} has no regular chunk grid ({layout}); "
+                       "the checkpoint was not written by c2jax.model.checkpoint.")
+    return chunk
 
 
 def _plan(cfg: ModelConfig, dtype: ExportDtype, source) -> list[tuple[tuple[str, ...] | None, tuple[slice, ...],
@@ -473,7 +482,7 @@ def _export(source, cfg: ModelConfig, out_dir: str, dtype: ExportDtype | str, ma
   shards = [sorted(s, key=lambda t: -t.dtype.itemsize) for s in shards]
   file_of = {t.name: f for s, f in zip(shards, files) for t in s}
   slab_of = {t.name: (path, slab) for path, slab, ts_ in groups for t in ts_}
-  cached: tuple[Any, np.ndarray | None] = (None, None)
+  cached: tuple[Any, np.ndarray] | None = None  # (slab key, slab) of the latest read
   with tqdm.tqdm(total=len(tensors), unit="tensor", desc="export", disable=not progress) as bar:
     for shard, fname in zip(shards, files):
       with open(os.path.join(out_dir, fname), "wb") as f:
@@ -483,8 +492,8 @@ def _export(source, cfg: ModelConfig, out_dir: str, dtype: ExportDtype | str, ma
             data = np.zeros(t.shape, t.dtype)
           else:
             key = slab_of[t.name]
-            if cached[0] != key:
-              cached = (None, None)  # drop the previous slab before reading the next one
+            if cached is None or cached[0] != key:
+              cached = None  # drop the previous slab before reading the next one
               cached = (key, source.read(*key))
             slab = key[1]
             piece = cached[1][tuple(i - s.start for i, s in zip(t.index, slab))]
@@ -497,24 +506,24 @@ def _export(source, cfg: ModelConfig, out_dir: str, dtype: ExportDtype | str, ma
           summary.num_bytes += data.nbytes
           del data
           bar.update(1)
-  cached = (None, None)
+  cached = None
 
   if n > 1:  # transformers writes an index only for a sharded checkpoint
     index = {"metadata": {"total_parameters": summary.num_parameters, "total_size": summary.num_bytes},
              "weight_map": file_of}
-    with open(os.path.join(out_dir, INDEX_FILE), "w") as f:
-      f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    with open(os.path.join(out_dir, INDEX_FILE), "w") as index_file:
+      index_file.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
     files.append(INDEX_FILE)
-  specials = {}
-  for name in tok_files:
-    shutil.copy2(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
-  if tokenizer_dir:
+  specials: dict[str, Any] = {}
+  if tokenizer_dir:  # tok_files is empty without one
+    for name in tok_files:
+      shutil.copy2(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
     specials = _token_ids(tokenizer_dir)
   files += tok_files
   # config.json last: a crashed export leaves a directory that no loader takes for a model.
-  with open(os.path.join(out_dir, CONFIG_FILE), "w") as f:
-    json.dump(_hf_config(cfg, dtype, specials), f, indent=2, sort_keys=True)
-    f.write("\n")
+  with open(os.path.join(out_dir, CONFIG_FILE), "w") as config_file:
+    json.dump(_hf_config(cfg, dtype, specials), config_file, indent=2, sort_keys=True)
+    config_file.write("\n")
   files.append(CONFIG_FILE)
   summary.files = files
   summary.seconds = time.monotonic() - start
