@@ -63,6 +63,19 @@ class HarnessTest(absltest.TestCase):
     self.assertIn(f"| all | {len(self.tasks)} |", open(os.path.join(out, "report.md")).read())
     self.assertGreater(os.path.getsize(os.path.join(out, "report.png")), 1000)
 
+  def test_a_report_without_pass_at_1_writes_its_plot(self):
+    # ks=(2,) has no pass@1 column: the report plots the smallest k it has.
+    episodes = [harness.Episode(task_id=f"t{i}", category="c", sample=s, terms={"passed": float(s == 0),
+                                                                               "pass_fraction": 0.5},
+                                turns=1, seconds=0.0, error=None) for i in range(3) for s in range(2)]
+    report = harness.Report(episodes=episodes, samples=2, ks=(2,), seconds=1.0, workers=1)
+    out = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+    summary = harness.write_report(report, out)
+    self.assertEqual(summary["pass@2"], 1.0)
+    self.assertNotIn("pass@1", summary)
+    self.assertGreater(os.path.getsize(os.path.join(out, "report.png")), 1000)
+
   @pytest.mark.slow
   def test_a_model_runs_through_the_agent_loop(self):
     # An untrained model writes bytes, not tool calls: it must be evaluated (turns taken, nothing raised), and fail.
