@@ -14,8 +14,11 @@ sm_90a / sm_100a), and the SASS-level properties of the kernels hold:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import re
+import shutil
+import tempfile
 
 from absl.testing import absltest, parameterized
 import jax
@@ -38,9 +41,18 @@ _CASES = tuple(gpu_compile.kernel_programs())
 _APPROX_DIVISION = re.compile(r"\b(div\.(full|approx)(\.ftz)?\.f32|rcp\.approx(\.ftz)?\.f32)\b")
 
 
+_DUMP_ROOT = tempfile.mkdtemp(prefix="c2jax-gpu-compile-tests-")
+atexit.register(shutil.rmtree, _DUMP_ROOT, ignore_errors=True)
+
+
+def _compile(fn, *args, **kw) -> gpu_compile.Compiled:
+  """gpu_compile.compile_for with its XLA dump in a directory of this module's, removed at exit."""
+  return gpu_compile.compile_for(fn, *args, dump_dir=tempfile.mkdtemp(dir=_DUMP_ROOT), **kw)
+
+
 def _kernel(case: str, target: str = "h100") -> tuple[gpu_compile.Compiled, str]:
   fn, args = gpu_compile.kernel_programs()[case]
-  return gpu_compile.compile_for(fn, *args, target=target), gpu_compile.kernel_entry(case)
+  return _compile(fn, *args, target=target), gpu_compile.kernel_entry(case)
 
 
 def _ptx(compiled: gpu_compile.Compiled, entry: str) -> str:
@@ -78,7 +90,7 @@ class ProgramCompileTest(parameterized.TestCase):
 
     args = (jax.ShapeDtypeStruct((256, 256), jnp.bfloat16), jax.ShapeDtypeStruct((4, 256, 128), jnp.bfloat16),
             jax.ShapeDtypeStruct((4,), jnp.int32))
-    compiled = gpu_compile.compile_for(jax.grad(loss, argnums=(0, 1)), *args, target=target)
+    compiled = _compile(jax.grad(loss, argnums=(0, 1)), *args, target=target)
     self.assertContainsSubset({"grouped_matmul", "transposed_grouped_matmul", "quantize_mxfp8_rows"},
                               set(compiled.ptx))
 
@@ -88,7 +100,7 @@ class ProgramCompileTest(parameterized.TestCase):
     hp = StepConfig(mtp_weight=0.0)
     state = jax.eval_shape(lambda k: init_state(cfg, hp, k), jax.random.key(0))
     batch = {"tokens": jax.ShapeDtypeStruct((4, 128), jnp.int32)}
-    compiled = gpu_compile.compile_for(functools.partial(train_step, cfg=cfg, hp=hp), state, batch)
+    compiled = _compile(functools.partial(train_step, cfg=cfg, hp=hp), state, batch)
     memory = compiled.executable.memory_analysis()
     self.assertGreater(memory.temp_size_in_bytes, 0)
     params = jax.eval_shape(functools.partial(init_params, cfg), jax.random.key(0))
@@ -117,11 +129,11 @@ class PlantedFaultTest(absltest.TestCase):
   def test_a_kernel_beyond_shared_memory_fails_to_compile(self):
     x, y = jax.ShapeDtypeStruct((512, 256), jnp.float32), jax.ShapeDtypeStruct((256, 256), jnp.float32)
     with self.assertRaisesRegex(jax.errors.JaxRuntimeError, "RESOURCE_EXHAUSTED|[Ss]hared memory"):
-      gpu_compile.compile_for(_oversized, x, y)
+      _compile(_oversized, x, y)
 
   def test_a_kernel_at_spilling_tiles_is_reported(self):
     fn, args = gpu_compile.kernel_programs((128, 128, 64, 4))["grouped_matmul_mxfp8"]
-    compiled = gpu_compile.compile_for(fn, *args)
+    compiled = _compile(fn, *args)
     report = gpu_compile.ptxas(compiled.ptx["grouped_matmul"], "sm_90a")["grouped_matmul"]
     self.assertTrue(report.spills, f"128x128x64 tiles on 4 warps no longer spill: plant another kernel ({report})")
 
