@@ -48,7 +48,8 @@ def main(argv):
   initialize_from_env()  # multi-host when C2JAX_DISTRIBUTED=1
   signal.signal(signal.SIGINT, _request_stop)
   signal.signal(signal.SIGTERM, _request_stop)
-  result = pretrain_loop.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
+  with cli.refusals():  # a mesh that the devices, the model or a phase's batch cannot take: one sentence
+    result = pretrain_loop.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
   print(json.dumps(result))
   if result.get("interrupted"):
     sys.exit(130)  # so that schedulers (Slurm --requeue, Kubernetes) see an unfinished run

@@ -31,7 +31,7 @@ from c2jax.model.params import param_specs
 from c2jax.model.sharding import Layout
 from c2jax.parallel import context_parallel
 from c2jax.parallel import expert_parallel
-from c2jax.parallel.mesh import AXES, BATCH_AXES, CONTEXT, EXPERT, FSDP, TENSOR
+from c2jax.parallel.mesh import AXES, BATCH_AXES, CONTEXT, EXPERT, FSDP, TENSOR, MeshRefusal
 
 P = jax.sharding.PartitionSpec
 
@@ -121,26 +121,27 @@ def mirror_shardings(abstract_tree: Any, params_shardings: dict, mesh: jax.shard
 
 def check_mesh(cfg: ModelConfig, mesh_shape: dict[str, int], batch_size: int | None = None,
                seq_len: int | None = None) -> None:
-  """Raises ValueError, one sentence naming the fix, when the model or batch cannot be laid out on the mesh."""
+  """Raises MeshRefusal (a ValueError), one sentence naming the fix, when the model or batch cannot be laid out on
+  the mesh."""
   e, ep = cfg.n_routed_experts, mesh_shape[EXPERT]
   if cfg.n_moe_layers and e % ep:
-    raise ValueError(f"{e} experts cannot be split over an expert axis of {ep}; choose an expert axis size that "
-                     f"divides {e}.")
+    raise MeshRefusal(f"{e} experts cannot be split over an expert axis of {ep}; choose an expert axis size that "
+                      f"divides {e}.")
   tp = mesh_shape[TENSOR]
   if cfg.n_heads % tp:
-    raise ValueError(f"{cfg.n_heads} attention heads cannot be split over a tensor axis of {tp}; choose a tensor "
-                     f"axis size that divides {cfg.n_heads}.")
+    raise MeshRefusal(f"{cfg.n_heads} attention heads cannot be split over a tensor axis of {tp}; choose a tensor "
+                      f"axis size that divides {cfg.n_heads}.")
   if cfg.n_moe_layers and cfg.moe_intermediate_size % tp:
-    raise ValueError(f"Expert hidden size {cfg.moe_intermediate_size} cannot be split over a tensor axis of {tp}; "
-                     "choose a tensor axis size that divides it.")
+    raise MeshRefusal(f"Expert hidden size {cfg.moe_intermediate_size} cannot be split over a tensor axis of {tp}; "
+                      "choose a tensor axis size that divides it.")
   shards = math.prod(mesh_shape[a] for a in BATCH_AXES)
   if batch_size is not None and batch_size % shards:
-    raise ValueError(f"Batch size {batch_size} is not divisible by data x fsdp x expert = {shards}; use a batch "
-                     f"size that is a multiple of {shards}.")
+    raise MeshRefusal(f"Batch size {batch_size} is not divisible by data x fsdp x expert = {shards}; use a batch "
+                      f"size that is a multiple of {shards}.")
   cp = mesh_shape[CONTEXT]
   if seq_len is not None and cp > 1 and seq_len % (2 * cp):
-    raise ValueError(f"Sequence length {seq_len} is not divisible by 2 x context = {2 * cp} (context parallelism "
-                     f"splits it into {2 * cp} chunks); pad the sequence to a multiple of {2 * cp}.")
+    raise MeshRefusal(f"Sequence length {seq_len} is not divisible by 2 x context = {2 * cp} (context parallelism "
+                      f"splits it into {2 * cp} chunks); pad the sequence to a multiple of {2 * cp}.")
 
 
 def make_layout(cfg: ModelConfig, mesh: jax.sharding.Mesh, *, capacity_factor: float | None = None) -> Layout:

@@ -30,6 +30,13 @@ AXES = (DATA, FSDP, EXPERT, CONTEXT, TENSOR)
 BATCH_AXES = (DATA, FSDP, EXPERT)
 
 
+class MeshRefusal(ValueError):
+  """A mesh that the devices, the model or the batch cannot take; its message is one sentence naming the fix.
+
+  Entry points refuse it like any other bad config value (`c2jax.services.cli.refusals`: exit code 2, no
+  traceback)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
   """Sizes of the five mesh axes; their product is the number of devices used."""
@@ -85,7 +92,20 @@ def make_mesh(config: MeshConfig, devices: Sequence[jax.Device] | None = None) -
   """
   devices = list(jax.devices() if devices is None else devices)
   if config.num_devices != len(devices):
-    raise ValueError(f"Mesh {config} needs {config.num_devices} devices but {len(devices)} are available; make the "
-                     "product of the axis sizes equal the device count.")
+    raise MeshRefusal(f"Mesh {config} needs {config.num_devices} devices but {len(devices)} are available; make the "
+                      "product of the axis sizes equal the device count.")
   grid = np.asarray(devices, dtype=object).reshape(tuple(config.shape.values()))
   return jax.sharding.Mesh(grid, AXES)
+
+
+def mesh_of(spec: str) -> jax.sharding.Mesh | None:
+  """The run config's `mesh` string ('fsdp:2,expert:2') as a Mesh over the first devices; None for '' (one device).
+
+  Raises MeshRefusal when the mesh needs more devices than exist."""
+  if not spec:
+    return None
+  config = MeshConfig.parse(spec)
+  if config.num_devices > jax.device_count():
+    raise MeshRefusal(f"mesh={spec!r} needs {config.num_devices} devices but only {jax.device_count()} exist; shrink "
+                      "the mesh (or fake CPU devices with XLA_FLAGS=--xla_force_host_platform_device_count=N).")
+  return make_mesh(config, jax.devices()[:config.num_devices])

@@ -22,7 +22,7 @@ import numpy as np
 from c2jax.model.params import Params
 from c2jax.model.sharding import Layout, with_layout
 from c2jax.parallel import layout as layout_lib
-from c2jax.parallel.mesh import BATCH_AXES, CONTEXT
+from c2jax.parallel.mesh import BATCH_AXES, CONTEXT, MeshRefusal
 from c2jax.rl.config import RLConfig
 from c2jax.rl.update import RLState, init_state, update_step
 
@@ -75,6 +75,19 @@ class RLTrainer:
                         dict(batch), shardings)
 
 
+def check_mesh(cfg: RLConfig, mesh_shape: dict[str, int], batch_size: int | None = None,
+               seq_len: int | None = None) -> None:
+  """Raises MeshRefusal (one sentence naming the fix) when the model, or a batch of `batch_size` rows of `seq_len`
+  tokens split into `cfg.micro_batches`, cannot be laid out on a mesh of `mesh_shape`."""
+  if batch_size is not None:
+    shards = math.prod(mesh_shape[a] for a in BATCH_AXES)
+    if batch_size % (cfg.micro_batches * shards):
+      raise MeshRefusal(f"Batch size {batch_size} does not split into micro_batches={cfg.micro_batches} of rows "
+                        f"divisible by data x fsdp x expert = {shards}; use a multiple of "
+                        f"{cfg.micro_batches * shards}.")
+  layout_lib.check_mesh(cfg.model, mesh_shape, batch_size, seq_len)
+
+
 def make_rl_trainer(cfg: RLConfig, mesh: jax.sharding.Mesh, *, capacity_factor: float | None = None,
                     batch_size: int | None = None, seq_len: int | None = None) -> RLTrainer:
   """Builds the sharded init and update for `cfg` on `mesh`.
@@ -85,12 +98,7 @@ def make_rl_trainer(cfg: RLConfig, mesh: jax.sharding.Mesh, *, capacity_factor: 
     capacity_factor: None: dropless expert parallelism.
     batch_size / seq_len: when given, checked now: each micro-batch's rows must divide over the batch axes.
   """
-  if batch_size is not None:
-    shards = math.prod(dict(mesh.shape)[a] for a in BATCH_AXES)
-    if batch_size % (cfg.micro_batches * shards):
-      raise ValueError(f"Batch size {batch_size} does not split into micro_batches={cfg.micro_batches} of rows "
-                       f"divisible by data x fsdp x expert = {shards}; use a multiple of {cfg.micro_batches * shards}.")
-  layout_lib.check_mesh(cfg.model, dict(mesh.shape), batch_size, seq_len)
+  check_mesh(cfg, dict(mesh.shape), batch_size, seq_len)
   layout = layout_lib.make_layout(cfg.model, mesh, capacity_factor=capacity_factor)
   shardings = state_shardings(cfg, mesh)
   jit_init = jax.jit(functools.partial(init_state, cfg), out_shardings=shardings)

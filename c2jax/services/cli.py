@@ -34,13 +34,15 @@ def refuse(message: str) -> None:
 
 @contextlib.contextmanager
 def refusals():
-  """Refuses (one sentence, code 2, no traceback) what the data path refuses inside the block: a damaged weight
-  store, a writer id held by another live writer, a buffer cursor of another buffer."""
+  """Refuses (one sentence, code 2, no traceback) what the data path or the mesh refuses inside the block: a damaged
+  weight store, a writer id held by another live writer, a buffer cursor of another buffer, a mesh that the devices,
+  the model or the batch cannot take."""
+  from c2jax.parallel.mesh import MeshRefusal
   from c2jax.rollouts.buffer import BufferRefusal
   from c2jax.rollouts.weight_store import WeightStoreError
   try:
     yield
-  except (BufferRefusal, WeightStoreError) as e:
+  except (BufferRefusal, MeshRefusal, WeightStoreError) as e:
     refuse(str(e))
 
 

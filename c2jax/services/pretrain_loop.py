@@ -58,7 +58,8 @@ from c2jax.model.params import count_params
 from c2jax.model.sharding import Layout, with_layout
 from c2jax.model.transformer import forward
 from c2jax.optim import make_schedule
-from c2jax.parallel.mesh import MeshConfig, make_mesh
+from c2jax.parallel import layout as layout_lib
+from c2jax.parallel.mesh import MeshRefusal, mesh_of
 from c2jax.pretrain.sharded import abstract_state, make_trainer
 from c2jax.pretrain.step import StepConfig, document_mask, init_state, train_step
 from c2jax.services import loglinear
@@ -142,17 +143,6 @@ def _build_cached(model: ModelConfig, hp: StepConfig, batch_size: int, seq_len: 
                 param_shardings=trainer.state_shardings.params)
 
 
-def _mesh(cfg: PretrainRunConfig) -> jax.sharding.Mesh | None:
-  if not cfg.mesh:
-    return None
-  mesh_config = MeshConfig.parse(cfg.mesh)
-  if mesh_config.num_devices > jax.device_count():
-    raise ValueError(f"mesh={cfg.mesh!r} needs {mesh_config.num_devices} devices but only {jax.device_count()} "
-                     "exist; shrink the mesh (or fake CPU devices with "
-                     "XLA_FLAGS=--xla_force_host_platform_device_count=N).")
-  return make_mesh(mesh_config, jax.devices()[:mesh_config.num_devices])
-
-
 def _summary(work: pathlib.Path, phases: list[Phase], *, steps: int, interrupted: bool, primary: bool) -> dict:
   """The run's summary from what is on disk (written to result.json by process 0 once every phase is done)."""
   result = {"steps": steps, "interrupted": interrupted, "phases": [p.name for p in phases],
@@ -222,7 +212,7 @@ class _Run:
         raise ValueError(f"phases.{p.name}.batch_size={p.batch_size} is not divisible by the {self.n_proc} "
                          "processes.")
     self.flops_per_token = 6 * count_params(base).active
-    self.mesh = _mesh(cfg)
+    self.mesh = mesh_of(cfg.mesh)
     # XLA:CPU runs every fake device's part of a collective on one shared thread pool: two sharded programs in flight
     # at once can each hold threads the other's collectives wait for (a deadlock, seen with 8 fake devices on 2
     # cores). One program at a time there; accelerators keep async dispatch.
@@ -232,8 +222,14 @@ class _Run:
       # Each host loads whole rows of its own data shard; rows split across hosts would need every host of a row
       # group to read the same shard.
       span = self.mesh.shape["context"] * self.mesh.shape["tensor"]
-      raise ValueError(f"mesh={cfg.mesh!r}: context x tensor = {span} spans hosts ({jax.local_device_count()} devices "
-                       "each); pretraining loads whole rows per host: keep context x tensor within one host.")
+      raise MeshRefusal(f"mesh={cfg.mesh!r}: context x tensor = {span} spans hosts ({jax.local_device_count()} "
+                        "devices each); pretraining loads whole rows per host: keep context x tensor within one host.")
+    if self.mesh is not None:
+      for phase in self.phases:  # every phase now, not hours into the run at its start
+        try:
+          layout_lib.check_mesh(phase.model, dict(self.mesh.shape), phase.batch_size, phase.seq_len)
+        except MeshRefusal as e:
+          raise MeshRefusal(f"mesh={cfg.mesh!r}, phase {phase.name!r}: {e}") from None
     self.ckpt = ocp.CheckpointManager(
         (self.work / "checkpoints").absolute(),
         options=ocp.CheckpointManagerOptions(max_to_keep=cfg.checkpoint.keep, enable_async_checkpointing=True))

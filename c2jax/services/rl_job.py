@@ -58,6 +58,7 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
   cache = cfg.compilation_cache or os.path.join(workdir, "jax_cache")
   jax.config.update("jax_compilation_cache_dir", cache)
   os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # inherited by the pool
+  rl_loop.check_mesh(cfg)  # a mesh that cannot take the batch: refused now, not after the SFT and the actors' start
   if cfg.sft.enabled and not cfg.init_checkpoint:
     init = started_from(workdir) or warm_start.sft_checkpoint(cfg, stop=stop)
     if init is None:

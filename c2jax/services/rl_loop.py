@@ -51,7 +51,7 @@ from c2jax.actors.actor import buffer_spec
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.model.checkpoint import load_checkpoint_for, save_checkpoint
 from c2jax.model.params import init_params
-from c2jax.parallel.mesh import MeshConfig, make_mesh
+from c2jax.parallel.mesh import MeshRefusal, mesh_of
 from c2jax.rl import sharded
 from c2jax.rl.update import init_state, update_step
 from c2jax.rollouts import admission
@@ -108,16 +108,28 @@ class _StepFns:
   abstract: Callable
 
 
+def batch_rows(cfg: RLRunConfig) -> int:
+  """Rows of the trainer's batch: a row per segment with self-summaries (padding otherwise) of every group."""
+  return cfg.trainer.groups_per_step * cfg.actor_config.max_group_rows
+
+
+def check_mesh(cfg: RLRunConfig) -> None:
+  """Raises MeshRefusal when the trainer's mesh cannot take its batch: called before the SFT warm start and the
+  actors start, not after them."""
+  mesh = mesh_of(cfg.mesh)
+  if mesh is not None:
+    seq_len = buffer_spec(cfg.model_config, cfg.actor_config, tasks_lib.reward_terms(cfg.task_suite())).seq_len
+    try:
+      sharded.check_mesh(cfg.rl, dict(mesh.shape), batch_rows(cfg), seq_len)
+    except MeshRefusal as e:
+      raise MeshRefusal(f"mesh={cfg.mesh!r}: {e}") from None
+
+
 def _step_fns(cfg: RLRunConfig, rows: int, seq_len: int) -> _StepFns:
   rl = cfg.rl
-  if cfg.mesh:
-    # Sharded over a device mesh (FSDP + EP + CP; every process of a multi-host trainer runs this same code).
-    mesh_config = MeshConfig.parse(cfg.mesh)
-    if mesh_config.num_devices > jax.device_count():
-      raise ValueError(f"mesh={cfg.mesh!r} needs {mesh_config.num_devices} devices but only {jax.device_count()} "
-                       "exist.")
-    trainer = sharded.make_rl_trainer(rl, make_mesh(mesh_config, jax.devices()[:mesh_config.num_devices]),
-                                      batch_size=rows, seq_len=seq_len)
+  mesh = mesh_of(cfg.mesh)
+  if mesh is not None:  # sharded over a device mesh (FSDP + EP + CP; every process of a multi-host trainer runs this)
+    trainer = sharded.make_rl_trainer(rl, mesh, batch_size=rows, seq_len=seq_len)
     return _StepFns(init=trainer.init, step=trainer.step, put=trainer.put_batch,
                     abstract=lambda: sharded.abstract_state(rl, trainer.state_shardings))
   jit_init = jax.jit(functools.partial(init_state, rl))
@@ -151,7 +163,7 @@ class _Trainer:
     self.buffer_url, weights_url = cfg.urls(str(self.work))
     self.spec = buffer_spec(cfg.model_config, actor_cfg, tasks_lib.reward_terms(cfg.task_suite()))
     self.gps = cfg.trainer.groups_per_step
-    self.rows = self.gps * actor_cfg.max_group_rows  # a row per segment with self-summaries (padding otherwise)
+    self.rows = batch_rows(cfg)
     self.max_compactions = actor_cfg.max_group_rows // actor_cfg.group_size - 1
     self.primary = jax.process_index() == 0  # of a multi-host trainer: reads the buffer, publishes, logs
     if self.primary:

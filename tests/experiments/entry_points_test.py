@@ -65,6 +65,29 @@ class EntryPointsTest(parameterized.TestCase):
     self.assertNotIn("Traceback", proc.stderr)
 
   @parameterized.named_parameters(
+      ("rl_batch", "rl_main", "fsdp:3", "mesh='fsdp:3': Batch size 32 does not split into micro_batches=1 of rows "
+       "divisible by data x fsdp x expert = 3"),
+      ("rl_devices", "rl_main", "fsdp:16", "mesh='fsdp:16' needs 16 devices but only 8 exist"),
+      ("pretrain_batch", "pretrain_main", "fsdp:3", "mesh='fsdp:3', phase 'bulk': Batch size 8 is not divisible by "
+       "data x fsdp x expert = 3"),
+      ("pretrain_heads", "pretrain_main", "tensor:8", "mesh='tensor:8', phase 'bulk': 4 attention heads cannot be "
+       "split over a tensor axis of 8"),
+  )
+  def test_refuses_a_mesh_that_cannot_take_the_run(self, name, mesh, message):
+    """Found before anything trains (the RL job's SFT warm start and actors included), not as a traceback."""
+    workdir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
+    argv = [_ENTRY_POINTS[name][0], f"--workdir={workdir}", f"--config.mesh={mesh}"]
+    env = {**_ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    proc = subprocess.run([sys.executable] + argv, capture_output=True, text=True, env=env, cwd="/", timeout=120)
+    self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    self.assertLen(lines, 1, proc.stderr[-2000:])
+    self.assertIn(message, lines[0])
+    self.assertNotIn("Traceback", proc.stderr)
+    self.assertEqual(sorted(os.listdir(workdir)), [])  # nothing started: no checkpoint, no log, no SFT
+
+  @parameterized.named_parameters(
       ("run_config", "run_config.json", b'{"trainer": ', "run_config.json in .* is damaged \\(Expecting value"),
       ("latest", "LATEST", b"{'version': 3}", "LATEST at .* is damaged \\(JSONDecodeError"),
       ("latest_type", "LATEST", b'{"version": "3"}', "LATEST at .* names version '3', not an int >= 0"),

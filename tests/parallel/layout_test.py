@@ -9,7 +9,7 @@ import numpy as np
 from c2jax.model.params import param_specs
 from c2jax.model.sharding import Layout
 from c2jax.parallel import layout as layout_lib
-from c2jax.parallel.mesh import AXES, MeshConfig, make_mesh
+from c2jax.parallel.mesh import AXES, MeshConfig, MeshRefusal, make_mesh, mesh_of
 from c2jax.pretrain.step import StepConfig
 from c2jax.pretrain.sharded import state_shardings
 from c2jax.model import presets
@@ -35,7 +35,7 @@ class MeshConfigTest(parameterized.TestCase):
       MeshConfig.parse(text)
 
   def test_make_mesh_needs_every_device(self):
-    with self.assertRaisesRegex(ValueError, "needs 6 devices but 8"):
+    with self.assertRaisesRegex(MeshRefusal, "needs 6 devices but 8"):
       make_mesh(MeshConfig(fsdp=2, expert=3))
     mesh = make_mesh(MeshConfig(fsdp=2, expert=4))
     self.assertEqual(dict(mesh.shape), _shape(fsdp=2, expert=4))
@@ -88,17 +88,23 @@ class ParamSpecTest(parameterized.TestCase):
 
 class CheckMeshTest(parameterized.TestCase):
 
+  def test_mesh_of_a_run_config(self):
+    self.assertIsNone(mesh_of(""))
+    self.assertEqual(dict(mesh_of("fsdp:2,expert:2").shape), _shape(fsdp=2, expert=2))
+    with self.assertRaisesRegex(MeshRefusal, "mesh='fsdp:4,context:4' needs 16 devices but only 8 exist; shrink"):
+      mesh_of("fsdp:4,context:4")
+
   def test_experts_must_divide(self):
     cfg = dataclasses.replace(presets.kimi_k25())
-    with self.assertRaisesRegex(ValueError, "384 experts cannot be split over an expert axis of 7"):
+    with self.assertRaisesRegex(MeshRefusal, "384 experts cannot be split over an expert axis of 7"):
       layout_lib.check_mesh(cfg, _shape(expert=7))
 
   def test_sequence_must_divide_twice_context(self):
-    with self.assertRaisesRegex(ValueError, "Sequence length 100 is not divisible by 2 x context = 8"):
+    with self.assertRaisesRegex(MeshRefusal, "Sequence length 100 is not divisible by 2 x context = 8"):
       layout_lib.check_mesh(presets.tiny(), _shape(context=4), batch_size=8, seq_len=100)
 
   def test_batch_must_divide(self):
-    with self.assertRaisesRegex(ValueError, "Batch size 6 is not divisible by data x fsdp x expert = 4"):
+    with self.assertRaisesRegex(MeshRefusal, "Batch size 6 is not divisible by data x fsdp x expert = 4"):
       layout_lib.check_mesh(presets.tiny(), _shape(fsdp=2, expert=2), batch_size=6, seq_len=64)
 
   def test_mesh_needs_the_five_axes(self):
@@ -112,7 +118,7 @@ class CheckMeshTest(parameterized.TestCase):
       Layout(mesh=mesh, rules=layout_lib.ACTIVATION_RULES, sequence_order=lambda t: np.arange(t))
 
   def test_heads_must_divide(self):
-    with self.assertRaisesRegex(ValueError, "4 attention heads cannot be split over a tensor axis of 8"):
+    with self.assertRaisesRegex(MeshRefusal, "4 attention heads cannot be split over a tensor axis of 8"):
       layout_lib.check_mesh(presets.tiny(), _shape(tensor=8))
 
 

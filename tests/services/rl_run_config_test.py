@@ -2,6 +2,8 @@
 answer cut off by the token budget, no SFT demonstration longer than a row), the JSON the actors read round-trips,
 and bad keys and values are refused in one sentence naming them."""
 
+import dataclasses
+
 from absl.testing import absltest
 from absl.testing import parameterized
 
@@ -10,6 +12,8 @@ from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs.teachers import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.teachers import suite_tokenizer
+from c2jax.parallel import mesh as mesh_lib
+from c2jax.services import rl_loop
 from c2jax.services import rl_run_config
 from c2jax.services import teacher_traces
 from c2jax.services import warm_start
@@ -78,6 +82,22 @@ class RunConfigsTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, message) as caught:
       rl_run_config.parse(override)
     self.assertNotIn("\n", str(caught.exception))
+
+  @parameterized.named_parameters(
+      ("batch", "fsdp:3", {}, "mesh='fsdp:3': Batch size 32 does not split into micro_batches=1 of rows divisible by "
+       "data x fsdp x expert = 3"),
+      ("micro_batches", "fsdp:8", {"micro_batches": 8}, "Batch size 32 does not split into micro_batches=8"),
+      ("heads", "tensor:8", {}, "attention heads cannot be split over a tensor axis of 8"),
+      ("devices", "fsdp:4,expert:4", {}, "mesh='fsdp:4,expert:4' needs 16 devices but only 8 exist"),
+  )
+  def test_the_trainers_mesh_is_checked_before_anything_starts(self, mesh, rl, message):
+    # What rl_job.run calls before the SFT warm start and the actors (the suite runs on 8 fake CPU devices).
+    cfg = rl_run_config.parse(rl_tiny.get_config("single_turn"))
+    cfg = dataclasses.replace(cfg, mesh=mesh, rl=dataclasses.replace(cfg.rl, **rl))
+    with self.assertRaisesRegex(mesh_lib.MeshRefusal, message) as caught:
+      rl_loop.check_mesh(cfg)
+    self.assertNotIn("\n", str(caught.exception))
+    rl_loop.check_mesh(dataclasses.replace(cfg, mesh="fsdp:2,expert:2"))  # one that divides: no refusal
 
   def test_every_field_is_in_the_defaults(self):
     # What configs/ start from: every field a ConfigDict key, so `--config.x.y=` reaches each of them.
