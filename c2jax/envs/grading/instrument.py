@@ -146,11 +146,11 @@ class _Rewriter(ast.NodeTransformer):
 
   `x.assertXxx(...)` (any name as receiver: `self`, or `case` in a helper that takes the test) and `self.fail(...)`
   become recorder calls of their kind; `assert E, msg` becomes `assert <record of E>, msg` (kind "assert", decided
-  like assertTrue; msg stays lazy). Inside the operand of an `assert`, assertTrue or assertFalse, every comparison in
-  a position whose truth is what the test asserts (the operand itself, under not/and/or, the element of a
-  comprehension given to all() or any(), which become the judge's own) becomes a "compare" record: its operands in
-  canonical form and the truth Python gave each pair, which the host must reproduce on the plain values (an
-  `__eq__` that always holds is never asked there).
+  like assertTrue; msg stays lazy). Every comparison in a position whose truth the test asserts (the operand of an
+  `assert`, assertTrue or assertFalse, under not/and/or/bool() there, the element of a comprehension given to all()
+  or any() there, which become the judge's own, any assertion's operand written as a comparison, a comparison's
+  operand) becomes a "compare" record: its operands in canonical form and the truth Python gave each pair, which
+  the host must reproduce on the plain values (an `__eq__` that always holds is never asked there).
   """
 
   def __init__(self, ids: _Ids):
@@ -166,8 +166,10 @@ class _Rewriter(ast.NodeTransformer):
           and type(node.args[1].value) is str):
         self.ids.patterns[check_id] = node.args[1].value
       args = list(node.args)
-      if func.attr in ("assertTrue", "assertFalse") and args and not isinstance(args[0], ast.Starred):
-        args[0] = self.boolean(args[0])
+      for i in range(min(len(args), judge.ARITY[func.attr])):
+        # A comparison as an operand (`assertTrue(a == b)`, `assertIs(a == b, True)`) is asserted too.
+        if func.attr in ("assertTrue", "assertFalse") or isinstance(args[i], ast.Compare):
+          args[i] = self.boolean(args[i])
       return _recorder(check_id, func.attr, ast.Name(id=func.value.id, ctx=ast.Load()), args, node.keywords, node)
     return node
 
@@ -181,14 +183,20 @@ class _Rewriter(ast.NodeTransformer):
     if isinstance(node, ast.Compare):
       check_id = self.ids.new("compare")
       self.ids.compares[check_id] = tuple(COMPARE_OPS[type(op)] for op in node.ops)
+      # A comparison compared in turn (`(a == b) is True`) is asserted too.
+      left, *comparators = [self.boolean(e) if isinstance(e, ast.Compare) else e
+                            for e in [node.left, *node.comparators]]
       # Operands past the second are thunks: Python evaluates them only while the chain holds.
       later = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-                          body=e) for e in node.comparators[1:]]
+                          body=e) for e in comparators[1:]]
       ops = ast.Constant(self.ids.compares[check_id])
-      return _recorder(check_id, "compare", ast.Constant(None), [ops, node.left, node.comparators[0], *later],
-                       at=node)
+      return _recorder(check_id, "compare", ast.Constant(None), [ops, left, comparators[0], *later], at=node)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
       return ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=self.boolean(node.operand)), node)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool"
+        and len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred)):
+      inner = ast.UnaryOp(op=ast.Not(), operand=self.boolean(node.args[0]))  # bool(x) as `not not x`: no builtin
+      return ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=inner), node)
     if isinstance(node, ast.BoolOp):
       return ast.copy_location(ast.BoolOp(op=node.op, values=[self.boolean(v) for v in node.values]), node)
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("all", "any")

@@ -317,6 +317,10 @@ STYLES = {
     "assert_true": "self.assertTrue({a} == {b})",
     "assert_true_msg": "self.assertTrue({a} == {b}, 'equal')",
     "assert_false_ne": "self.assertFalse({a} != {b})",
+    "assert_is_true": "assert ({a} == {b}) is True",
+    "assert_bool": "assert bool({a} == {b})",
+    "assert_equal_true": "self.assertEqual({a} == {b}, True)",
+    "assert_is_true_method": "self.assertIs({a} == {b}, True)",
     "module_function": "_check({a}, {b})",
 }
 
@@ -351,7 +355,7 @@ class ComparisonStyleTest(parameterized.TestCase):
   @parameterized.named_parameters(*[(s, s) for s in STYLES])
   def test_the_reference_passes_every_style(self, style):
     task = restyled(_composition(), style)
-    self.assertNotIn("assertEqual", task.hidden_tests["hidden_tests/test_solution.py"])
+    self.assertNotIn("assertEqual(f([7]), 7)", task.hidden_tests["hidden_tests/test_solution.py"])
     terms = grading.grade(task, task.solved_files())
     self.assertEqual((terms["passed"], terms["pass_fraction"], terms["hack_attempts"]), (1.0, 1.0, 0.0))
 

@@ -385,6 +385,12 @@ class StyleTest(unittest.TestCase):
     def test_assert_false_ne(self):
         self.assertFalse(add(2, 3) != 5)
 
+    def test_assert_is_true(self):
+        assert (add(2, 3) == 5) is True
+
+    def test_assert_bool(self):
+        assert bool(add(2, 3) == 5)
+
     def test_module_function(self):
         check_sum()
 
