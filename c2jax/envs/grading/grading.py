@@ -577,11 +577,12 @@ def _module_path(name: str, files: Mapping[str, str]) -> str | None:
   return None
 
 
-def _imported(path: str, tree: ast.Module, files: Mapping[str, str]) -> set[str]:
-  """The repository files the module at `path` imports by name anywhere in its source (`import a.b`, `from a import
-  b`, relative imports), each as the module's file or, for `from pkg import name`, the submodule's too."""
+def _imported(path: str, tree: ast.Module, files: Mapping[str, str]) -> tuple[set[str], set[str]]:
+  """(the repository files the module at `path` imports by name anywhere in its source (`import a.b`, `from a import
+  b`, relative imports), each as the module's file or, for `from pkg import name`, the submodule's too; those of
+  them it imports a name starting with "assert" from, any case: `from mypkg.checks import assert_same`)."""
   package = path[:-3].split("/")[:-1] if not path.endswith("/__init__.py") else path.split("/")[:-1]
-  names = set()
+  names, asserting = set(), set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       names |= {alias.name for alias in node.names}
@@ -594,8 +595,14 @@ def _imported(path: str, tree: ast.Module, files: Mapping[str, str]) -> set[str]
         base = node.module.split(".") if node.module else []
       if base:
         names.add(".".join(base))
+        if any(alias.name.lower().startswith("assert") for alias in node.names):
+          asserting.add(".".join(base))
       names |= {".".join(base + [alias.name]) for alias in node.names if alias.name != "*"}
-  return {found for name in names if name and (found := _module_path(name, files)) is not None}
+
+  def paths(dotted: set[str]) -> set[str]:
+    return {found for name in dotted if name and (found := _module_path(name, files)) is not None}
+
+  return paths(names), paths(asserting)
 
 
 # A directory or file stem named like test support (fullmatch, any case): test, tests, testing, conftest, helpers,
@@ -630,16 +637,17 @@ def named_support(task: CodingTask) -> tuple[dict[str, str], set[str]]:
   repository's; the paths among them served from memory and instrumented like the named modules: those that hold
   assertion code, but a package's __init__.py). A repository module that a named module, or a support module,
   imports is support when it is named like it (a directory or its stem, `_SUPPORT_NAME`: `mypkg/testing_utils.py`,
-  `helpers.py`, `conftest.py`, anything under `tests/`) or holds test code (an `x.assertXxx(...)` call, an import
-  of unittest or pytest), but the reference solution's paths (it must still resolve), the named modules
-  and the test patch's deletions. The code a test imports stays the submission's: a solution must change it.
+  `helpers.py`, `conftest.py`, anything under `tests/`), holds test code (an `x.assertXxx(...)` call, an import of
+  unittest or pytest) or is where an importer takes an `assert...` name from, but the reference solution's paths
+  (it must still resolve), the named modules and the test patch's deletions. The code a test imports stays the
+  submission's: a solution must change it.
   """
   files = {**task.files, **task.hidden_tests}
   for path in task.named_tests.deleted:
     files.pop(path, None)
   named = set(named_test_paths(task))
   keep = set(task.solution or ()) | set(task.solution_deletes) | named
-  support, served, queue, seen = {}, set(), sorted(named), set(named)
+  support, served, queue, seen, asserting = {}, set(), sorted(named), set(named), set()
   while queue:
     path = queue.pop()
     try:
@@ -648,12 +656,14 @@ def named_support(task: CodingTask) -> tuple[dict[str, str], set[str]]:
       continue
     if path not in named:
       asserts, tests = _checks(tree)
-      if not (tests or any(_SUPPORT_NAME.fullmatch(part) for part in path[:-3].split("/"))):
+      if not (tests or path in asserting or any(_SUPPORT_NAME.fullmatch(part) for part in path[:-3].split("/"))):
         continue  # the code under test (its own imports are the library's)
       support[path] = files[path]
       if asserts and not path.endswith("__init__.py"):
         served.add(path)
-    for found in sorted(_imported(path, tree, files) - seen):
+    imported, assertions = _imported(path, tree, files)
+    asserting |= assertions
+    for found in sorted(imported - seen):
       seen.add(found)
       if found.endswith(".py") and found not in keep:
         queue.append(found)

@@ -332,12 +332,14 @@ STYLE_SNAPSHOT = {
     "helpers.py": ("def same(a, b):\n    return a == b\n\n\n"
                    "def check(case, got, want):\n    case.assertEqual(got, want)\n"),
     "conftest.py": "EXPECTED = {(2, 3): 5}\n",
+    "calc/checks.py": "def assert_sum(got, a, b):\n    assert got == a + b\n",
     "tests/__init__.py": "",
 }
 TEST_STYLE = """\
 import unittest
 
 import helpers
+from calc.checks import assert_sum
 from calc.ops import add
 from calc.testing_utils import assert_same
 from conftest import EXPECTED
@@ -399,6 +401,9 @@ class StyleTest(unittest.TestCase):
 
     def test_case_helper(self):
         helpers.check(self, add(2, 3), 5)
+
+    def test_assertion_imported_by_name(self):
+        assert_sum(add(2, 3), 2, 3)
 
     def test_predicate_helper(self):
         self.assertTrue(helpers.same(add(2, 3), 5))
@@ -491,6 +496,7 @@ HELPER_EDITS = {
     "test_predicate_helper": {"helpers.py": ("def same(a, b):\n    return True\n\n\n"
                                              "def check(case, got, want):\n    pass\n")},
     "test_data_helper": {"conftest.py": "EXPECTED = {(2, 3): -1}\n"},
+    "test_assertion_imported_by_name": {"calc/checks.py": "def assert_sum(got, a, b):\n    pass\n"},
 }
 # The recorder replaced in the test module's globals from the library (imported by it first): seen by the judge's
 # integrity checks, and a replaced recorder records none of the test's required checks.
