@@ -25,6 +25,12 @@ host, each check is decided again; the judge's in-process verdict counts for not
     malformed, so a forged report cannot hand the host a pattern that backtracks for hours); a pattern the
     test computes at run time is taken as recorded.
 
+A compare record (a comparison in an asserted position: `assert a == b`, `assertTrue(a in b)`) is decided by
+`compare_agrees`: each pair's truth as Python gave it in-process must be what the rule above gives on the plain
+operands (==, != and the orders by value; in as assertIn; `is` by the recorded truth, which no object can bend,
+but on None and bools); an undecidable pair (an opaque operand) does not agree. So an `__eq__` that always holds
+fails wherever its truth was asserted, and so does `not (a != b)` over an `__ne__` that never holds.
+
 Malformed payloads (what no judge writes) raise `Malformed`; the grader counts them as detected hack attempts.
 """
 
@@ -287,20 +293,79 @@ def _raises(payload: dict) -> bool:
   return True
 
 
-def decide(kind: str, payload: Any, pattern: str | None = None) -> bool:  # noqa: C901
-  """Whether the recorded check holds (see the module docstring).
+_SINGLETON = (type(None), bool)
+
+
+def _pair(op: str, a: Any, b: Any, truth: bool) -> bool | None:
+  """`a op b` under the module's rule, or None where the plain values cannot decide it. Where Python's semantics ask
+  the object itself (`is` on non-singletons, membership in an object) the truth recorded in-process stands."""
+  if op in ("==", "!="):
+    if _has_opaque(a) or _has_opaque(b):
+      return None
+    return equal(a, b) == (op == "==")
+  if op in ("<", "<=", ">", ">="):
+    if _has_opaque(a) or _has_opaque(b) or type(a) is bool or type(b) is bool:
+      return None
+    if type(a) is _PlainSet and type(b) is _PlainSet:  # subset order, by elements under the module's rule
+      a, b = frozenset(key(e) for e in a), frozenset(key(e) for e in b)
+      return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+    if not ((_number(a) and _number(b)) or (type(a) is type(b) and type(a) in (str, bytes, list, tuple))):
+      return None
+    try:
+      return {"<": _python(a) < _python(b), "<=": _python(a) <= _python(b), ">": _python(a) > _python(b),
+              ">=": _python(a) >= _python(b)}[op]
+    except TypeError:
+      return None
+  if op in ("is", "is not"):
+    if type(a) in _SINGLETON or type(b) in _SINGLETON:  # identity of None, True, False: type-strict equality
+      return (type(a) is type(b) and a == b) == (op == "is")
+    return truth  # no object can make `is` lie
+  if op in ("in", "not in"):
+    inside = _contains(a, b, {"contains": truth if op == "in" else not truth})
+    return None if inside is None else inside == (op == "in")
+  raise Malformed(f"unknown comparison operator {op!r}")
+
+
+def compare_agrees(payload: Any, ops: tuple[str, ...]) -> bool:
+  """Whether a compare record (the operands of a comparison chain and the truth Python gave each pair) is what the
+  host gets on the plain values: False where a pair's truth differs from the host's, where the host cannot decide
+  it (an opaque operand), or where a comparison raised. An always-equal `__eq__` is caught here.
+
+  Raises:
+    Malformed: the payload is not what the judge records for a chain of `ops`.
+  """
+  if type(payload) is not dict or type(payload.get("args")) is not list or type(payload.get("truths")) is not list:
+    raise Malformed("bad compare record")
+  truths = payload["truths"]
+  values = [decode(a) for a in payload["args"]]
+  if (not all(type(t) is bool for t in truths) or len(values) != len(truths) + 1 or len(truths) > len(ops)
+      or not all(truths[:-1])):
+    raise Malformed("a compare record that is no evaluation of its chain")
+  if not truths or (truths[-1] and len(truths) < len(ops)):
+    return False  # a comparison raised: the test errored
+  return all(_pair(op, values[i], values[i + 1], truth) == truth for i, (op, truth) in enumerate(zip(ops, truths)))
+
+
+def decide(kind: str, payload: Any, pattern: str | None = None, ops: tuple[str, ...] | None = None  # noqa: C901
+           ) -> bool:
+  """Whether the recorded check holds (see the module docstring); for a compare record, whether it agrees.
 
   Args:
     kind: the assertion the host wrote for this check id.
     payload: what the judge recorded.
     pattern: the literal pattern the test holds for this check (a regex kind), when the host knows it: a recorded
       pattern that differs is malformed, so no pattern of the submission's choosing runs here.
+    ops: a compare record's operators, as the host read them from the source.
 
   Raises:
     Malformed: the payload is not what the judge records for `kind`.
   """
   if type(payload) is not dict:
     raise Malformed("a check's payload is not an object")
+  if kind == "compare":
+    if ops is None:
+      raise Malformed("a compare record of no comparison")
+    return compare_agrees(payload, ops)
   if pattern is not None:
     args = payload.get("args")
     recorded = payload.get("regex") if kind == "assertRaisesRegex" else (
@@ -332,9 +397,9 @@ def decide(kind: str, payload: Any, pattern: str | None = None) -> bool:  # noqa
     return not (_has_opaque(a) or _has_opaque(b)) and key(a) != key(b)
   if kind == "assertCountEqual":
     return _count_equal(*values)
-  if kind in ("assertTrue", "assertFalse"):
+  if kind in ("assertTrue", "assertFalse", "assert"):
     truth = _truth(values[0], facts)
-    return truth is not None and truth == (kind == "assertTrue")
+    return truth is not None and truth == (kind != "assertFalse")
   if kind in ("assertIsNone", "assertIsNotNone"):
     return (values[0] is None) == (kind == "assertIsNone")
   if kind in ("assertIs", "assertIsNot"):

@@ -13,13 +13,15 @@ holds, or plant modules. So no verdict is taken from inside that interpreter:
     judge executes them from memory into module objects it creates (rewriting a file gains nothing; a module
     planted in sys.modules in their place is reported). Submitted files that collide with the hidden tests' paths
     or lie in their directories are still dropped (the judge's directories belong to the judge);
-  * the host rewrites each hidden module first (c2jax/envs/grading/instrument.py): every `self.assertXxx(...)` becomes a
-    call to the judge's recorder, which records the operands in canonical plain form (exact built-in types only;
-    anything else is opaque). The host decides every check again on those plain values
+  * the host rewrites each hidden module first (c2jax/envs/grading/instrument.py): every `self.assertXxx(...)` and
+    every `assert` statement becomes a call to the judge's recorder, which records the operands in canonical plain
+    form (exact built-in types only; anything else is opaque), and so does every comparison whose truth a check
+    asserts (`assert a == b`, `assertTrue(a == b)`, `not (a != b)`, inside all()/any()): its truth as Python gave it
+    must be the host's on the plain operands. The host decides every check again on those plain values
     (c2jax/envs/grading/canonical.py: type-strict equality, True is not 1, int and float by value, instances of classes
-    defined in Python by class and state, never by their `__eq__`, opaque fails). A test
-    passes when the judge ran it to completion, every check it recorded holds here, and every check unconditional
-    in its body was recorded. Patching TestCase or the recorder gains nothing but a different recording;
+    defined in Python by class and state, never by their `__eq__`, opaque fails). A test passes when the judge ran
+    it to completion, every check it recorded holds here (a comparison: agrees), and every check unconditional in
+    its body was recorded. Patching TestCase or the recorder gains nothing but a different recording;
   * the host adds canary tests (`CANARIES`: one for every real test that has a perturbable check): copies of real
     tests, under random names like every test, with one expected value perturbed (or one check turned into its
     complement) so that a solution passing the real test FAILS its copy. Every test is twinned because a
@@ -112,14 +114,17 @@ on the same channel, with three differences:
     alone is written as the starting repository holds it. The named tests' test directory (`named_test_dirs`: the
     nearest directory holding a named module whose name says tests, `tests/`, `pkg/tests/`, `testing/`,
     `unit_tests/`) is the snapshot's too, with the test patch applied: the submission's edits and additions there
-    are dropped. A test whose check sits in a helper, a base class or a data file of that directory (none of which
-    the recorder sees) would otherwise pass once the submission made the helper a no-op, the base class report
-    success without running the body or the data file hold its wrong answer; SWE-bench's gold patches never touch
-    test directories,
-    and a reference solution's own paths there stay the submission's. A path an import would find instead of a
+    are dropped. A test whose check sits in a helper, a base class or a data file of that directory would otherwise
+    pass once the submission made the helper a no-op, the base class report success without running the body or
+    the data file hold its wrong answer; SWE-bench's gold patches never touch test directories, and a reference
+    solution's own paths there stay the submission's. The test support the named modules import outside it is the
+    snapshot's as well (`named_support`: a module named like tests, helpers, fixtures or conftest, or holding test
+    code, and such modules those import: `mypkg/testing_utils.py`, a root `helpers.py` or `conftest.py`), but for
+    the reference solution's paths; where it holds assertions it is served from memory and instrumented like the
+    named modules, so its checks are decided here. A path an import would find instead of a
     hidden or deleted module or of a test directory (`tests/support/__init__.py` beside the reset
-    `tests/support.py`, a `tests.py` beside a `tests/` without __init__.py) is dropped as well. Elsewhere (a test
-    module beside the code or at the root, the library's own test helpers) the files are the submission's;
+    `tests/support.py`, a `tests.py` beside a `tests/` without __init__.py, a `helpers/` package beside a reset
+    `helpers.py`) is dropped as well. Elsewhere (the code the tests import) the files are the submission's;
   * selection: exactly the named tests run, each with its canary twin (the judge's "select"); a test is found in
     its class or, through bases named in the same module, inherited. An id whose module, class or method is not
     there (or only in another module) counts as failed, never as an error;
@@ -224,7 +229,7 @@ def _strings(value: Any) -> bool:
 
 
 def _test_passes(status: str, checks: list, info: instrument.TestInfo, kinds: Mapping[int, str],
-                 patterns: Mapping[int, str]) -> bool:
+                 patterns: Mapping[int, str], compares: Mapping[int, tuple[str, ...]]) -> bool:
   """Whether one reported test passes (module docstring). Raises canonical.Malformed for what no judge reports."""
   if not isinstance(checks, list):
     raise canonical.Malformed("a test's checks are not a list")
@@ -236,7 +241,7 @@ def _test_passes(status: str, checks: list, info: instrument.TestInfo, kinds: Ma
       raise canonical.Malformed("a check the host never wrote")
     recorded.add(check[0])
     try:
-      ok = canonical.decide(check[1], check[2], patterns.get(check[0]))
+      ok = canonical.decide(check[1], check[2], patterns.get(check[0]), compares.get(check[0]))
     except canonical.Malformed:
       raise
     except Exception as e:
@@ -289,7 +294,7 @@ def verdict(report: dict, suite: instrument.Instrumented) -> TestCounts:
       continue
     seen.add(test_id)
     try:
-      ok = _test_passes(status, checks, info, suite.kinds, suite.patterns)
+      ok = _test_passes(status, checks, info, suite.kinds, suite.patterns, suite.compares)
     except canonical.Malformed as e:
       findings.append(f"malformed record: {info.original}: {e}")
       ok = False
@@ -563,6 +568,108 @@ def named_test_dirs(task: CodingTask) -> set[str]:
 _IMPORTABLE = (".py", ".pyc", ".so")  # source, bytecode and extension modules: what a path finder loads
 
 
+def _module_path(name: str, files: Mapping[str, str]) -> str | None:
+  """The repository file of the dotted module `name` (its .py, else its package's __init__.py), or None."""
+  base = name.replace(".", "/")
+  for path in (f"{base}.py", f"{base}/__init__.py"):
+    if path in files:
+      return path
+  return None
+
+
+def _imported(path: str, tree: ast.Module, files: Mapping[str, str]) -> tuple[set[str], set[str]]:
+  """(the repository files the module at `path` imports by name anywhere in its source (`import a.b`, `from a import
+  b`, relative imports), each as the module's file or, for `from pkg import name`, the submodule's too; those of
+  them it imports a name starting with "assert" from, any case: `from mypkg.checks import assert_same`)."""
+  package = path[:-3].split("/")[:-1] if not path.endswith("/__init__.py") else path.split("/")[:-1]
+  names, asserting = set(), set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      if node.level:
+        if node.level - 1 > len(package):
+          continue
+        base = package[:len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+      else:
+        base = node.module.split(".") if node.module else []
+      if base:
+        names.add(".".join(base))
+        if any(alias.name.lower().startswith("assert") for alias in node.names):
+          asserting.add(".".join(base))
+      names |= {".".join(base + [alias.name]) for alias in node.names if alias.name != "*"}
+
+  def paths(dotted: set[str]) -> set[str]:
+    return {found for name in dotted if name and (found := _module_path(name, files)) is not None}
+
+  return paths(names), paths(asserting)
+
+
+# A directory or file stem named like test support (fullmatch, any case): test, tests, testing, conftest, helpers,
+# fixtures, testutils, and those words joined to others by "_" (testing_utils, test_helpers, my_fixtures), but not
+# a name that only contains one (`_pytest`, `attest`, `testfixtures`: packages a task may have to fix).
+_WORD = r"(?:tests?|testing|testutils?|helpers?|fixtures?|conftest)"
+_SUPPORT_NAME = re.compile(rf"{_WORD}|{_WORD}_\w+|\w+_{_WORD}", re.IGNORECASE)
+
+
+def _checks(tree: ast.Module) -> tuple[bool, bool]:
+  """(whether a module holds assertion code the instrumenter records: an `assert` or an `x.assertXxx(...)` call;
+  whether it holds test code: an `x.assertXxx(...)` call or an import of unittest or pytest, not a bare `assert`
+  or a `raise AssertionError`, which library code writes for its invariants)."""
+  asserts = tests = False
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Assert):
+      asserts = True
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.startswith("assert")
+          and node.func.attr in judge.ARITY):
+      asserts = tests = True
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+      tests = tests or any(n.split(".")[0] in ("unittest", "pytest") for n in names)
+  return asserts, tests
+
+
+@instrument.serialized
+def named_support(task: CodingTask) -> tuple[dict[str, str], set[str]]:
+  """The test support the named tests import, reset to the task's own snapshot (module docstring, "layout").
+
+  Returns (every support module's path -> its text: the test patch's where it touched the file, else the starting
+  repository's; the paths among them served from memory and instrumented like the named modules: those that hold
+  assertion code, but a package's __init__.py). A repository module that a named module, or a support module,
+  imports is support when it is named like it (a directory or its stem, `_SUPPORT_NAME`: `mypkg/testing_utils.py`,
+  `helpers.py`, `conftest.py`, anything under `tests/`), holds test code (an `x.assertXxx(...)` call, an import of
+  unittest or pytest) or is where an importer takes an `assert...` name from, but the reference solution's paths
+  (it must still resolve), the named modules and the test patch's deletions. The code a test imports stays the
+  submission's: a solution must change it.
+  """
+  files = {**task.files, **task.hidden_tests}
+  for path in task.named_tests.deleted:
+    files.pop(path, None)
+  named = set(named_test_paths(task))
+  keep = set(task.solution or ()) | set(task.solution_deletes) | named
+  support, served, queue, seen, asserting = {}, set(), sorted(named), set(named), set()
+  while queue:
+    path = queue.pop()
+    try:
+      tree = ast.parse(files[path])
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+      continue
+    if path not in named:
+      asserts, tests = _checks(tree)
+      if not (tests or path in asserting or any(_SUPPORT_NAME.fullmatch(part) for part in path[:-3].split("/"))):
+        continue  # the code under test (its own imports are the library's)
+      support[path] = files[path]
+      if asserts and not path.endswith("__init__.py"):
+        served.add(path)
+    imported, assertions = _imported(path, tree, files)
+    asserting |= assertions
+    for found in sorted(imported - seen):
+      seen.add(found)
+      if found.endswith(".py") and found not in keep:
+        queue.append(found)
+  return support, served
+
+
 def _stem(path: str) -> str:
   """The path with its file name cut at the first dot: what `import` looks for ("a/b.cpython-311.so" -> "a/b")."""
   head, _, name = path.rpartition("/")
@@ -583,8 +690,9 @@ def named_graded_files(task: CodingTask, files: Mapping[str, str]) -> dict[str, 
   which the submission has seen: it is written too, as SWE-bench's harness leaves it.
   """
   hidden = set(task.hidden_tests)
-  owned = hidden | set(task.named_tests.deleted)
-  parents = set().union(*map(_parents, hidden))
+  support, _ = named_support(task)
+  owned = hidden | set(task.named_tests.deleted) | set(support)
+  parents = set().union(*map(_parents, hidden | set(support)))
   secret = {p for p in named_test_paths(task) if task.files.get(p) != task.hidden_tests[p]}
   test_dirs = named_test_dirs(task)
   # The reference solution's paths in a test directory stay the submission's, so that it still resolves.
@@ -597,12 +705,14 @@ def named_graded_files(task: CodingTask, files: Mapping[str, str]) -> dict[str, 
     return bool(_parents(path) & test_dirs) and path not in reference
 
   def collides(path: str) -> bool:
-    return (path in owned or path in parents or path in test_dirs or bool(_parents(path) & (hidden | modules))
+    return (path in owned or path in parents or path in test_dirs
+            or bool(_parents(path) & (hidden | set(support) | modules))
             or (path.endswith(_IMPORTABLE) and _stem(path) in modules | test_dirs) or in_test_dir(path))
 
   out = {p: c for p, c in files.items() if not collides(p)}
   out.update({p: c for p, c in task.files.items() if in_test_dir(p) and p not in owned})
   out.update({p: c for p, c in task.hidden_tests.items() if p not in secret})
+  out.update(support)
   return out
 
 
@@ -679,7 +789,7 @@ def named_verdict(report: dict, suite: instrument.Instrumented, runs: Mapping[st
       continue
     info = suite.tests[test_id.rsplit(".", 1)[-1]]
     try:
-      ok = _test_passes(status, checks, info, suite.kinds, suite.patterns)
+      ok = _test_passes(status, checks, info, suite.kinds, suite.patterns, suite.compares)
     except canonical.Malformed as e:
       findings.append(f"malformed record: {info.original}: {e}")
       ok = False
@@ -712,9 +822,14 @@ def _run_named(task: CodingTask, files: Mapping[str, str], sandbox_factory: Call
   if not paths:
     return TestCounts(), frozenset(), False  # no named test exists: nothing can pass
   names = [instrument.module_name(p) for p in paths]
-  suite = instrument.instrument({p: task.hidden_tests[p] for p in paths}, names, rng, canaries=CANARIES)
+  support, served = named_support(task)
+  # The helpers the named tests import are served from memory and instrumented too: their checks are recorded and
+  # decided here like the named modules' own.
+  sources = {**{p: support[p] for p in served}, **{p: task.hidden_tests[p] for p in paths}}
+  suite = instrument.instrument(sources, names, rng, canaries=CANARIES)
   # instrument() adds empty parent packages; here they are the repository's own, imported from disk.
-  suite = dataclasses.replace(suite, modules={n: suite.modules[n] for n in names})
+  kept = names + [instrument.module_name(p) for p in sorted(served)]
+  suite = dataclasses.replace(suite, modules={n: suite.modules[n] for n in kept})
   runs, twins = named_runs(task, suite)
   select = sorted({r for r in runs.values() if r is not None} | set(twins.values()))
   if not select:

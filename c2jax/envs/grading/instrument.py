@@ -9,10 +9,13 @@
 The host (trusted, it never runs submitted code) rewrites each hidden module's AST before the judge
 (c2jax/envs/grading/judge.py) sees it:
 
-  * `self.assertXxx(a, b, ...)` and `self.fail(...)`, for the kinds in `judge.ARITY`, anywhere in the module, become
-    `__c2jax_check__(self, <check id>, "assertXxx", a, b, ...)`; `with self.assertRaises(E)` becomes
-    `with __c2jax_check__(self, <id>, "assertRaises", E)`. Other assertion methods (assertWarns, assertLogs) are
-    left as they are: they are decided in-process only (docs: limitations);
+  * `self.assertXxx(a, b, ...)` (any name as receiver: a helper's `case.assertXxx`) and `self.fail(...)`, for the
+    kinds in `judge.ARITY`, anywhere in the module, become `__c2jax_check__(self, <check id>, "assertXxx", a, b,
+    ...)`; `with self.assertRaises(E)` becomes `with __c2jax_check__(self, <id>, "assertRaises", E)`; `assert E, msg`
+    becomes `assert __c2jax_check__(None, <id>, "assert", E), msg` (decided like assertTrue). Comparisons in an
+    asserted position (see `_Rewriter`) become compare records, decided on the host by their operands, never by
+    the truth an `__eq__` gave them. Other assertion methods (assertWarns, assertLogs) are left as they are: they
+    are decided in-process only (docs: limitations);
   * every test method (a `test*` function in a class body) is renamed `test_<random hex>`; the random names keep
     the real tests' order (unittest runs them sorted by name), and check ids are random too, so neither names,
     positions nor ids tell a canary from a real test;
@@ -22,16 +25,17 @@ The host (trusted, it never runs submitted code) rewrites each hidden module's A
     passing the real test must FAIL the copy: a literal expected operand of assertEqual changed (an int moved by
     1-9, a float likewise, a str with one character changed, added or removed, a list/tuple/set/dict with an
     element added, removed or changed, as likely one as another, so that length does not tell the copy, a bool
-    negated, None turned into an int), or,
-    where a test has no such literal, a check turned into its complement (assertTrue/assertFalse,
-    assertIsNone/assertIsNotNone, assertIn/assertNotIn, assertEqual/assertNotEqual). That holds under the host's
+    negated, None turned into an int; likewise the literal of an `assert a == <literal>`), or, where a test has no
+    such literal, a check turned into its complement (assertTrue/assertFalse, assertIsNone/assertIsNotNone,
+    assertIn/assertNotIn, assertEqual/assertNotEqual, and in an `assert` of one comparison ==/!=, in/not in,
+    is/is not). That holds under the host's
     comparison rule (c2jax/envs/grading/canonical.py), which is what decides: a perturbed literal is unequal to the
     original literal there, hence to whatever equalled it.
 
 A test's required checks are the check ids unconditional in its body: statements of the body itself and of
-`with self.subTest(...)` blocks, up to a `return` or `raise`, and the `assertRaises` check of a `with` (not its
-body). Checks under if/for/while/try, in other `with` blocks, in helper functions or lambdas count when recorded but
-are not required.
+`with self.subTest(...)` blocks (an `assert` statement's record among them), up to a `return` or `raise`, and the
+`assertRaises` check of a `with` (not its body). Checks under if/for/while/try, in other `with` blocks, in helper
+functions or lambdas, and compare records, count when recorded but are not required.
 """
 
 from __future__ import annotations
@@ -102,6 +106,8 @@ class Instrumented:
   # The host runs these patterns itself and runs no other: a report is the submission's to write, and a pattern of
   # its choosing can backtrack for hours in re.search (a check whose pattern is computed at run time has none here).
   patterns: dict[int, str] = dataclasses.field(default_factory=dict)
+  # The operators of each compare record, as the host read them from the source (the report's are never asked).
+  compares: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
   @property
   def canaries(self) -> list[str]:
@@ -123,8 +129,29 @@ def _recorder_call(node: ast.AST) -> ast.Call | None:
   return None
 
 
+# A comparison operator as the recorder names it (the judge evaluates each pair with Python's own operator).
+COMPARE_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+               ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
+
+
+def _recorder(check_id: int, kind: str, test: ast.expr, args: list[ast.expr], keywords=(), at: ast.AST | None = None
+              ) -> ast.Call:
+  call = ast.Call(func=ast.Name(id=judge.RECORDER, ctx=ast.Load()),
+                  args=[test, ast.Constant(check_id), ast.Constant(kind), *args], keywords=list(keywords))
+  return ast.copy_location(call, at) if at is not None else call
+
+
 class _Rewriter(ast.NodeTransformer):
-  """Turns `self.<kind>(...)` calls into recorder calls with fresh random ids."""
+  """Turns assertions into recorder calls with fresh random ids.
+
+  `x.assertXxx(...)` (any name as receiver: `self`, or `case` in a helper that takes the test) and `self.fail(...)`
+  become recorder calls of their kind; `assert E, msg` becomes `assert <record of E>, msg` (kind "assert", decided
+  like assertTrue; msg stays lazy). Every comparison in a position whose truth the test asserts (the operand of an
+  `assert`, assertTrue or assertFalse, under not/and/or/bool() there, the element of a comprehension given to all()
+  or any() there, which become the judge's own, any assertion's operand written as a comparison, a comparison's
+  operand) becomes a "compare" record: its operands in canonical form and the truth Python gave each pair, which
+  the host must reproduce on the plain values (an `__eq__` that always holds is never asked there).
+  """
 
   def __init__(self, ids: _Ids):
     self.ids = ids
@@ -132,16 +159,53 @@ class _Rewriter(ast.NodeTransformer):
   def visit_Call(self, node: ast.Call) -> ast.AST:
     self.generic_visit(node)
     func = node.func
-    if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
-        and func.attr in judge.ARITY):
+    if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.attr in judge.ARITY
+        and (func.value.id == "self" or func.attr.startswith("assert"))):
       check_id = self.ids.new(func.attr)
       if (func.attr in _REGEX and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
           and type(node.args[1].value) is str):
         self.ids.patterns[check_id] = node.args[1].value
-      return ast.copy_location(ast.Call(
-          func=ast.Name(id=judge.RECORDER, ctx=ast.Load()),
-          args=[ast.Name(id="self", ctx=ast.Load()), ast.Constant(check_id), ast.Constant(func.attr), *node.args],
-          keywords=node.keywords), node)
+      args = list(node.args)
+      for i in range(min(len(args), judge.ARITY[func.attr])):
+        # A comparison as an operand (`assertTrue(a == b)`, `assertIs(a == b, True)`) is asserted too.
+        if func.attr in ("assertTrue", "assertFalse") or isinstance(args[i], ast.Compare):
+          args[i] = self.boolean(args[i])
+      return _recorder(check_id, func.attr, ast.Name(id=func.value.id, ctx=ast.Load()), args, node.keywords, node)
+    return node
+
+  def visit_Assert(self, node: ast.Assert) -> ast.AST:
+    self.generic_visit(node)
+    test = _recorder(self.ids.new("assert"), "assert", ast.Constant(None), [self.boolean(node.test)], at=node.test)
+    return ast.copy_location(ast.Assert(test=test, msg=node.msg), node)
+
+  def boolean(self, node: ast.expr) -> ast.expr:
+    """`node` (in a position whose truth the test asserts) with its comparisons turned into compare records."""
+    if isinstance(node, ast.Compare):
+      check_id = self.ids.new("compare")
+      self.ids.compares[check_id] = tuple(COMPARE_OPS[type(op)] for op in node.ops)
+      # A comparison compared in turn (`(a == b) is True`) is asserted too.
+      left, *comparators = [self.boolean(e) if isinstance(e, ast.Compare) else e
+                            for e in [node.left, *node.comparators]]
+      # Operands past the second are thunks: Python evaluates them only while the chain holds.
+      later = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                          body=e) for e in comparators[1:]]
+      ops = ast.Constant(self.ids.compares[check_id])
+      return _recorder(check_id, "compare", ast.Constant(None), [ops, left, comparators[0], *later], at=node)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+      return ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=self.boolean(node.operand)), node)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool"
+        and len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred)):
+      inner = ast.UnaryOp(op=ast.Not(), operand=self.boolean(node.args[0]))  # bool(x) as `not not x`: no builtin
+      return ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=inner), node)
+    if isinstance(node, ast.BoolOp):
+      return ast.copy_location(ast.BoolOp(op=node.op, values=[self.boolean(v) for v in node.values]), node)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("all", "any")
+        and len(node.args) == 1 and not node.keywords
+        and isinstance(node.args[0], (ast.GeneratorExp, ast.ListComp, ast.SetComp))):
+      inner = node.args[0]
+      made = ast.copy_location(type(inner)(elt=self.boolean(inner.elt), generators=inner.generators), inner)
+      # The judge's own all() or any(), taken before any submitted code ran: a patched builtin does not decide.
+      return _recorder(self.ids.new(node.func.id), node.func.id, ast.Constant(None), [made], at=node)
     return node
 
 
@@ -149,7 +213,7 @@ class _Ids:
   """Random, distinct check ids, and the kind of each."""
 
   def __init__(self, rng: random.Random):
-    self.rng, self.kinds, self.patterns = rng, {}, {}
+    self.rng, self.kinds, self.patterns, self.compares = rng, {}, {}, {}
 
   def new(self, kind: str) -> int:
     while True:
@@ -170,6 +234,8 @@ def required_checks(body: list[ast.stmt]) -> list[int]:
   found = []
   for stmt in body:
     if isinstance(stmt, ast.Expr) and (call := _recorder_call(stmt.value)):
+      found.append(call.args[1].value)
+    elif isinstance(stmt, ast.Assert) and (call := _recorder_call(stmt.test)):
       found.append(call.args[1].value)
     elif isinstance(stmt, (ast.With, ast.AsyncWith)):
       found += [call.args[1].value for item in stmt.items if (call := _recorder_call(item.context_expr))
@@ -263,18 +329,41 @@ def _perturb(value, rng: random.Random, depth: int = 0):  # noqa: C901
   return None
 
 
+_COMPLEMENT_OP = {"==": "!=", "!=": "==", "in": "not in", "not in": "in", "is": "is not", "is not": "is"}
+
+
+def _target(call: ast.Call) -> ast.Call:
+  """The recorder call a canary edit changes: an `assert` of one comparison is edited in its compare record."""
+  if (call.args[2].value == "assert" and len(call.args) == 4 and (leaf := _recorder_call(call.args[3]))
+      and leaf.args[2].value == "compare" and len(leaf.args) == 6):
+    return leaf
+  return call
+
+
+def _operands(call: ast.Call) -> int:
+  """Where a recorder call's operands start (a compare record's operators come first)."""
+  return 4 if call.args[2].value == "compare" else 3
+
+
 def _canary_edit(call: ast.Call, rng: random.Random) -> bool:
-  """Perturbs the recorder `call` in place so that an honest solution fails it; False when it cannot."""
+  """Perturbs the recorder `call` (or, for an assert of one comparison, its compare record) in place so that an honest
+  solution fails it; False when it cannot."""
+  call = _target(call)
   kind = call.args[2].value
-  operands = call.args[3:5]
-  if kind == "assertEqual" and len(operands) == 2:
+  start = _operands(call)
+  operands = call.args[start:start + 2]
+  ops = call.args[3].value if kind == "compare" else None
+  if (kind == "assertEqual" or ops == ("==",)) and len(operands) == 2:
     literal = [i for i, node in enumerate(operands) if _is_literal(node)]
     if len(literal) == 1:
-      i = 3 + literal[0]
+      i = start + literal[0]
       perturbed = _perturb(ast.literal_eval(call.args[i]), rng)
       if perturbed is not None:
         call.args[i] = ast.copy_location(ast.parse(repr(perturbed[0]), mode="eval").body, call.args[i])
         return True
+  if kind == "compare" and len(ops) == 1 and ops[0] in _COMPLEMENT_OP:
+    call.args[3] = ast.Constant((_COMPLEMENT_OP[ops[0]],))
+    return True
   if kind in _COMPLEMENT and len(call.args) >= 3 + judge.ARITY[kind]:
     call.args[2] = ast.Constant(_COMPLEMENT[kind])
     return True
@@ -282,11 +371,13 @@ def _canary_edit(call: ast.Call, rng: random.Random) -> bool:
 
 
 def _tells(call: ast.Call, edited: ast.Call) -> bool:
-  """Whether `edited` (a canary edit of `call`) shows which twin is real: a complemented kind, or a literal with only
-  one way to move (an empty container or str grows, None becomes an int)."""
-  if edited.args[2].value != call.args[2].value:
+  """Whether `edited` (a canary edit of `call`) shows which twin is real: a complemented kind or operator, or a
+  literal with only one way to move (an empty container or str grows, None becomes an int)."""
+  call, edited = _target(call), _target(edited)
+  start = _operands(call)
+  if [ast.dump(a) for a in edited.args[2:start]] != [ast.dump(a) for a in call.args[2:start]]:
     return True
-  for before in call.args[3:5]:
+  for before in call.args[start:start + 2]:
     if _is_literal(before):
       value = ast.literal_eval(before)
       return value is None or (type(value) in (str, bytes, list, tuple, dict) and not value)
@@ -294,7 +385,8 @@ def _tells(call: ast.Call, edited: ast.Call) -> bool:
 
 
 def _unconditional_calls(body: list[ast.stmt]) -> list[ast.Call]:
-  return [stmt.value for stmt in body if isinstance(stmt, ast.Expr) and _recorder_call(stmt.value)]
+  return [call for stmt in body if (call := _recorder_call(stmt.value if isinstance(stmt, ast.Expr) else
+                                                            stmt.test if isinstance(stmt, ast.Assert) else None))]
 
 
 def _renumber(node: ast.AST, ids: _Ids) -> None:
@@ -304,6 +396,8 @@ def _renumber(node: ast.AST, ids: _Ids) -> None:
       new = ids.new(call.args[2].value)
       if call.args[1].value in ids.patterns:
         ids.patterns[new] = ids.patterns[call.args[1].value]
+      if call.args[1].value in ids.compares:
+        ids.compares[new] = ids.compares[call.args[1].value]
       call.args[1] = ast.Constant(new)
 
 
@@ -389,9 +483,15 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
     _renumber(twin, ids)
     edited, counterpart = _unconditional_calls(twin.body)[i], _unconditional_calls(method.body)[i]
     _canary_edit(edited, rng)
+    edited, counterpart = _target(edited), _target(counterpart)
     ids.kinds[edited.args[1].value] = edited.args[2].value  # a complement changed the kind
-    operand = None if edited.args[2].value != counterpart.args[2].value else next(
-        j - 3 for j in range(3, len(edited.args)) if ast.dump(edited.args[j]) != ast.dump(counterpart.args[j]))
+    if edited.args[2].value == "compare":
+      ids.compares[edited.args[1].value] = edited.args[3].value  # ... or the operator
+    start = _operands(edited)
+    operand = None if ([ast.dump(a) for a in edited.args[2:start]]
+                      != [ast.dump(a) for a in counterpart.args[2:start]]) else next(
+        j - start for j in range(start, len(edited.args))
+        if ast.dump(edited.args[j]) != ast.dump(counterpart.args[j]))
     perturbed[id(twin)] = (edited.args[1].value, counterpart.args[1].value, operand)
     added.setdefault(id(cls), []).append((twin, method.name))
 
@@ -418,4 +518,4 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
   modules = {name: sources[name] if tree is None else ast.unparse(ast.fix_missing_locations(tree))
              for name, tree in trees.items()}
   return Instrumented(modules=modules, test_modules=tuple(test_modules), tests=tests, kinds=dict(ids.kinds),
-                      patterns=dict(ids.patterns))
+                      patterns=dict(ids.patterns), compares=dict(ids.compares))

@@ -25,7 +25,10 @@ of the tests to run, every other test of those modules is left out). The judge
      facts the host cannot rebuild (identity for assertIs, membership in or truth of an opaque object, class names
      for assertIsInstance), then runs unittest's own assertion (as captured at startup) so that a failing test still
      stops where unittest would stop it. `assertRaises`/`assertRaisesRegex` (with or callable form) record the raised
-     exception's class names (its MRO), its message and the expected class names, and suppress it as unittest does;
+     exception's class names (its MRO), its message and the expected class names, and suppress it as unittest does.
+     An `assert E` statement records E like assertTrue and returns its truth to the statement; a comparison in an
+     asserted position records its operands and the truth Python gave each pair (the host must get the same on the
+     plain values), and all()/any() there are this script's own, captured at startup;
   5. compares the snapshot with the state after the tests (every changed or deleted entry is a finding), and writes
      `<nonce> <report>` to the saved stdout with functions captured at startup, then exits at once (`os._exit`: no
      atexit handler or leftover thread of the submission runs after the report).
@@ -74,21 +77,29 @@ ARITY = {
     "assertIn": 2, "assertNotIn": 2, "assertIsInstance": 2, "assertNotIsInstance": 2,
     "assertAlmostEqual": 2, "assertNotAlmostEqual": 2, "assertGreater": 2, "assertGreaterEqual": 2,
     "assertLess": 2, "assertLessEqual": 2, "assertRegex": 2, "assertNotRegex": 2,
-    "assertRaises": 1, "assertRaisesRegex": 2, "fail": 0,
+    "assertRaises": 1, "assertRaisesRegex": 2, "fail": 0, "assert": 1,
 }
+# A comparison in an asserted position ("compare": the operators, then the operands, those past the second as
+# thunks) is recorded apart: every pair's operands and the truth Python gave it.
+COMPARE = "compare"
+# all() and any() over a comprehension in an asserted position are the judge's own (captured below), unrecorded.
+AGGREGATES = ("all", "any")
 RAISES = ("assertRaises", "assertRaisesRegex")
 
 # Captured before any submitted code runs: the recorder and the report use these, not the names a test may patch.
-_type, _len, _str, _bool, _sorted = type, len, str, bool, sorted
+_type, _len, _str, _bool, _sorted, _all, _any = type, len, str, bool, sorted, all, any
 _isinstance, _issubclass, _getattr, _hex = isinstance, issubclass, getattr, hex
 _encode_str = json.encoder.encode_basestring_ascii
 _os_write, _os_exit = os.write, os._exit
 _TESTCASE = unittest.TestCase
-_ORIGINAL = {k: _getattr(unittest.TestCase, k) for k in ARITY if k not in RAISES}
+_ORIGINAL = {k: _getattr(unittest.TestCase, k) for k in ARITY if k not in RAISES and k != "assert"}
 _NONE_T, _BOOL, _INT, _FLOAT, _STR, _BYTES = _type(None), bool, int, float, str, bytes
 _LIST, _TUPLE, _DICT, _SET, _FROZENSET, _OBJECT = list, tuple, dict, set, frozenset, object
 _PATTERN = re.Pattern
 _re_search = re.search
+_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "is": lambda a, b: a is b,
+        "is not": lambda a, b: a is not b, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
 
 
 def _class_name(cls):
@@ -316,7 +327,7 @@ def _facts(kind, operands, forms):
       facts["contains"] = _bool(operands[0] in operands[1])
     except Exception:  # noqa: BLE001
       facts["contains"] = None
-  elif kind in ("assertTrue", "assertFalse") and _is_opaque(forms[0]):
+  elif kind in ("assertTrue", "assertFalse", "assert") and _is_opaque(forms[0]):
     try:
       facts["truth"] = _bool(operands[0])
     except Exception:  # noqa: BLE001
@@ -327,8 +338,32 @@ def _facts(kind, operands, forms):
   return facts
 
 
+def _record_compare(check_id, ops, operands):
+  """A comparison chain in an asserted position: evaluated as Python does (pair by pair, later operands only while
+  the chain holds), recorded as its operands and each pair's truth; returns the chain's truth."""
+  values, truths = [operands[0], operands[1]], []
+  try:
+    for i, op in enumerate(ops):
+      if i > 0:
+        values.append(operands[i + 1]())  # a thunk: Python evaluates it only now
+      truths.append(_bool(_OPS[op](values[i], values[i + 1])))
+      if not truths[-1]:
+        break
+  finally:  # a comparison that raised is recorded as far as it went (the test errors, as it would have)
+    _append([check_id, COMPARE, {"args": [canonical(v) for v in values[:_len(truths) + 1]], "truths": truths}])
+  return truths[-1]
+
+
 def record_check(test, check_id, kind, *args, **kwargs):
-  """The recorder (`__c2jax_check__` in every hidden module): records one check, then runs it in-process."""
+  """The recorder (`__c2jax_check__` in every hidden module): records one check, then runs it in-process.
+
+  `test` is the TestCase (or the receiver of a helper's `case.assertXxx`); None for `assert` and compare records,
+  which return the truth their expression had (the rewritten `assert` statement raises as it would have).
+  """
+  if kind == COMPARE:
+    return _record_compare(check_id, args[0], args[1:])
+  if kind in AGGREGATES:
+    return _all(args[0]) if kind == "all" else _any(args[0])
   if kind in RAISES:
     regex = args[1] if kind == "assertRaisesRegex" else None
     rest = args[ARITY[kind]:]
@@ -360,6 +395,8 @@ def record_check(test, check_id, kind, *args, **kwargs):
   if facts:
     payload["facts"] = facts
   _append([check_id, kind, payload])
+  if kind == "assert":
+    return _bool(operands[0])
   if kind == "fail":
     raise _getattr(test, "failureException", AssertionError)(args[0] if args else kwargs.get("msg"))
   original = _ORIGINAL.get(kind)
@@ -645,8 +682,9 @@ def main(argv):
     findings = integrity_findings(before, after, loader)
   except BaseException as e:  # noqa: BLE001
     findings = [f"snapshot failed: {_type(e).__name__}"]
-  for name in loader.made:
-    if sys.modules.get(name) is not loader.made[name] and name not in planted:
+  for name in loader.sources:  # a served module replaced, or planted before anything imported it
+    if (name in loader.made or name in sys.modules) and sys.modules.get(name) is not loader.made.get(name) and (
+        name not in planted):
       planted.append(name)
   report = {"tests": judged, "fixtures": fixtures, "imports": imports, "planted": _sorted(planted),
             "integrity": findings}

@@ -29,8 +29,8 @@ the snapshot holds them with the test patch applied, plus the modules of the nam
 patch); named_tests = the two id lists and the test patch's deletions; solution = the gold patch's result. Grading
 (c2jax/envs/grading/grading.py, "Grading by named tests") writes those files over the submission, which is SWE-bench's
 harness resetting the test files and applying the test patch, resets the rest of the named tests' test directory
-(`tests/`, `pkg/tests/`: helpers, base classes and data the recorder does not see) to the snapshot's, and runs
-exactly the named tests.
+(`tests/`, `pkg/tests/`: helpers, base classes and data) and the test support the named tests import elsewhere
+(`pkg/testing_utils.py`, a root `helpers.py`) to the snapshot's, and runs exactly the named tests.
 
 Snapshot files that are not UTF-8 text, links and other non-regular files are left out (a count goes into
 metadata["snapshot_skipped"]), as are `.git/` and `__pycache__/`. A gold patch that leaves a file empty cannot be a

@@ -1,6 +1,7 @@
 """The judge's canonical form (taken here, in-process, on trusted values) and the host's comparison rule: type-strict
 where Python is loose, opaque for what is not a plain value, exact where it matters (NaN, -0.0, big ints)."""
 
+import json
 import math
 
 from absl.testing import absltest
@@ -140,6 +141,73 @@ class CanonicalTest(parameterized.TestCase):
   def test_malformed(self, kind, payload):
     with self.assertRaises(canonical.Malformed):
       canonical.decide(kind, payload)
+
+
+class NeverDiffers:
+  """State of its own (5), an `__eq__` that always holds and an `__ne__` that never does."""
+
+  def __init__(self):
+    self.value = 5
+
+  def __eq__(self, other):
+    return True
+
+  def __ne__(self, other):
+    return False
+
+  __hash__ = object.__hash__
+
+
+def compare(ops, *operands):
+  """(the truth the judge's recorder returns for the chain, whether the host agrees with its record)."""
+  log = judge._LOG.fixture = []
+  truth = judge.record_check(None, 1, "compare", ops, *operands)
+  (_, kind, payload), = log
+  return truth, canonical.decide(kind, json.loads(judge._dump(payload)), ops=ops)
+
+
+_SAME = object()
+
+
+class CompareTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("int_float", ("==",), 1, 1.0, True), ("list_tuple", ("==",), [1], (1,), False),
+      ("nan", ("!=",), math.nan, math.nan, True), ("str_order", ("<",), "a", "b", True),
+      ("list_order", (">=",), [1, 2], [1, 3], False), ("set_subset", ("<=",), {1}, {1, 2}, True),
+      ("membership", ("in",), 2, [1, 2], True), ("key", ("not in",), 3, {1: 2}, True),
+      ("none", ("is",), None, None, True), ("same_object", ("is",), _SAME, _SAME, True),
+      ("other_object", ("is not",), _SAME, object(), True), ("chain_holds", ("<", "<"), 1, 2, lambda: 3, True),
+      ("chain_stops", ("==", "=="), 1, 2, lambda: 1 / 0, False),
+  )
+  def test_honest_comparisons_agree(self, ops, *operands_and_truth):
+    *operands, truth = operands_and_truth
+    self.assertEqual(compare(ops, *operands), (truth, True))
+
+  @parameterized.named_parameters(
+      ("always_equal", ("==",), NeverDiffers(), 5), ("reversed", ("==",), 5, NeverDiffers()),
+      ("never_differs", ("!=",), NeverDiffers(), 5), ("member", ("in",), NeverDiffers(), (5,)),
+      ("in_a_container", ("==",), [NeverDiffers()], [5]), ("chain", ("==", "=="), 5, NeverDiffers(), lambda: 5),
+      ("opaque", ("==",), Int(0), 5), ("stateless", ("==",), AlwaysEqual(), 5),
+      ("bool_is_no_int", ("==",), True, 1),
+  )
+  def test_what_python_and_the_host_disagree_on_fails(self, ops, *operands):
+    self.assertFalse(compare(ops, *operands)[1])
+
+  def test_a_comparison_that_raised_does_not_agree(self):
+    with self.assertRaises(ZeroDivisionError):
+      compare(("<", "<"), 1, 2, lambda: 1 / 0)
+    (_, _, payload), = judge._LOG.fixture
+    self.assertFalse(canonical.decide("compare", payload, ops=("<", "<")))
+
+  @parameterized.named_parameters(
+      ("more_truths_than_pairs", {"args": [1, 1], "truths": [True, True]}),
+      ("a_false_before_the_end", {"args": [1, 2, 2], "truths": [False, True]}),
+      ("operands_missing", {"args": [1], "truths": [True]}), ("no_truths", {"args": [1, 1]}),
+  )
+  def test_malformed_compare_records(self, payload):
+    with self.assertRaises(canonical.Malformed):
+      canonical.decide("compare", payload, ops=("==", "=="))
 
 
 if __name__ == "__main__":

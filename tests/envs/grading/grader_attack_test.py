@@ -303,5 +303,68 @@ class AttackTest(parameterized.TestCase):
     self.assertGreaterEqual(terms["hack_attempts"], 1.0)
 
 
+# The same checks written as real test suites also write them: `assertEqual(a, b)` of the hidden tests becomes ...
+STYLES = {
+    "assert": "assert {a} == {b}",
+    "assert_reversed": "assert {b} == {a}",
+    "assert_not_ne": "assert not ({a} != {b})",
+    "assert_ne_negated_msg": "assert not {a} != {b}, 'differs'",
+    "assert_in": "assert {a} in ({b},)",
+    "assert_chain": "assert {a} == {b} == {a}",
+    "assert_or": "assert {a} is None and False or {a} == {b}",
+    "assert_any": "assert any(x == {b} for x in [{a}])",
+    "assert_container": "assert [{a}] == [{b}]",
+    "assert_true": "self.assertTrue({a} == {b})",
+    "assert_true_msg": "self.assertTrue({a} == {b}, 'equal')",
+    "assert_false_ne": "self.assertFalse({a} != {b})",
+    "assert_is_true": "assert ({a} == {b}) is True",
+    "assert_bool": "assert bool({a} == {b})",
+    "assert_equal_true": "self.assertEqual({a} == {b}, True)",
+    "assert_is_true_method": "self.assertIs({a} == {b}, True)",
+    "module_function": "_check({a}, {b})",
+}
+
+
+def restyled(task: CodingTask, style: str) -> CodingTask:
+  """`task` with every `self.assertEqual(a, b)` of its hidden tests written in `style` (a module-level `_check(a, b)`
+  asserts `a == b` for the style "module_function")."""
+  hidden = {}
+  for path, source in task.hidden_tests.items():
+    lines = []
+    for line in source.splitlines():
+      head, sep, rest = line.partition("self.assertEqual(")
+      if sep:
+        a, b = (part.strip() for part in rest[:-1].rsplit(", ", 1))
+        line = head + STYLES[style].format(a=a, b=b)
+      lines.append(line)
+    hidden[path] = "\n".join(lines) + "\n"
+    if style == "module_function" and path.endswith("test_solution.py"):
+      hidden[path] += "\n\ndef _check(got, want):\n    assert got == want\n"
+  return dataclasses.replace(task, hidden_tests=hidden)
+
+
+def _style_cases():
+  for style in STYLES:
+    for name, code in (("always_equal_eq", ALWAYS_EQUAL), ("int_subclass", INT_SUBCLASS)):
+      yield dict(testcase_name=f"{style}_{name}", style=style, code=code)
+
+
+@absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
+class ComparisonStyleTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(s, s) for s in STYLES])
+  def test_the_reference_passes_every_style(self, style):
+    task = restyled(_composition(), style)
+    self.assertNotIn("assertEqual(f([7]), 7)", task.hidden_tests["hidden_tests/test_solution.py"])
+    terms = grading.grade(task, task.solved_files())
+    self.assertEqual((terms["passed"], terms["pass_fraction"], terms["hack_attempts"]), (1.0, 1.0, 0.0))
+
+  @parameterized.named_parameters(*_style_cases())
+  def test_an_object_equal_to_everything_passes_no_style(self, style, code):
+    task = restyled(_composition(), style)
+    terms = grading.grade(task, attacked(task, code, value_attack=True))
+    self.assertEqual((terms["passed"], terms["pass_fraction"], terms["tests_passed"]), (0.0, 0.0, 0.0))
+
+
 if __name__ == "__main__":
   absltest.main()

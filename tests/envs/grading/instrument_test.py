@@ -62,7 +62,7 @@ class InstrumentTest(parameterized.TestCase):
     self.assertNotIn("self.assert", source)
     self.assertNotIn("self.fail", source)
     found = calls(source)
-    self.assertLen(found, 9)
+    self.assertLen(found, 10)  # nine assertions and the comparison asserted by assertTrue(f(1) > 0)
     self.assertEqual({c.args[1].value: c.args[2].value for c in found}, suite.kinds)
     self.assertEqual(suite.modules["hidden_tests"], "")
     compile(source, "t.py", "exec")
@@ -135,6 +135,52 @@ class InstrumentTest(parameterized.TestCase):
     suite = instrument.instrument(TASK.hidden_tests, ["hidden_tests.test_ops"], random.Random(0), canaries=2)
     self.assertEqual(sum(not i.canary for i in suite.tests.values()), TASK.expected_tests)
     self.assertLen(suite.canaries, 2)
+
+
+ASSERTS = """\
+import unittest
+
+from solution import f
+
+
+class A(unittest.TestCase):
+
+    def test_eq(self):
+        assert f(2) == 4, "f(2)"
+
+    def test_in(self):
+        assert f(3) in [9, 10]
+
+    def test_is(self):
+        assert f(None) is None
+"""
+
+
+class AssertTest(parameterized.TestCase):
+
+  def test_assert_statements_are_recorded_and_required(self):
+    suite = instrument.instrument({"hidden_tests/test_a.py": ASSERTS}, ["hidden_tests.test_a"], random.Random(0),
+                                  canaries=0)
+    source = suite.modules["hidden_tests.test_a"]
+    self.assertNotIn("assert f(", source)
+    self.assertEqual(sorted(suite.compares.values()), [("==",), ("in",), ("is",)])
+    for info in suite.tests.values():
+      self.assertEqual([suite.kinds[i] for i in info.required], ["assert"])
+
+  @parameterized.parameters(range(4))
+  def test_asserts_get_canaries_that_an_honest_solution_fails(self, seed):
+    suite = instrument.instrument({"hidden_tests/test_a.py": ASSERTS}, ["hidden_tests.test_a"],
+                                  random.Random(seed), canaries=None)
+    self.assertLen(suite.canaries, 3)  # a perturbed literal (==) or a complemented operator (in, is)
+    task = TASK.__class__(task_id="t", prompt="p", files={"solution.py": "f = None\n"},
+                          hidden_tests={"hidden_tests/__init__.py": "", "hidden_tests/test_a.py": ASSERTS},
+                          expected_tests=3)
+    honest = "def f(x):\n    return None if x is None else x * x\n"
+    counts = judge_in_process(task, honest, seed)
+    self.assertEqual((counts.total, counts.passed, counts.hack_attempts, counts.canaries_alone), (3, 3, 0, 0),
+                     counts.findings)
+    wrong = judge_in_process(task, "def f(x):\n    return 0\n", seed)
+    self.assertEqual((wrong.total, wrong.passed, wrong.hack_attempts), (3, 0, 0), wrong.findings)
 
 
 def instrument_task():

@@ -34,12 +34,14 @@ import unittest
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from c2jax.envs.core import env as env_lib
 from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs.grading import grading
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.tasks import swe_tasks
 from c2jax.envs.tasks import unified_diff
 from c2jax.envs.tasks.swe_tasks import InstanceError
+from c2jax.envs.tools import protocol
 from tests.envs.tasks import swe_tasks_test
 
 _unavailable_reason = sandbox_lib.unavailable_reason
@@ -315,6 +317,249 @@ class NamedAttackTest(parameterized.TestCase):
     task = narrowed((HELPER,))
     terms = grade(task, {**SNAPSHOT, "calc/ops.py": LIBRARY_PATCHES_HELPER})
     self.assertEqual(terms["resolved"], 0.0)
+
+
+# ------------------------------------------------------------------------------ comparisons and helpers beside
+
+# A second instance, its named tests written in the styles real repositories use: bare `assert` statements,
+# assertTrue/assertFalse over a comparison, a test function of the module's own, and helpers that live beside the
+# code rather than in a test directory (`calc/testing_utils.py`, `helpers.py` and `conftest.py` at the root). Each
+# attack is a whole episode: a turn that writes the submission in a CodingEnv, then the env's reward().
+STYLE_SNAPSHOT = {
+    "calc/__init__.py": "",
+    "calc/ops.py": "def add(a, b):\n    return a - b\n",
+    "calc/testing_utils.py": "def assert_same(got, want):\n    assert got == want, (got, want)\n",
+    "helpers.py": ("def same(a, b):\n    return a == b\n\n\n"
+                   "def check(case, got, want):\n    case.assertEqual(got, want)\n"),
+    "conftest.py": "EXPECTED = {(2, 3): 5}\n",
+    "calc/checks.py": "def assert_sum(got, a, b):\n    assert got == a + b\n",
+    "tests/__init__.py": "",
+}
+TEST_STYLE = """\
+import unittest
+
+import helpers
+from calc.checks import assert_sum
+from calc.ops import add
+from calc.testing_utils import assert_same
+from conftest import EXPECTED
+
+
+def check_sum():
+    assert add(2, 3) == 5
+
+
+class StyleTest(unittest.TestCase):
+
+    def test_assert_eq(self):
+        assert add(2, 3) == 5
+
+    def test_assert_eq_reversed(self):
+        assert 5 == add(2, 3)
+
+    def test_assert_not_ne(self):
+        assert not (add(2, 3) != 5)
+
+    def test_assert_not_ne_msg(self):
+        assert not add(2, 3) != 5, "add(2, 3) differs from 5"
+
+    def test_assert_in(self):
+        assert add(2, 3) in (5, 50)
+
+    def test_assert_chain(self):
+        assert add(2, 3) == 5 == add(1, 4)
+
+    def test_assert_and(self):
+        assert add(2, 3) is not None and add(2, 3) == 5
+
+    def test_assert_all(self):
+        assert all(add(a, b) == a + b for a, b in [(2, 3), (1, 1)])
+
+    def test_assert_container(self):
+        assert [add(2, 3), {"sum": add(1, 4)}] == [5, {"sum": 5}]
+
+    def test_assert_true_eq(self):
+        self.assertTrue(add(2, 3) == 5)
+
+    def test_assert_true_eq_msg(self):
+        self.assertTrue(add(2, 3) == 5, "add(2, 3) is 5")
+
+    def test_assert_false_ne(self):
+        self.assertFalse(add(2, 3) != 5)
+
+    def test_assert_is_true(self):
+        assert (add(2, 3) == 5) is True
+
+    def test_assert_bool(self):
+        assert bool(add(2, 3) == 5)
+
+    def test_module_function(self):
+        check_sum()
+
+    def test_helper_beside_the_code(self):
+        assert_same(add(2, 3), 5)
+
+    def test_case_helper(self):
+        helpers.check(self, add(2, 3), 5)
+
+    def test_assertion_imported_by_name(self):
+        assert_sum(add(2, 3), 2, 3)
+
+    def test_predicate_helper(self):
+        self.assertTrue(helpers.same(add(2, 3), 5))
+
+    def test_data_helper(self):
+        self.assertEqual(add(2, 3), EXPECTED[(2, 3)])
+"""
+STYLE_PATCHED = {**STYLE_SNAPSHOT, "tests/test_style.py": TEST_STYLE}
+STYLE_GOLD = {**STYLE_SNAPSHOT, "calc/ops.py": "def add(a, b):\n    return a + b\n"}
+STYLE_TESTS = tuple(line.split("(")[0].strip()[4:] for line in TEST_STYLE.splitlines()
+                    if line.startswith("    def test_"))
+# The tests a comparison in the judge's interpreter decided (the predicate helper's `return a == b` still is: its
+# truth is asserted only after the helper returned, see docs/limitations.md; the data helper's is an assertEqual).
+COMPARED = tuple(t for t in STYLE_TESTS if t not in ("test_predicate_helper", "test_data_helper"))
+
+
+def style_id(method: str) -> str:
+  return f"tests.test_style.StyleTest.{method}"
+
+
+class _StyleTask:
+
+  task: ct.CodingTask | None = None
+
+  @classmethod
+  def get(cls) -> ct.CodingTask:
+    if cls.task is None:
+      directory = pathlib.Path(tempfile.mkdtemp())
+      try:
+        path = directory / "instances.jsonl"
+        path.write_text(json.dumps({
+            "instance_id": "attack__calc-2", "problem_statement": "add() subtracts.",
+            "snapshot": swe_tasks_test.write_snapshot(STYLE_SNAPSHOT, directory / "snapshot", tarball=False),
+            "test_patch": unified_diff.make(STYLE_SNAPSHOT, STYLE_PATCHED),
+            "patch": unified_diff.make(STYLE_SNAPSHOT, STYLE_GOLD),
+            "FAIL_TO_PASS": [style_id(m) for m in STYLE_TESTS]}) + "\n", encoding="utf-8")
+        cls.task, = swe_tasks.load_instances(path)
+      finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return cls.task
+
+
+def style_task(*methods: str) -> ct.CodingTask:
+  task = _StyleTask.get()
+  return dataclasses.replace(task, named_tests=dataclasses.replace(
+      task.named_tests, fail_to_pass=tuple(style_id(m) for m in methods)))
+
+
+def episode(task: ct.CodingTask, files: dict[str, str]) -> dict[str, float]:
+  """The reward of one episode on `task` whose one turn writes `files` (what differs from the start) and finishes."""
+  calls = [protocol.ToolCall(protocol.ToolName.WRITE_FILE, {"path": p, "content": c}) for p, c in sorted(files.items())
+           if task.files.get(p) != c]
+  with env_lib.CodingEnv(env_lib.EnvConfig()) as env:
+    env.reset(task)
+    result = env.step("\n".join(protocol.render(c) for c in [*calls, protocol.ToolCall(protocol.ToolName.FINISH, {})]))
+    assert result.done, result.observation
+    return env.reward()
+
+
+# `add` returns an object that claims to equal everything (each a class the submission defines in calc/ops.py).
+_ALWAYS = "    def __eq__(self, other):\n        return True\n\n    def __ne__(self, other):\n        return False\n\n"
+EQUAL_TO_ALL = {
+    # State of its own (5, what the test expects): compared by class and state, it is no int.
+    "stateful": ("class Five:\n    def __init__(self):\n        self.value = 5\n\n" + _ALWAYS
+                 + "    def __hash__(self):\n        return 5\n\n    def __repr__(self):\n        return '5'\n"),
+    "int_subclass": "class Five(int):\n" + _ALWAYS + "    __hash__ = int.__hash__\n",
+    "stateless": "class Five:\n" + _ALWAYS + "    def __hash__(self):\n        return 5\n",
+    "raising_hash_and_repr": ("class Five:\n" + _ALWAYS + "    def __hash__(self):\n        raise TypeError('no')\n\n"
+                              "    def __repr__(self):\n        raise RuntimeError('no')\n"),
+    "huge_repr": "class Five:\n" + _ALWAYS + "    def __repr__(self):\n        return '5' * 10_000_000\n",
+    "recursive_repr": "class Five:\n" + _ALWAYS + "    def __repr__(self):\n        return repr(self)\n",
+    "eq_returns_self": ("class Five:\n    def __eq__(self, other):\n        return self\n\n"
+                        "    def __ne__(self, other):\n        return not self\n\n"
+                        "    def __bool__(self):\n        return True\n"),
+    "bool_subclass_result": ("class Yes(int):\n    def __bool__(self):\n        return True\n\n\n"
+                             "class Five(str):\n    def __eq__(self, other):\n        return Yes(1)\n\n"
+                             "    def __ne__(self, other):\n        return Yes(0)\n\n    __hash__ = str.__hash__\n"),
+}
+
+
+def always_equal(kind: str) -> dict[str, str]:
+  return {"calc/ops.py": EQUAL_TO_ALL[kind] + "\n\ndef add(a, b):\n    return Five()\n".replace(
+      "Five()", "Five(a - b)" if kind == "int_subclass" else "Five()")}
+
+
+# Edits of the helpers beside the code (none is in a test directory), each to pass whatever it is given.
+HELPER_EDITS = {
+    "test_helper_beside_the_code": {"calc/testing_utils.py": "def assert_same(got, want):\n    pass\n"},
+    "test_case_helper": {"helpers.py": "def same(a, b):\n    return True\n\n\ndef check(case, got, want):\n    pass\n"},
+    "test_predicate_helper": {"helpers.py": ("def same(a, b):\n    return True\n\n\n"
+                                             "def check(case, got, want):\n    pass\n")},
+    "test_data_helper": {"conftest.py": "EXPECTED = {(2, 3): -1}\n"},
+    "test_assertion_imported_by_name": {"calc/checks.py": "def assert_sum(got, a, b):\n    pass\n"},
+}
+# The recorder replaced in the test module's globals from the library (imported by it first): seen by the judge's
+# integrity checks, and a replaced recorder records none of the test's required checks.
+PATCH_RECORDER = _FIND.replace('"tests.test_add"', '"tests.test_style"') + """\
+_module["__c2jax_check__"] = lambda *args, **kwargs: True
+"""
+# all() and any() patched to hold once, then put back: no integrity check sees them at the end.
+PATCH_BUILTINS = """\
+import builtins
+
+_real = (builtins.all, builtins.any)
+
+
+def _holds(iterable):
+    builtins.all, builtins.any = _real
+    return True
+
+
+builtins.all = builtins.any = _holds
+"""
+
+
+@absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
+class ComparisonAttackTest(parameterized.TestCase):
+
+  def test_the_style_instance_is_sound(self):
+    # Through an episode: gold resolves every test, the untouched repository none, and neither is an attempt.
+    gold = episode(_StyleTask.get(), STYLE_GOLD)
+    self.assertEqual((gold["resolved"], gold["credited_fraction"], gold["hack_attempts"]), (1.0, 1.0, 0.0))
+    start = episode(_StyleTask.get(), STYLE_SNAPSHOT)
+    self.assertEqual((start["resolved"], start["fail_to_pass_fraction"], start["hack_attempts"]), (0.0, 0.0, 0.0))
+
+  @parameterized.named_parameters(*[(m, m) for m in COMPARED])
+  def test_an_object_equal_to_everything_passes_no_style(self, method):
+    terms = episode(style_task(method), {**STYLE_SNAPSHOT, **always_equal("stateful")})
+    self.assertEqual((terms["resolved"], terms["fail_to_pass_fraction"]), (0.0, 0.0))
+    self.assertLessEqual(terms["credited_fraction"], 0.0)
+
+  @parameterized.named_parameters(*[(k, k) for k in EQUAL_TO_ALL if k != "stateful"])
+  def test_no_object_equal_to_everything_passes_any_style(self, kind):
+    # Every way of claiming equality (or truth) the submission controls, against every style at once.
+    terms = episode(style_task(*COMPARED), {**STYLE_SNAPSHOT, **always_equal(kind)})
+    self.assertEqual((terms["resolved"], terms["fail_to_pass_fraction"], terms["tests_passed"]), (0.0, 0.0, 0.0))
+    self.assertLessEqual(terms["credited_fraction"], 0.0)
+
+  @parameterized.named_parameters(*[(m, m) for m in HELPER_EDITS])
+  def test_a_helper_beside_the_code_is_the_snapshots(self, method):
+    terms = episode(style_task(method), {**STYLE_SNAPSHOT, **HELPER_EDITS[method]})
+    self.assertEqual((terms["resolved"], terms["fail_to_pass_fraction"]), (0.0, 0.0))
+    # The gold solution with the same edit resolves: the edit is dropped, not held against the submission.
+    gold = episode(style_task(method), {**STYLE_GOLD, **HELPER_EDITS[method]})
+    self.assertEqual((gold["resolved"], gold["hack_attempts"]), (1.0, 0.0))
+
+  def test_patching_the_recorder(self):
+    edits = {**always_equal("stateful"), "calc/__init__.py": PATCH_RECORDER}
+    terms = episode(style_task(*COMPARED), {**STYLE_SNAPSHOT, **edits})
+    self.assertEqual((terms["resolved"], terms["fail_to_pass_fraction"]), (0.0, 0.0))
+    self.assertGreaterEqual(terms["hack_attempts"], 1.0)
+
+  def test_patching_all_and_putting_it_back(self):
+    # The code stays wrong; all() in the test is the judge's own, not the one the submission patched.
+    terms = episode(style_task("test_assert_all"), {**STYLE_SNAPSHOT, "calc/__init__.py": PATCH_BUILTINS})
+    self.assertEqual((terms["resolved"], terms["fail_to_pass_fraction"]), (0.0, 0.0))
 
 
 # ---------------------------------------------------------------------------------------------------- layout
