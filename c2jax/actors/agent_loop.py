@@ -46,7 +46,9 @@ observation, turns ended by EOS, the summary request and the framed summary appe
 (a real model's template) ends turns with its end-of-turn token, decodes them with their control tokens, appends
 the template's continuation after each turn, asks for a summary with a user turn in place of the generation prompt,
 and starts the next segment with the prompt re-rendered around the summary, keeping the cache of the prefix the
-two prompts share; an observation that does not fit beside a summary ends such an episode (CONTEXT).
+two prompts share; an observation that does not fit beside a summary ends such an episode (CONTEXT). In every
+format the environment's text (observations, notices, the framed summary) is appended with special-token matching
+off (`ChatTokens.encode_text` / `encode_markup`): only the template's structure writes control ids.
 
 A trajectory does not depend on its slot or on the other episodes (each draws with its own key and draw index),
 so a run with S slots equals running each episode alone with the same keys (tests/actors/agent_loop_test.py).

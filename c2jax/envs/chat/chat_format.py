@@ -18,10 +18,26 @@ segment, re-prefilling from the longest common prefix of the old and new token s
 of the tiny models and a tokenizer whose control tokens are added special tokens every piece boundary falls on a
 control token or a byte, so tokenizing pieces apart gives the same ids as tokenizing their concatenation.
 
+The environment's text is never structure. The engine does not tokenize rendered text whole: it encodes markup
+(`render_markup`, `Continuation.observation_markup`, `prompt_markup`; `c2jax.envs.chat.markup`), in which the
+control tokens the template wrote are CONTROL pieces (one id each) and the content of every message from the
+environment (the user message: task, repository listing, a summary; tool messages: files, command output; the
+harness's notes and budget line) is TEXT, encoded with special-token matching off. In every format a control
+string inside that text (its own, another format's, cut, full-width or not, split across results) reaches the
+model as the ordinary tokens of its characters and decodes back to the same text: it cannot close a tool output,
+open a user / system / assistant message or write a tool call. (transformers' `apply_chat_template` and vLLM
+tokenize the rendered text whole with added tokens matched, so there such text becomes control tokens; the two
+streams are equal wherever the environment's text spells no control string.) The opening system message (this
+format's own prompt and tool layout, which for DeepSeek spells its call markers as its model card does) and the
+model's own turns keep their control tokens.
+
 Formats (`CHAT_FORMATS`):
   brief        no template: today's raw text framing, bit for bit. The prompt is the first observation (the engine
                adds BOS); a turn ends with the tokenizer's EOS (end_of_turn ""); the continuation is the tool
                results as <result tool=...> / <error> blocks, clipped as a whole, then "\\n" and the budget line.
+               All of it is text: BOS and EOS are ids of their own, and no added token of the tokenizer (its
+               specials, "<|endoftext|>", another format's tokens) is matched in the prompt, the observations,
+               the framed summary or a forced turn.
   deepseek_v3  DeepSeek-V3.1's template (chat_templates/deepseek_v3_1.jinja) with thinking off, its native calls
                (`tool_formats`). Its template ignores `tools=`: the tools are described in the system prompt in the
                layout its model card gives. A turn ends with <｜end▁of▁sentence｜>. Each run call's result is a tool
