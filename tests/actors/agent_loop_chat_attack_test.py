@@ -104,16 +104,7 @@ class ChatInjectionEngineTest(parameterized.TestCase):
                       first_observation=text, make_env=lambda: RecordingEnv(task, suite.env_config, log=log))
     (traj,) = runner.run([episode], weights=lambda: (self.params, 0))
     self.assertEqual(traj.end, EpisodeEnd.FINISHED)
-    self.assertEqual([t for t, _ in log], turns)
     seg = traj.segments[0]
-
-    # The prompt: the control ids of its harmless twin, and the text back.
-    prompt_ids = seg.tokens[seg.source == int(Source.PROMPT)]
-    self.assertEqual(chat_attacks.control_ids(prompt_ids, tok), chat_attacks.control_ids(chat.prompt(benign_text), tok))
-    if not fmt.native:  # brief: BOS, then the first observation
-      self.assertEqual(int(prompt_ids[0]), tok.bos_id)
-      prompt_ids = prompt_ids[1:]
-    self.assertEqual(tok.decode(prompt_ids, skip_special_tokens=False), chat.prompt_text(text))
 
     # Each observation: the control ids the template writes around harmless results, and the text back.
     shown = {turn: [] for turn in range(len(turns))}
@@ -129,6 +120,14 @@ class ChatInjectionEngineTest(parameterized.TestCase):
         self.assertEqual(tok.decode(shown[turn], skip_special_tokens=False), result.observation + result.notice)
     self.assertIn(chat_attacks.FORGED[family], log[0][1].observation)  # the files were read back whole
     self.assertIn(split_token(name, family), log[1][1].observation)  # cat joined the halves
+    # The prompt: the control ids of its harmless twin, and the text back.
+    prompt_ids = seg.tokens[seg.source == int(Source.PROMPT)]
+    self.assertEqual(chat_attacks.control_ids(prompt_ids, tok), chat_attacks.control_ids(chat.prompt(benign_text), tok))
+    if not fmt.native:  # brief: BOS, then the first observation
+      self.assertEqual(int(prompt_ids[0]), tok.bos_id)
+      prompt_ids = prompt_ids[1:]
+    self.assertEqual(tok.decode(prompt_ids, skip_special_tokens=False), chat.prompt_text(text))
+    self.assertEqual([t for t, _ in log], turns)
     self.assertEqual(seg.drift, 0)
 
 
