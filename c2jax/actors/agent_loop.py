@@ -46,7 +46,9 @@ observation, turns ended by EOS, the summary request and the framed summary appe
 (a real model's template) ends turns with its end-of-turn token, decodes them with their control tokens, appends
 the template's continuation after each turn, asks for a summary with a user turn in place of the generation prompt,
 and starts the next segment with the prompt re-rendered around the summary, keeping the cache of the prefix the
-two prompts share; an observation that does not fit beside a summary ends such an episode (CONTEXT).
+two prompts share; an observation that does not fit beside a summary ends such an episode (CONTEXT). In every
+format the environment's text (observations, notices, the framed summary) is appended with special-token matching
+off (`ChatTokens.encode_text` / `encode_markup`): only the template's structure writes control ids.
 
 A trajectory does not depend on its slot or on the other episodes (each draws with its own key and draw index),
 so a run with S slots equals running each episode alone with the same keys (tests/actors/agent_loop_test.py).
@@ -72,6 +74,7 @@ from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.chat import self_summary
 from c2jax.envs.core.agent_env import AgentEnv, TurnResult
+from c2jax.envs.chat.chat_format import Continuation
 from c2jax.envs.chat.chat_tokens import ChatTokens, prefix_length
 from c2jax.model.config import ModelConfig
 from c2jax.model.sharding import Layout
@@ -520,8 +523,8 @@ class AgentRunner:
     """Checks the episodes' prompts against the slots' context and starts the tool workers: the loop's state."""
     summary, context, native = self.agent.summary, self.engine.context, self.chat.native
     request_text = self.chat.format.summary_request(summary.max_tokens) if summary.enabled else ""
-    request_ids = (self._encode(self.chat.format.continuation("", (), "", request=request_text).notice) if native
-                   else self._encode(request_text))
+    request_ids = (self.chat.encode_markup(self.chat.format.continuation("", (), "", request=request_text)
+                                           .notice_markup) if native else self.chat.encode_text(request_text))
     reserve = len(request_ids) + summary.max_tokens if summary.enabled else 0
     for i, ep in enumerate(episodes):
       if len(ep.prompt) < 1 or len(ep.prompt) + reserve >= context:
@@ -756,7 +759,7 @@ class AgentRunner:
     run.last_stopped = stopped
     text = self.chat.turn_text(ids)
     ended_by_eot = stopped and int(ids[-1]) == self.chat.end_of_turn_id
-    if not np.array_equal(self.chat.turn_ids(text) if ended_by_eot else self._encode(text), ids):
+    if not np.array_equal(self.chat.turn_ids(text) if ended_by_eot else self.chat.encode_model_text(text), ids):
       run.retokenized += 1
     run.last_text = text
     run.unended = self.chat.native and not ended_by_eot
@@ -779,12 +782,15 @@ class AgentRunner:
   def _take_tool_result(self, loop: _Loop, slot: int, run: _Run, result: TurnResult) -> None:
     """A tool call's result: the episode goes APPENDING its observation and notice (fed after its turn's pending
     last token), with the summary request when its segment ends here, or FINISHING."""
-    obs_ids = self._encode(result.observation)
+    # The environment's text is encoded with special-token matching off: only the template's structure (the
+    # continuation's CONTROL pieces) writes control ids, never a tool result or a file that spells one.
+    cont = result.continuation or Continuation.plain(result.observation, result.notice)
+    obs_ids = self.chat.encode_markup(cont.observation_markup)
     if run.unended:
       # A turn cut by its budget has no end-of-turn token; the template writes one after every assistant
       # message, so it opens the observation (the stream stays the conversation's render; not trained on).
       obs_ids = np.concatenate([np.asarray([self.chat.end_of_turn_id], np.int32), obs_ids])
-    notice_ids = self._encode(result.notice)
+    notice_ids = self.chat.encode_markup(cont.notice_markup)
     # host_len counts the turn's pending last token; the next turn needs room for at least one token (and,
     # while a summary may follow it, for the summary).
     grown = int(loop.host_len[slot]) + len(obs_ids) + len(notice_ids)
@@ -837,8 +843,8 @@ class AgentRunner:
     if summarize and self.chat.native:
       # The template writes the request as a user turn in place of the generation prompt: the harness's
       # message and the request, re-rendered together (the ledger marks them all as the request).
-      notice_ids = self._encode(self.chat.format.continuation(
-          run.last_text, result.results, result.budget, request=loop.request_text).notice)
+      notice_ids = self.chat.encode_markup(self.chat.format.continuation(
+          run.last_text, result.results, result.budget, request=loop.request_text).notice_markup)
       run.add(notice_ids, Source.SUMMARY_REQUEST, run.turns - 1)
       text = result.observation + self.tokenizer.decode(notice_ids) if script else ""
     else:
@@ -858,9 +864,6 @@ class AgentRunner:
       self.stats.episodes += 1
 
   # -- episode steps on tool workers ----------------------------------------------------------------------------
-
-  def _encode(self, text: str) -> np.ndarray:
-    return self.chat.encode(text)
 
   @staticmethod
   def _step(run: _Run, ids: np.ndarray, text: str) -> TurnResult:
@@ -905,7 +908,7 @@ class AgentRunner:
     (`ChatTokens.segment_prompt`), split where it leaves the old prompt (inside the user message)."""
     prompt = [int(t) for t in episode.prompt]
     if not self.chat.native:
-      return prompt, [(self._encode(self_summary.resume(run.summary_text)), Source.RESUME)] + \
+      return prompt, [(self.chat.encode_text(self_summary.resume(run.summary_text)), Source.RESUME)] + \
           [(ids, src) for ids, src in run.carried if len(ids)]
     new = self.chat.segment_prompt(episode.first_observation, run.summary_text)
     keep = max(1, min(prefix_length(prompt, new), len(new) - 1))

@@ -7,6 +7,7 @@ vocab_size >= 259 can be trained on it.
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 import numpy as np
 
@@ -45,6 +46,11 @@ class ByteTokenizer:
     parts = ([np.array([self.BOS], np.int32)] if bos else []) + [ids] + (
         [np.array([self.EOS], np.int32)] if eos else [])
     return np.concatenate(parts)
+
+  def encode_text(self, text: str, controls: Sequence[str] = ()) -> np.ndarray:
+    """[N] int32: the text's bytes; no text is ever a special token here (`controls` have no ids of their own)."""
+    del controls
+    return self.encode(text, bos=False, eos=False)
 
   def decode(self, ids, skip_special_tokens: bool = True) -> str:
     del skip_special_tokens  # PAD, BOS and EOS have no text of their own

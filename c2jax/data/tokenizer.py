@@ -4,9 +4,19 @@
   tok = make_tokenizer("/path/to/tokenizer.json")   # HFTokenizer (BOS / EOS / PAD found by their usual names)
   tok = make_tokenizer("/path/to/hf_model_dir")     # its tokenizer.json, with tokenizer_config.json's BOS / EOS
   ids = tok.encode("def f(): pass", bos=True, eos=True)   # [N] int32
+  ids = tok.encode_text(tool_output, controls)             # [N] int32, no added token matched (see below)
   text = tok.decode(ids)                                   # special tokens dropped
 
 Both satisfy `Tokenizer`, which is all the pipelines (c2jax/data/pipeline.py) and the training side rely on.
+
+`encode` matches added tokens: the string "<|im_end|>" is the one id of that token, as a model's own text and a
+chat template's structure are meant. `encode_text` is for text that someone else wrote (tool results, repository
+files, task statements): no special added token, and none of the `controls` the caller names, is matched, so the
+string becomes the ordinary tokens of its characters. Neither HF's `add_special_tokens=False` nor transformers'
+`split_special_tokens=True` does that (the first only leaves out the post-processor's BOS / EOS; the second sets
+the Rust tokenizer's `encode_special_tokens`, which skips special added tokens but still matches non-special ones,
+as DeepSeek's tool-call tokens are): `HFTokenizer` encodes such text with a copy of its tokenizer.json from which
+those added tokens are removed, and refuses (ValueError) a text whose plain tokens would still hold one of them.
 """
 
 from __future__ import annotations
@@ -44,6 +54,10 @@ class Tokenizer(Protocol):
 
   def encode(self, text: str, bos: bool = True, eos: bool = True) -> np.ndarray:
     """[N] int32 ids of `text`, with BOS before and EOS after when asked."""
+
+  def encode_text(self, text: str, controls: Sequence[str] = ()) -> np.ndarray:
+    """[N] int32 ids of `text` as plain text, no BOS / EOS: no special added token and none of `controls` is
+    matched (the module docstring); decoding them (specials kept) gives `text` back."""
 
   def decode(self, ids, skip_special_tokens: bool = True) -> str:
     """The text of `ids`, special tokens dropped unless `skip_special_tokens` is False (a native tool-call format
@@ -138,6 +152,30 @@ class HFTokenizer:
     if eos:
       out[-1] = self.eos_id
     return out
+
+  def encode_text(self, text: str, controls: Sequence[str] = ()) -> np.ndarray:
+    if not text:
+      return np.zeros(0, np.int32)
+    tok, banned = self._plain(frozenset(controls))
+    ids = np.asarray(tok.encode(text, add_special_tokens=False).ids, np.int32)
+    if banned.size and np.isin(ids, banned).any():  # the model itself merges text into a control token
+      raise ValueError(f"Tokenizer {self.path} turns plain text into one of its added tokens "
+                       f"({self.decode(ids[np.isin(ids, banned)][:1], skip_special_tokens=False)!r}); it cannot keep "
+                       "environment text apart from control tokens.")
+    return ids
+
+  def _plain(self, controls: frozenset[str]):
+    """(a tokenizer that matches no special added token and none of `controls`, the ids of those tokens)."""
+    cache = self.__dict__.setdefault("_plain_cache", {})  # frozen dataclass: the cache lives beside the fields
+    if controls not in cache:
+      import tokenizers
+      config = json.loads(self._tok.to_str())
+      added = config.get("added_tokens") or []
+      dropped = [t for t in added if t.get("special") or t["content"] in controls]
+      config["added_tokens"] = [t for t in added if t not in dropped]
+      cache[controls] = (tokenizers.Tokenizer.from_str(json.dumps(config)),
+                         np.asarray(sorted({int(t["id"]) for t in dropped}), np.int32))
+    return cache[controls]
 
   def decode(self, ids, skip_special_tokens: bool = True) -> str:
     return self._tok.decode([int(i) for i in np.asarray(ids).reshape(-1)], skip_special_tokens=skip_special_tokens)

@@ -113,7 +113,11 @@ class NativeChatEngineTest(parameterized.TestCase):
     steps = [Step(turn=text, results=r.results, notice=r.budget) for text, r in log[:-1]]
     steps.append(Step(turn=log[-1][0]))  # the episode ends after its last turn: nothing follows it
     messages = fmt.messages(SYSTEM_PROMPT, task.text, steps)
-    np.testing.assert_array_equal(traj.segments[0].tokens, chat.encode(fmt.held(messages)))
+    np.testing.assert_array_equal(traj.segments[0].tokens, chat.encode_markup(fmt.held_markup(messages)))
+    # No control string in the environment's text here: the whole text tokenized with its added tokens matched (as
+    # transformers' apply_chat_template does) is the same stream.
+    np.testing.assert_array_equal(traj.segments[0].tokens,
+                                  chat.tokenizer.encode(fmt.held(messages), bos=False, eos=False))
     # Every MODEL position is a forced turn's token, its end-of-turn token included.
     seg = traj.segments[0]
     model = seg.tokens[seg.source == int(Source.MODEL)]
@@ -144,7 +148,7 @@ class NativeChatEngineTest(parameterized.TestCase):
     request = fmt.summary_request(64)
     messages = fmt.messages(SYSTEM_PROMPT, task.text, [Step(turn=text, results=result.results, notice=result.budget,
                                                             request=request)])
-    head = chat.encode(fmt.held(messages))
+    head = chat.encode_markup(fmt.held_markup(messages))
     np.testing.assert_array_equal(first.tokens[:len(head)], head)
     np.testing.assert_array_equal(first.tokens[len(head):], chat.turn_ids(summary_text))
     self.assertTrue(np.all(first.source[len(head) - 1:len(head)] == int(Source.SUMMARY_REQUEST)))
@@ -180,7 +184,8 @@ class NativeChatEngineTest(parameterized.TestCase):
     suite = self._suite(name)
     task = suite.task("train", 2)
     fmt = chat_format(name)
-    np.testing.assert_array_equal(task.prompt, suite.chat_tokens().encode(fmt.prompt(SYSTEM_PROMPT, task.text)))
+    np.testing.assert_array_equal(task.prompt,
+                                  suite.chat_tokens().encode_markup(fmt.prompt_markup(SYSTEM_PROMPT, task.text)))
     self.assertNotIn("<tool", task.text)  # the template declares the tools; the brief help is left out
 
   def test_refuses_a_tokenizer_without_the_control_tokens(self):

@@ -72,6 +72,39 @@ class HFTokenizerTest(parameterized.TestCase):
       self.assertEqual(tok.decode(tok.encode(text, bos=False, eos=False)), text)
     self.assertLess(len(tok.encode(_CORPUS[0], bos=False, eos=False)), len(_CORPUS[0]))  # BPE merged something
 
+  def test_encode_text_matches_no_control_token(self):
+    # encode matches added tokens (a template's structure); encode_text never matches a special one, nor a
+    # non-special one named as a control, so a file spelling them stays its own text.
+    directory = tempfile.mkdtemp()
+    path = _write_bpe(directory, specials=("<pad>", "<s>", "</s>", "<|im_end|>"))
+    with open(path, encoding="utf-8") as f:
+      config = json.load(f)
+    config["added_tokens"].append({"id": config["model"]["vocab"]["<|im_end|>"] + 1000, "content": "<tool>",
+                                   "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                                   "special": False})
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(config, f)
+    tok = HFTokenizer(path)
+    end, tool = tok.token_id("<|im_end|>"), tok.token_id("<tool>")
+    text = "x<|im_end|>y<s></s><pad><tool>z"
+    self.assertEqual(tok.encode(text, bos=False, eos=False).tolist().count(end), 1)  # the structure's encoding
+    for controls, matched in (((), [tool]), (("<tool>",), [])):
+      ids = tok.encode_text(text, controls)
+      chex.assert_type(ids, np.int32)
+      self.assertEqual([i for i in ids.tolist() if i in (0, 1, 2, end, tool)], matched)
+      self.assertEqual(tok.decode(ids, skip_special_tokens=False), text)
+    self.assertEqual(tok.encode_text("").tolist(), [])
+    np.testing.assert_array_equal(ByteTokenizer().encode_text("<|im_end|>"), list(b"<|im_end|>"))
+
+  def test_encode_text_refuses_a_model_that_merges_into_a_control_token(self):
+    tok = tokenizers.Tokenizer(models.BPE(vocab={"<": 0, "x": 1, ">": 2, "<x": 3, "<x>": 4, "<s>": 5, "</s>": 6},
+                                          merges=[("<", "x"), ("<x", ">")]))
+    tok.add_special_tokens(["<x>", "<s>", "</s>"])
+    path = os.path.join(tempfile.mkdtemp(), "tokenizer.json")
+    tok.save(path)
+    with self.assertRaisesRegex(ValueError, r"turns plain text into one of its added tokens \('<x>'\)"):
+      HFTokenizer(path).encode_text("x<x>")
+
   def test_named_specials_and_pad_fallback(self):
     path = _write_bpe(tempfile.mkdtemp(), specials=("<|begin|>", "<|end|>"))
     with self.assertRaisesRegex(ValueError, "no BOS token.*HFTokenizer\\(path, bos="):

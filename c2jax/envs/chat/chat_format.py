@@ -18,10 +18,26 @@ segment, re-prefilling from the longest common prefix of the old and new token s
 of the tiny models and a tokenizer whose control tokens are added special tokens every piece boundary falls on a
 control token or a byte, so tokenizing pieces apart gives the same ids as tokenizing their concatenation.
 
+The environment's text is never structure. The engine does not tokenize rendered text whole: it encodes markup
+(`render_markup`, `Continuation.observation_markup`, `prompt_markup`; `c2jax.envs.chat.markup`), in which the
+control tokens the template wrote are CONTROL pieces (one id each) and the content of every message from the
+environment (the user message: task, repository listing, a summary; tool messages: files, command output; the
+harness's notes and budget line) is TEXT, encoded with special-token matching off. In every format a control
+string inside that text (its own, another format's, cut, full-width or not, split across results) reaches the
+model as the ordinary tokens of its characters and decodes back to the same text: it cannot close a tool output,
+open a user / system / assistant message or write a tool call. (transformers' `apply_chat_template` and vLLM
+tokenize the rendered text whole with added tokens matched, so there such text becomes control tokens; the two
+streams are equal wherever the environment's text spells no control string.) The opening system message (this
+format's own prompt and tool layout, which for DeepSeek spells its call markers as its model card does) and the
+model's own turns keep their control tokens.
+
 Formats (`CHAT_FORMATS`):
   brief        no template: today's raw text framing, bit for bit. The prompt is the first observation (the engine
                adds BOS); a turn ends with the tokenizer's EOS (end_of_turn ""); the continuation is the tool
                results as <result tool=...> / <error> blocks, clipped as a whole, then "\\n" and the budget line.
+               All of it is text: BOS and EOS are ids of their own, and no added token of the tokenizer (its
+               specials, "<|endoftext|>", another format's tokens) is matched in the prompt, the observations,
+               the framed summary or a forced turn.
   deepseek_v3  DeepSeek-V3.1's template (chat_templates/deepseek_v3_1.jinja) with thinking off, its native calls
                (`tool_formats`). Its template ignores `tools=`: the tools are described in the system prompt in the
                layout its model card gives. A turn ends with <｜end▁of▁sentence｜>. Each run call's result is a tool
@@ -67,7 +83,8 @@ import json
 from typing import Any, Mapping, Sequence
 
 from c2jax.data.chat_template import ChatTemplate
-from c2jax.envs.chat import self_summary
+from c2jax.envs.chat import markup, self_summary
+from c2jax.envs.chat.markup import Markup, Piece
 from c2jax.envs.chat.tool_formats import TOOL_FORMATS, AssistantTurn, ToolFormat, tool_schemas
 from c2jax.registry import Registry
 
@@ -102,15 +119,29 @@ class ToolResult:
 
 @dataclasses.dataclass(frozen=True)
 class Continuation:
-  """The text appended after a model turn's end-of-turn token, up to and including the next generation prompt.
+  """What is appended after a model turn's end-of-turn token, up to and including the next generation prompt, as
+  markup (`markup.Piece`s: the template's control tokens apart from the environment's text, which stays text).
 
   Attributes:
-    observation: the tool results (the ledger's OBSERVATION tokens).
-    notice: the harness's message with the budget line, and the generation prompt (NOTICE tokens).
+    observation_markup: the tool results (the ledger's OBSERVATION tokens).
+    notice_markup: the harness's message with the budget line, and the generation prompt (NOTICE tokens).
   """
 
-  observation: str
-  notice: str
+  observation_markup: Markup
+  notice_markup: Markup = ()
+
+  @classmethod
+  def plain(cls, observation: str, notice: str = "") -> Continuation:
+    """Environment text alone, no control token (the brief format; a step after the episode's end)."""
+    return cls(markup.plain(observation), markup.plain(notice))
+
+  @property
+  def observation(self) -> str:
+    return markup.text_of(self.observation_markup)
+
+  @property
+  def notice(self) -> str:
+    return markup.text_of(self.notice_markup)
 
   @property
   def text(self) -> str:
@@ -197,6 +228,12 @@ class ChatFormat:
       return f"{system}\n\n{user}" if system else user
     return self.render(self._head(system, user), add_generation_prompt=True)
 
+  def prompt_markup(self, system: str, user: str) -> Markup:
+    """`prompt` as markup: `user` (the task statement, the repository listing) is text, whatever it holds."""
+    if not self.native:
+      return markup.plain(self.prompt(system, user))  # brief has no control token: all of it is text
+    return self.render_markup(self._head(system, user), add_generation_prompt=True)
+
   def continuation(self, turn_text: str, results: Sequence[ToolResult], notice: str, *,
                    max_bytes: int | None = None, request: str = "") -> Continuation:
     """What follows a model turn (after its end-of-turn token), up to and including the next generation prompt.
@@ -219,23 +256,28 @@ class ChatFormat:
       body = "\n".join(parts)
       if max_bytes is not None:
         body = clip(body, max_bytes)
-      return Continuation(body, ("\n" + notice if notice else "") + request)
+      return Continuation.plain(body, ("\n" + notice if notice else "") + request)
     turn = self.tool_format.turn(turn_text)
     tool_messages, rest = self._result_messages(turn, results, notice, request)
     context = self._context(bool(self.assistant_message(turn_text, turn).get("tool_calls")))
     base = self.render(context, add_generation_prompt=False)
     observation = self.render(context + tool_messages, add_generation_prompt=False) if tool_messages else base
-    whole = self.render(context + tool_messages + rest, add_generation_prompt=True)
-    if not (observation.startswith(base) and whole.startswith(observation)):
+    whole = self.render_markup(context + tool_messages + rest, add_generation_prompt=True)
+    if not (observation.startswith(base) and markup.text_of(whole).startswith(observation)):
       raise AssertionError(f"{self.name}: the template does not render tool results append-only.")
-    return Continuation(observation[len(base):], whole[len(observation):])
+    return Continuation(markup.cut(whole, len(base), len(observation)), markup.cut(whole, len(observation)))
 
   def segment_prompt(self, system: str, user: str, summary: str) -> str:
     """The start of a new segment after a self-summary (a segment break): the prompt whose user message is the
     first observation followed by the framed summary (`self_summary.resume`)."""
+    return markup.text_of(self.segment_prompt_markup(system, user, summary))
+
+  def segment_prompt_markup(self, system: str, user: str, summary: str) -> Markup:
+    """`segment_prompt` as markup: the summary (the model's text, decoded with its control tokens) is text in the
+    user message, like the first observation."""
     if not self.native:
-      return self.prompt(system, user) + self_summary.resume(summary)
-    return self.prompt(system, user + self_summary.resume(summary).rstrip("\n"))
+      return markup.merge(self.prompt_markup(system, user) + markup.plain(self_summary.resume(summary)))
+    return self.prompt_markup(system, user + self_summary.resume(summary).rstrip("\n"))
 
   def summary_request(self, max_tokens: int) -> str:
     """The summary request: raw text after the observation for brief, the `request` user turn of `continuation`
@@ -285,10 +327,44 @@ class ChatFormat:
     return self.template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                 **self.template_kwargs)
 
+  def render_markup(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False) -> Markup:
+    """`render` as markup: the template's text split at the control tokens IT wrote; the content of every message
+    from the environment (user, tool, and system messages after the first: the harness's notes) is TEXT, so a
+    control string inside it stays text. The opening system message (the format's own prompt and tool layout) and
+    assistant messages (the model's own text, its control tokens included) are split at their control tokens.
+
+    How: the environment's contents are replaced by placeholders (a private-use character the conversation does
+    not hold, around an index), the template renders that, its text is split at control tokens, and each
+    placeholder is put back as TEXT; the result must spell `render(messages)` exactly (else AssertionError: the
+    template changed a content, and its markup could not be told)."""
+    whole = self.render(messages, add_generation_prompt)
+    mark = next(chr(c) for c in range(0x100000, 0x10FFFE) if chr(c) not in whole)
+    texts: list[str] = []
+    masked = []
+    for i, message in enumerate(messages):
+      content = message.get("content")
+      if _from_environment(i, message) and isinstance(content, str):
+        masked.append({**message, "content": f"{mark}{len(texts)}{mark}"})
+        texts.append(content)
+      else:
+        masked.append(message)
+    pieces: list[Piece] = []
+    for k, part in enumerate(self.render(masked, add_generation_prompt).split(mark)):
+      pieces += [Piece(texts[int(part)])] if k % 2 else markup.split_controls(part, self.control_tokens)
+    out = markup.merge(pieces)
+    if markup.text_of(out) != whole:
+      raise AssertionError(f"{self.name}: the template changes a message's content; its control tokens cannot be "
+                           "told apart from the environment's text.")
+    return out
+
   def held(self, messages: Sequence[Mapping[str, Any]]) -> str:
     """The text the engine holds after `messages`: after an assistant turn, the turn and its end-of-turn token;
     after anything else, the generation prompt too."""
     return self.render(messages, add_generation_prompt=messages[-1].get("role") != "assistant")
+
+  def held_markup(self, messages: Sequence[Mapping[str, Any]]) -> Markup:
+    """`held` as markup (`render_markup`)."""
+    return self.render_markup(messages, add_generation_prompt=messages[-1].get("role") != "assistant")
 
   def boundary(self, before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> Boundary:
     """APPEND when the engine's text after `after` extends its text after `before`, else SEGMENT_BREAK."""
@@ -330,6 +406,12 @@ class ChatFormat:
     if request:
       rest.append({"role": "user", "content": request})
     return tool_messages, rest
+
+
+def _from_environment(index: int, message: Mapping[str, Any]) -> bool:
+  """Whether a message's content is the environment's text (user, tool, a system message after the first)."""
+  role = message.get("role")
+  return role in ("user", "tool") or (role == "system" and index > 0)
 
 
 CHAT_FORMATS: Registry = Registry("chat format")

@@ -5,6 +5,7 @@ section 4: RL episodes are agent sessions, in the model's own chat format when i
   prompt = chat.prompt(first_observation)      # [P] ids: system + user (tools declared) + generation prompt
   text = chat.turn_text(ids)                   # a sampled turn as the environment parses it
   ids = chat.turn_ids(text)                    # a forced (scripted) turn, ended as the model ends one
+  ids = chat.encode_markup(cont.observation_markup)   # a continuation: control ids only where the template put them
   chat.end_of_turn_id                          # the stop token of a turn
 
 brief is today's raw framing, bit for bit: BOS + the first observation; a turn ends with the tokenizer's EOS, which
@@ -16,16 +17,29 @@ The tokenizer must carry every control token of a native format as one token of 
 are tokenized apart, and only then does their concatenation equal the whole conversation's tokenization (zero
 drift, `c2jax.envs.chat.chat_format`). A tokenizer without them (the byte tokenizer, a model's tokenizer of another
 family) is refused when the pair is made.
+
+Text from the environment never becomes a control token. Everything the environment, a tool, a repository file,
+a task statement or a self-summary contributes is encoded with special-token matching off (`encode_text`, over the
+tokenizer's `encode_text`): a tool result holding "<|im_end|><|im_user|>user<|im_middle|>..." (or DeepSeek's
+"<｜tool▁output▁end｜>", or any format's control string, whole, partial or split across results) reaches the model
+as the ordinary tokens of those characters, and decodes back to the same text; only the template's own structure
+(`markup.Kind.CONTROL` pieces of `ChatFormat.render_markup`) puts control ids in the prompt and the continuations.
+This is stricter than transformers' `apply_chat_template(tokenize=True)` and vLLM's chat serving, which render
+the template and tokenize the whole text with added tokens matched (a control string in a message becomes the
+control token there). A model's own turns are its text: `turn_ids` matches control tokens (its native tool calls
+are written with them), as the sampled ids hold them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
+from c2jax.envs.chat import markup
 from c2jax.envs.chat.chat_format import SYSTEM_PROMPT, ChatFormat, chat_format
+from c2jax.envs.chat.markup import Kind, Piece
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +57,9 @@ class ChatTokens:
   system: str = SYSTEM_PROMPT
 
   def __post_init__(self):
+    if getattr(self.tokenizer, "encode_text", None) is None:
+      raise ValueError(f"Chat format {self.format.name!r} needs a tokenizer that encodes the environment's text with "
+                       f"special-token matching off (encode_text); {type(self.tokenizer).__name__} has none.")
     if not self.format.native:
       return
     lookup = getattr(self.tokenizer, "token_id", None)
@@ -71,28 +88,51 @@ class ChatTokens:
       return int(self.tokenizer.eos_id)
     return int(self.tokenizer.token_id(self.format.end_of_turn))
 
-  def encode(self, text: str) -> np.ndarray:
-    """[N] int32: a piece of text (an observation, a notice), no BOS or EOS."""
+  def encode_text(self, text: str) -> np.ndarray:
+    """[N] int32: text from the environment (a tool result, a file, a task, a summary), no BOS or EOS, with no
+    control token matched: neither a special token of the tokenizer nor one of the format's control tokens."""
     if not text:
       return np.zeros(0, np.int32)
+    return np.asarray(self.tokenizer.encode_text(text, self.format.control_tokens), np.int32).reshape(-1)
+
+  def encode_markup(self, pieces: Iterable[Piece]) -> np.ndarray:
+    """[N] int32: markup (`ChatFormat.render_markup`, `Continuation`): each CONTROL piece its one id, each TEXT
+    piece `encode_text`."""
+    parts = [np.asarray([self._control_id(p.text)], np.int32) if p.kind is Kind.CONTROL else self.encode_text(p.text)
+             for p in markup.merge(pieces)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+
+  def encode_model_text(self, text: str) -> np.ndarray:
+    """[N] int32: text the MODEL wrote (a forced turn, a sampled turn's text), no BOS or EOS. A native format
+    matches its control tokens (a native tool call is written with them); brief has none but the EOS that ends a
+    turn, so its turns are text (`encode_text`). Never for the environment's text: that is `encode_text`."""
+    if not text or not self.native:
+      return self.encode_text(text)
     return np.asarray(self.tokenizer.encode(text, bos=False, eos=False), np.int32)
+
+  def _control_id(self, token: str) -> int:
+    i = self.tokenizer.token_id(token) if self.native else None
+    if i is None:
+      raise ValueError(f"Chat format {self.format.name!r}: {token!r} is no single token of the tokenizer.")
+    return int(i)
 
   def prompt_text(self, first_observation: str) -> str:
     """The text of an episode's prompt (brief: the first observation; BOS is an id of its own)."""
     return self.format.prompt(self.system, first_observation) if self.native else first_observation
 
   def prompt(self, first_observation: str) -> np.ndarray:
-    """[P] int32: an episode's prompt ids."""
+    """[P] int32: an episode's prompt ids; the first observation (the task, the repository listing) is text."""
     if not self.native:
-      return np.asarray(self.tokenizer.encode(first_observation, bos=True, eos=False), np.int32)
-    return self.encode(self.prompt_text(first_observation))
+      bos = np.asarray(self.tokenizer.encode("", bos=True, eos=False), np.int32).reshape(-1)  # BOS alone
+      return np.concatenate([bos, self.encode_text(first_observation)])
+    return self.encode_markup(self.format.prompt_markup(self.system, first_observation))
 
   def segment_prompt(self, first_observation: str, summary: str) -> np.ndarray:
     """[P'] int32: the prompt of a segment after a self-summary (native formats: the user message holds the first
     observation and the framed summary, `ChatFormat.segment_prompt`); it shares a prefix with `prompt`."""
     if not self.native:
       raise ValueError("The brief format appends the framed summary after the prompt; it has no segment prompt.")
-    return self.encode(self.format.segment_prompt(self.system, first_observation, summary))
+    return self.encode_markup(self.format.segment_prompt_markup(self.system, first_observation, summary))
 
   def turn_text(self, ids: Sequence[int]) -> str:
     """A sampled turn's text, without the token that ended it (control tokens kept for native formats)."""
@@ -105,7 +145,7 @@ class ChatTokens:
 
   def turn_ids(self, text: str) -> np.ndarray:
     """[N + 1] int32: a turn's text and the token that ends it."""
-    return np.concatenate([self.encode(text), np.asarray([self.end_of_turn_id], np.int32)])
+    return np.concatenate([self.encode_model_text(text), np.asarray([self.end_of_turn_id], np.int32)])
 
 
 def prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

@@ -40,6 +40,9 @@ class TurnResult:
     results: the turn's tool results and the harness's notes, in order (`chat_format.ToolResult`): what a native
       chat format re-renders when the engine asks for a summary in place of the next generation prompt.
     budget: the budget line alone.
+    continuation: `observation` and `notice` as markup (a native chat format's control tokens apart from the
+      environment's text); None: both are the environment's text alone, without a control token (the engine
+      encodes them with special-token matching off either way).
   """
 
   observation: str
@@ -48,6 +51,12 @@ class TurnResult:
   reason: str = ""
   results: tuple[ToolResult, ...] = ()
   budget: str = ""
+  continuation: Continuation | None = None
+
+  def __post_init__(self):
+    if self.continuation is not None and (self.continuation.observation, self.continuation.notice) != (
+        self.observation, self.notice):
+      raise ValueError("TurnResult: continuation must spell the observation and the notice.")
 
 
 class AgentEnv(Protocol):
@@ -81,10 +90,10 @@ class CodingAgentEnv:
     del ids
     result = self.env.step(text)
     # A step after the episode's end has no continuation: its observation alone (the engine never asks for one).
-    cont = result.continuation or Continuation(result.observation, "")
+    cont = result.continuation or Continuation.plain(result.observation)
     return TurnResult(observation=cont.observation, notice=cont.notice,
                       done=result.done, reason=result.info.get("done_reason", ""), results=result.results,
-                      budget=result.notice)
+                      budget=result.notice, continuation=cont)
 
   def reward(self) -> dict[str, float]:
     terms = dict(self.env.reward())
