@@ -185,7 +185,7 @@ def _group_size(gname: str, g: Any, top_format: Any) -> int:
   if not symmetric or dynamic is not False:
     _refuse(f"config group {gname!r} is asymmetric or dynamic")
   strategy, group_size = w.get("strategy"), w.get("group_size")
-  if strategy != "group" or not _is_int(group_size) or group_size <= 0:
+  if strategy != "group" or not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0:
     _refuse(f"config group {gname!r} has strategy {str(strategy)[:100]!r} with group_size {str(group_size)[:100]}, "
             "not 'group' with a positive int group_size")
   actorder = w.get("actorder")

@@ -542,6 +542,11 @@ class HfWeights:
         raise CheckpointFormatError(f"{scale_name} exists but {name} is {dtype}, not FP8; the checkpoint is "
                                     "inconsistent.")
       return
+    self._fp8_block_size(name)
+
+  def _fp8_block_size(self, name: str) -> tuple[int, int]:
+    """The block size of the FP8 weight `name`, after checking its scheme, dtype and scale (`check_float`)."""
+    dtype, scale_name = self.reader.info(name).dtype, name + SCALE_SUFFIX
     if self.quant is None:
       raise CheckpointFormatError(f"{name} is {dtype} but config.json has no quantization_config; add "
                                   '{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]} (or the '
@@ -567,6 +572,7 @@ class HfWeights:
       raise CheckpointFormatError(f"{scale_name} has shape {scale.shape} but weight {shape} with weight_block_size "
                                   f"{list(self.quant.block_size)} needs {list(want)}; fix quantization_config."
                                   "weight_block_size or the scales.")
+    return self.quant.block_size
 
   def get(self, name: str) -> np.ndarray:
     """Tensor `name`: a read-only file-backed view, or a float32 array when it was quantized (FP8 or INT4).
@@ -583,6 +589,5 @@ class HfWeights:
       if name + SCALE_SUFFIX in self._scales:
         self.check_float(name)  # refuses the stray scale
       return self.reader.get(name)
-    self.check_float(name)
-    return dequantize_fp8_blocks(self.reader.get(name), self.reader.get(name + SCALE_SUFFIX), self.quant.block_size,
-                                 name)
+    block_size = self._fp8_block_size(name)  # checked before anything is read
+    return dequantize_fp8_blocks(self.reader.get(name), self.reader.get(name + SCALE_SUFFIX), block_size, name)
