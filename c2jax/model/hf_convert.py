@@ -278,6 +278,34 @@ def _config_count(src: Mapping[str, Any], field: str, default: int | None = None
   return value
 
 
+# config.json's size fields that `ModelConfig.from_hf_dict` reads: required ones, then those that may be absent or
+# null; each must be a non-negative int (a string or float there used to reach ModelConfig as a raw TypeError).
+_REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
+                   "qk_rope_head_dim", "v_head_dim", "intermediate_size")
+_OPTIONAL_SIZES = ("q_lora_rank", "moe_intermediate_size", "n_shared_experts", "num_experts_per_tok", "n_group",
+                   "topk_group", "first_k_dense_replace", "num_nextn_predict_layers", "max_position_embeddings",
+                   "num_key_value_heads")
+_NUMBERS = ("rms_norm_eps", "routed_scaling_factor", "initializer_range", "rope_theta")
+
+
+def _check_config_fields(hf: Mapping[str, Any]) -> None:
+  """Refuses a config.json whose size fields are not non-negative ints, or whose float fields are not numbers."""
+  src = _text_hf(hf)
+  missing = [f for f in _REQUIRED_SIZES if f not in src]
+  if missing:
+    raise CheckpointFormatError(f"config.json has no {', '.join(missing)}; it does not describe a DeepSeek-V3-style "
+                                "model.")
+  for field in _REQUIRED_SIZES:
+    _config_count(src, field)
+  for field in _OPTIONAL_SIZES:
+    _config_count(src, field, default=0)
+  for field in _NUMBERS:
+    value = src.get(field, 0.0)
+    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                              or (isinstance(value, float) and not math.isfinite(value))):
+      raise CheckpointFormatError(f"config.json's {field}={str(value)[:100]} is not a finite number.")
+
+
 def _check_counts(hf_dir: str, hf: Mapping[str, Any], text: Mapping[str, str], n_layers: int) -> None:
   """Refuses a config.json that declares more layers or routed experts than the checkpoint holds tensors of.
 
@@ -411,6 +439,7 @@ def convert_hf_checkpoint(hf_dir: str, out_dir: str, *, dtype: str | None = None
   # plan name -> checkpoint name of the text model's tensors; other names are unexpected.
   text = {p: n for n in weights.keys() if not layout.is_skipped(n) and (p := layout.plan_name(n)) is not None}
   n_layers = _config_count(_text_hf(hf), "num_hidden_layers")
+  _check_config_fields(hf)
   _check_counts(hf_dir, hf, text, n_layers)
   num_mtp = count_mtp_layers(text, n_layers)
   param_dtype = dtype or _default_dtype(hf)

@@ -477,6 +477,11 @@ class ConfigAgainstFileAttackTest(_Case):
       ("layers_a_float", "num_hidden_layers", 2.0),
       ("layers_negative", "num_hidden_layers", -1),
       ("experts_a_float", "n_routed_experts", 16.0),
+      ("hidden_size_a_string", "hidden_size", "64"),
+      ("kv_lora_rank_a_list", "kv_lora_rank", [32]),
+      ("n_group_a_bool", "n_group", True),
+      ("rms_norm_eps_a_string", "rms_norm_eps", "1e-6"),
+      ("rope_theta_a_string", "rope_theta", "1e6"),
   )
   def test_count_fields(self, field, value):
     ckpt = os.path.join(self.tmp, "ckpt")
@@ -484,6 +489,17 @@ class ConfigAgainstFileAttackTest(_Case):
     _edit_config(ckpt, **{field: value})
     self.assert_one_sentence(_refusal(lambda: hf_convert.convert_hf_checkpoint(
         ckpt, os.path.join(self.tmp, "out"), progress=False)), "config.json", field)
+
+  def test_missing_size_field(self):
+    ckpt = os.path.join(self.tmp, "ckpt")
+    _tiny_release(ckpt)
+    with open(os.path.join(ckpt, "config.json")) as f:
+      config = json.load(f)
+    del config["qk_rope_head_dim"]
+    with open(os.path.join(ckpt, "config.json"), "w") as f:
+      json.dump(config, f)
+    self.assert_one_sentence(_refusal(lambda: hf_convert.convert_hf_checkpoint(
+        ckpt, os.path.join(self.tmp, "out"), progress=False)), "config.json", "qk_rope_head_dim")
 
   def test_layer_index_spelled_oddly_is_unexpected(self):
     # An index of thousands of digits used to reach int() (a raw ValueError); a non-ASCII digit is no layer either.
