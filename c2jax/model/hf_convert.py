@@ -42,25 +42,31 @@ pieces by `StreamingCheckpointWriter`, so host memory stays around a few HF tens
 from __future__ import annotations
 
 import dataclasses
-import json
+import itertools
 import math
 import os
 import re
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from absl import logging
 import jax
 import numpy as np
 import tqdm
 
+from c2jax.model import checkpoint_files
 from c2jax.model import int4_pack
 from c2jax.model.checkpoint import StreamingCheckpointWriter
+from c2jax.model.checkpoint_files import CheckpointFormatError
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import ParamSpec, param_specs
 from c2jax.model.safetensors_io import HfWeights, quantization_from_hf_config
 from c2jax.registry import Registry
 
-_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
+# Layer and expert indices as HF writes them (ASCII, no leading zero, at most 9 digits): any other spelling is no
+# plan name, so the tensor is reported as unexpected, and no index can be too long for int().
+_INDEX = r"(0|[1-9][0-9]{0,8})"
+_LAYER_RE = re.compile(rf"^model\.layers\.{_INDEX}\.")
+_EXPERT_RE = re.compile(rf"^model\.layers\.{_INDEX}\.mlp\.experts\.{_INDEX}\.")
 # Rows compared at a time when checking MTP's copies of the embedding / head (bounds the temporary memory).
 _COMPARE_ROWS = 4096
 
@@ -195,25 +201,29 @@ def _block_plan(prefix: str, path: tuple[str, ...], index: tuple[int, ...], moe:
   return plan
 
 
-def conversion_plan(cfg: ModelConfig) -> dict[str, Target]:
-  """Every HF tensor name that `cfg` needs -> its `Target` (MTP modules at layers n_layers ... n_layers+M-1)."""
-  plan = {
+def iter_conversion_plan(cfg: ModelConfig) -> Iterator[tuple[str, Target]]:
+  """`conversion_plan`'s entries one by one (a block's at a time), so that a caller can stop early."""
+  yield from {
       "model.embed_tokens.weight": Target(("embed",)),
       "model.norm.weight": Target(("final_norm",)),
       "lm_head.weight": Target(("lm_head",), (), 1),
-  }
+  }.items()
   for i in range(cfg.n_layers):
     dense = i < cfg.first_k_dense_replace
     group, local = ("dense_layers", i) if dense else ("moe_layers", i - cfg.first_k_dense_replace)
-    plan.update(_block_plan(f"model.layers.{i}", (group,), (local,), not dense, cfg))
+    yield from _block_plan(f"model.layers.{i}", (group,), (local,), not dense, cfg).items()
   for k in range(cfg.num_mtp_layers):
     prefix = f"model.layers.{cfg.n_layers + k}"
-    plan.update(_block_plan(prefix, ("mtp", "block"), (k,), cfg.n_moe_layers > 0, cfg))
-    plan[f"{prefix}.enorm.weight"] = Target(("mtp", "enorm"), (k,))
-    plan[f"{prefix}.hnorm.weight"] = Target(("mtp", "hnorm"), (k,))
-    plan[f"{prefix}.eh_proj.weight"] = Target(("mtp", "eh_proj"), (k,), 1)
-    plan[f"{prefix}.shared_head.norm.weight"] = Target(("mtp", "final_norm"), (k,))
-  return plan
+    yield from _block_plan(prefix, ("mtp", "block"), (k,), cfg.n_moe_layers > 0, cfg).items()
+    yield f"{prefix}.enorm.weight", Target(("mtp", "enorm"), (k,))
+    yield f"{prefix}.hnorm.weight", Target(("mtp", "hnorm"), (k,))
+    yield f"{prefix}.eh_proj.weight", Target(("mtp", "eh_proj"), (k,), 1)
+    yield f"{prefix}.shared_head.norm.weight", Target(("mtp", "final_norm"), (k,))
+
+
+def conversion_plan(cfg: ModelConfig) -> dict[str, Target]:
+  """Every HF tensor name that `cfg` needs -> its `Target` (MTP modules at layers n_layers ... n_layers+M-1)."""
+  return dict(iter_conversion_plan(cfg))
 
 
 def mtp_copies(cfg: ModelConfig) -> dict[str, str]:
@@ -243,11 +253,96 @@ def _default_dtype(hf: Mapping[str, Any]) -> str:
 
 
 def read_hf_config(hf_dir: str) -> dict[str, Any]:
+  """config.json of `hf_dir`: a JSON object in a regular file (`checkpoint_files.read_json_object`)."""
   path = os.path.join(hf_dir, "config.json")
-  if not os.path.exists(path):
+  if not os.path.lexists(path):
     raise FileNotFoundError(f"{path} is missing; point --hf_dir at an HF checkpoint directory with config.json.")
-  with open(path) as f:
-    return json.load(f)
+  return checkpoint_files.read_json_object(path, "config.json")
+
+
+def _text_hf(hf: Mapping[str, Any]) -> Mapping[str, Any]:
+  """The text model's config: `text_config` (Kimi K2.5) or the top level."""
+  text = hf.get("text_config", hf)
+  if not isinstance(text, dict):
+    raise CheckpointFormatError(f"config.json's text_config is a JSON {type(text).__name__}, not an object.")
+  return text
+
+
+def _config_count(src: Mapping[str, Any], field: str, default: int | None = None) -> int:
+  """A count field of config.json (num_hidden_layers, n_routed_experts): a non-negative int (null: `default`)."""
+  value = src.get(field)
+  if value is None and default is not None:
+    return default
+  if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    raise CheckpointFormatError(f"config.json's {field}={str(value)[:100]} is not a non-negative int.")
+  return value
+
+
+# config.json's size fields that `ModelConfig.from_hf_dict` reads: required ones, then those that may be absent or
+# null; each must be a non-negative int (a string or float there used to reach ModelConfig as a raw TypeError).
+_REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
+                   "qk_rope_head_dim", "v_head_dim", "intermediate_size")
+_OPTIONAL_SIZES = ("q_lora_rank", "moe_intermediate_size", "n_shared_experts", "num_experts_per_tok", "n_group",
+                   "topk_group", "first_k_dense_replace", "num_nextn_predict_layers", "max_position_embeddings",
+                   "num_key_value_heads")
+_NUMBERS = ("rms_norm_eps", "routed_scaling_factor", "initializer_range", "rope_theta")
+
+
+def _check_config_fields(hf: Mapping[str, Any]) -> None:
+  """Refuses a config.json whose size fields are not non-negative ints, or whose float fields are not numbers."""
+  src = _text_hf(hf)
+  missing = [f for f in _REQUIRED_SIZES if f not in src]
+  if missing:
+    raise CheckpointFormatError(f"config.json has no {', '.join(missing)}; it does not describe a DeepSeek-V3-style "
+                                "model.")
+  for field in _REQUIRED_SIZES:
+    _config_count(src, field)
+  for field in _OPTIONAL_SIZES:
+    _config_count(src, field, default=0)
+  for field in _NUMBERS:
+    value = src.get(field, 0.0)
+    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                              or (isinstance(value, float) and not math.isfinite(value))):
+      raise CheckpointFormatError(f"config.json's {field}={str(value)[:100]} is not a finite number.")
+
+
+def _check_counts(hf_dir: str, hf: Mapping[str, Any], text: Mapping[str, str], n_layers: int) -> None:
+  """Refuses a config.json that declares more layers or routed experts than the checkpoint holds tensors of.
+
+  This runs before anything is built per layer or per expert: a config declaring 10^6 layers over a two-layer
+  file is refused in time proportional to the file.
+
+  Args:
+    hf_dir: the checkpoint directory, for messages.
+    hf: config.json.
+    text: plan name -> checkpoint name of the text model's tensors.
+    n_layers: num_hidden_layers.
+  """
+  layers = {int(m.group(1)) for p in text if (m := _LAYER_RE.match(p))}
+  held = sum(1 for i in layers if i < n_layers)
+  if held < n_layers:
+    first = next(i for i in range(n_layers) if i not in layers)  # at most len(layers) + 1 steps
+    raise CheckpointFormatError(f"config.json's num_hidden_layers={n_layers} but {hf_dir} holds tensors of only "
+                                f"{held} of those layers (none of layer {first}); fix num_hidden_layers or the "
+                                "checkpoint.")
+  n_routed = _config_count(_text_hf(hf), "n_routed_experts", default=0)
+  experts = {int(m.group(2)) for p in text if (m := _EXPERT_RE.match(p))}
+  held = sum(1 for e in experts if e < n_routed)
+  dense = _text_hf(hf).get("first_k_dense_replace", 0)
+  if n_routed and held < n_routed and not (isinstance(dense, int) and dense >= n_layers):
+    raise CheckpointFormatError(f"config.json's n_routed_experts={n_routed} but {hf_dir} holds tensors of only "
+                                f"{held} of those experts; fix n_routed_experts or the checkpoint.")
+
+
+def _bounded_plan(hf_dir: str, cfg: ModelConfig, n_tensors: int) -> dict[str, Target]:
+  """`conversion_plan(cfg)`, refused as soon as it names more tensors than the checkpoint holds (each plan entry
+  must be in the checkpoint), so its cost is bounded by the file whatever the config's sizes."""
+  plan = dict(itertools.islice(iter_conversion_plan(cfg), n_tensors + 1))
+  if len(plan) > n_tensors:
+    raise CheckpointFormatError(f"config.json implies more than the {n_tensors} text-model tensors that {hf_dir} "
+                                f"holds ({cfg.n_layers} layers, {cfg.n_routed_experts} routed experts, "
+                                f"{cfg.num_mtp_layers} MTP layers); fix config.json or the checkpoint.")
+  return plan
 
 
 def _expected_hf_shape(piece: tuple[int, ...], n_in: int | None) -> tuple[int, ...]:
@@ -343,17 +438,19 @@ def convert_hf_checkpoint(hf_dir: str, out_dir: str, *, dtype: str | None = None
   skipped_tower = sorted(n for n in weights.keys() if layout.is_skipped(n))
   # plan name -> checkpoint name of the text model's tensors; other names are unexpected.
   text = {p: n for n in weights.keys() if not layout.is_skipped(n) and (p := layout.plan_name(n)) is not None}
-  n_layers = hf.get("text_config", hf)["num_hidden_layers"]
+  n_layers = _config_count(_text_hf(hf), "num_hidden_layers")
+  _check_config_fields(hf)
+  _check_counts(hf_dir, hf, text, n_layers)
   num_mtp = count_mtp_layers(text, n_layers)
   param_dtype = dtype or _default_dtype(hf)
   cfg = ModelConfig.from_hf_dict(hf, num_mtp_layers=num_mtp, param_dtype=param_dtype)
   summary = ConversionSummary(cfg=cfg, out_dir=out_dir, num_mtp_layers=num_mtp)
-  declared = hf.get("text_config", hf).get("num_nextn_predict_layers", 0) or 0
+  declared = _text_hf(hf).get("num_nextn_predict_layers", 0) or 0
   if declared != num_mtp:
     summary.notes.append(f"config.json declares num_nextn_predict_layers={declared} but the checkpoint holds "
                          f"{num_mtp} MTP layer(s); converting the {num_mtp} present.")
 
-  plan = conversion_plan(cfg)
+  plan = _bounded_plan(hf_dir, cfg, len(text))
   copies = {p: main for p, main in mtp_copies(cfg).items() if p in text}  # compared when present, never written
   # HF builds shared experts of width moe_intermediate_size * 0 when n_shared_experts == 0 and saves them empty.
   empty_shared = {p for p, n in text.items() if ".mlp.shared_experts." in p and not cfg.n_shared_experts
@@ -376,6 +473,8 @@ def convert_hf_checkpoint(hf_dir: str, out_dir: str, *, dtype: str | None = None
   # Quantization and shapes are checked before anything is written, so a wrong config fails in seconds, not hours.
   used = {p: text[p] for p in list(plan) + list(copies)}
   _check_int4_targets(weights, quant, used, plan)
+  for name in used.values():  # an integer tensor would be converted as its values, an FP8 one needs its scale
+    weights.check_float(name)
   leaf_shapes = _leaf_shapes(cfg)
   bad = []
   for p, t in plan.items():

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 import numpy as np
+
+from c2jax.model.checkpoint_files import CheckpointFormatError
 
 QUANT_METHOD = "compressed-tensors"
 FORMAT = "pack-quantized"
@@ -127,6 +129,73 @@ def _matches(name: str, classes: Sequence[str], entry: str) -> bool:
   return match_name(name, entry) or entry in classes
 
 
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _refuse(what: str) -> NoReturn:
+  raise CheckpointFormatError(
+      f"quantization_config: {what}; c2jax reads compressed-tensors checkpoints whose quantized weights are all "
+      "weight-only symmetric INT4 pack-quantized with strategy 'group' (the Kimi K2 Thinking / K2.5 releases), so "
+      "dequantize this checkpoint first.")
+
+
+def _malformed(field: str, value: Any, want: str) -> NoReturn:
+  raise CheckpointFormatError(f"config.json's quantization_config.{field}={str(value)[:100]} is not {want}; the "
+                              "config is malformed.")
+
+
+def _names(value: Any, field: str) -> list[str]:
+  """A targets / ignore list: null or a list of strings whose "re:" patterns compile (a bare string would be read
+  as its characters)."""
+  if value is None:
+    return []
+  if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    _malformed(field, value, "a list of module names, class names or 're:' patterns")
+  for v in value:
+    if v.startswith("re:"):
+      try:
+        re.compile(v[len("re:"):])
+      except (re.error, RecursionError, OverflowError):
+        _malformed(field, v, "a valid 're:' pattern")
+  return list(value)
+
+
+def _group_size(gname: str, g: Any, top_format: Any) -> int:
+  """The group size of config group `gname`, after checking it is weight-only symmetric INT4 pack-quantized."""
+  field = f"config_groups[{gname!r}]"
+  if not isinstance(g, dict):
+    _malformed(field, g, "an object")
+  fmt = g.get("format") or top_format
+  if fmt != FORMAT:
+    _refuse(f"config group {gname!r} has format {str(fmt)[:100]!r}, not {FORMAT!r}")
+  if g.get("input_activations") or g.get("output_activations"):
+    _refuse(f"config group {gname!r} quantizes activations, which c2jax does not emulate")
+  w = g.get("weights")
+  if not isinstance(w, dict):
+    _malformed(f"{field}.weights", w, "an object")
+  bits, kind = w.get("num_bits"), w.get("type", "int")
+  if not _is_int(bits) or not isinstance(kind, str):
+    _malformed(f"{field}.weights", {"num_bits": bits, "type": kind}, "an int num_bits and a string type")
+  if kind != "int" or bits != NUM_BITS:
+    _refuse(f"config group {gname!r} stores {kind} {bits}-bit weights, not int 4-bit")
+  symmetric, dynamic = w.get("symmetric", True), w.get("dynamic", False)
+  if not isinstance(symmetric, bool) or not isinstance(dynamic, (bool, str)):
+    _malformed(f"{field}.weights", {"symmetric": symmetric, "dynamic": dynamic}, "a bool symmetric and dynamic")
+  if not symmetric or dynamic is not False:
+    _refuse(f"config group {gname!r} is asymmetric or dynamic")
+  strategy, group_size = w.get("strategy"), w.get("group_size")
+  if strategy != "group" or not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0:
+    _refuse(f"config group {gname!r} has strategy {str(strategy)[:100]!r} with group_size {str(group_size)[:100]}, "
+            "not 'group' with a positive int group_size")
+  actorder = w.get("actorder")
+  if actorder is not None and not isinstance(actorder, (bool, str)):
+    _malformed(f"{field}.weights.actorder", actorder, "null, a bool or a string")
+  if actorder is True or actorder == "group":  # compressed-tensors reads True as "group"
+    _refuse(f"config group {gname!r} has actorder 'group' (a permuted group index per column)")
+  return group_size
+
+
 @dataclasses.dataclass(frozen=True)
 class PackQuantizedInt4:
   """A `quant_method: compressed-tensors` config with weight-only, symmetric, group-wise INT4 pack-quantized weights.
@@ -143,48 +212,38 @@ class PackQuantizedInt4:
 
   @classmethod
   def from_quantization_config(cls, q: Mapping[str, Any]) -> PackQuantizedInt4:
-    """Parses an HF `quantization_config` with quant_method 'compressed-tensors'; refuses what c2jax cannot read."""
+    """Parses an HF `quantization_config` with quant_method 'compressed-tensors', field by field.
 
-    def refuse(what: str):
-      raise ValueError(f"quantization_config: {what}; c2jax reads compressed-tensors checkpoints whose quantized "
-                       "weights are all weight-only symmetric INT4 pack-quantized with strategy 'group' (the Kimi K2 "
-                       "Thinking / K2.5 releases), so dequantize this checkpoint first.")
-
+    A field of the wrong type (a string where a list of names goes, a bool or float group size, an invalid "re:"
+    pattern) is refused as malformed, a well-formed scheme that c2jax cannot read as unsupported; each in one
+    sentence naming the field (`CheckpointFormatError`).
+    """
     status = q.get("quantization_status", "compressed")
+    if not isinstance(status, str):
+      _malformed("quantization_status", status, "a string")
     if status != "compressed":
-      refuse(f"quantization_status={status!r} means the weights are not stored packed")
+      _refuse(f"quantization_status={status!r} means the weights are not stored packed")
     if q.get("kv_cache_scheme"):
-      refuse("kv_cache_scheme quantizes the KV cache, which c2jax does not emulate")
+      _refuse("kv_cache_scheme quantizes the KV cache, which c2jax does not emulate")
     for key in ("sparsity_config", "transform_config"):
       extra = q.get(key)
+      if extra and not isinstance(extra, dict):
+        _malformed(key, extra, "an object")
       if extra and (key == "transform_config" or extra.get("format") not in (None, "dense")):
-        refuse(f"{key} changes the stored weights")
-    groups = q.get("config_groups") or {}
+        _refuse(f"{key} changes the stored weights")
+    groups = q.get("config_groups")
+    if groups is not None and not isinstance(groups, dict):
+      _malformed("config_groups", groups, "an object of config groups")
     if not groups:
-      refuse("config_groups is empty")
+      _refuse("config_groups is empty")
     targets: list[str] = []
     group_sizes = set()
     for gname, g in groups.items():
-      fmt = g.get("format") or q.get("format")
-      if fmt != FORMAT:
-        refuse(f"config group {gname!r} has format {fmt!r}, not {FORMAT!r}")
-      if g.get("input_activations") or g.get("output_activations"):
-        refuse(f"config group {gname!r} quantizes activations, which c2jax does not emulate")
-      w = g.get("weights") or {}
-      if w.get("type", "int") != "int" or w.get("num_bits") != NUM_BITS:
-        refuse(f"config group {gname!r} stores {w.get('type')} {w.get('num_bits')}-bit weights, not int 4-bit")
-      if not w.get("symmetric", True) or w.get("dynamic", False):
-        refuse(f"config group {gname!r} is asymmetric or dynamic")
-      if w.get("strategy") != "group" or not isinstance(w.get("group_size"), int) or w["group_size"] <= 0:
-        refuse(f"config group {gname!r} has strategy {w.get('strategy')!r} with group_size {w.get('group_size')!r}, "
-               "not 'group' with a positive group_size")
-      if w.get("actorder") == "group":
-        refuse(f"config group {gname!r} has actorder 'group' (a permuted group index per column)")
-      targets += list(g.get("targets") or [])
-      group_sizes.add(w["group_size"])
+      group_sizes.add(_group_size(gname, g, q.get("format")))
+      targets += _names(g.get("targets"), f"config_groups[{gname!r}].targets")
     if len(group_sizes) > 1:
-      refuse(f"config groups use different group sizes {sorted(group_sizes)}")
-    return cls(group_size=group_sizes.pop(), targets=tuple(targets), ignore=tuple(q.get("ignore") or ()))
+      _refuse(f"config groups use different group sizes {sorted(group_sizes)}")
+    return cls(group_size=group_sizes.pop(), targets=tuple(targets), ignore=tuple(_names(q.get("ignore"), "ignore")))
 
   def quantizes(self, module: str, classes: Sequence[str]) -> bool:
     """Whether compressed-tensors quantizes module `module` whose class and base classes are named `classes`."""

@@ -15,12 +15,15 @@ prefixes when both sides carry them, or a first directory in which alone the two
 `/dev/null` names no file; git's C-quoted paths are unquoted. Text before the
 first file section (a commit message) is ignored. A hunk applies where its context and removed lines match the file
 exactly, at the position its header names or, failing that, at the nearest other position after the previous hunk
-(git's offset search, without fuzz: no context line is ever ignored). `\\ No newline at end of file` ends the line
+(git's offset search, without fuzz: no context line is ever ignored), found through an index of the file's lines
+(`_LineIndex`) in time that grows with the file, not with file x hunk. `\\ No newline at end of file` ends the line
 before it without a newline.
 
 What is refused, each in one sentence naming the file and the hunk (`PatchError`): a hunk whose lines are not in
 the file, a binary patch, a malformed header or hunk, a change to a file the repository lacks, the creation of one
-it already holds, a deletion whose hunks leave text, and a path that is absolute or leaves the repository.
+it already holds, a deletion whose hunks leave text, a path that is absolute or leaves the repository, and a quoted
+path with a NUL byte, an escape other than git's (three octal digits from 000 to 377, or one of a b f n r t v and
+the backslash and the quote) or bytes that are not UTF-8.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import secrets
 from typing import Mapping
+
+import numpy as np
 
 from c2jax.envs.tasks.coding_tasks import TaskFormatError, check_path
 
@@ -36,7 +42,9 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _NO_NEWLINE = "\\ No newline at end of file"
 _DEV_NULL = "/dev/null"
 _CONTEXT = 3
+_OCTAL = re.compile(r"[0-3][0-7][0-7]")  # one byte, as git writes it: \000 to \377
 _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
+_ESCAPE_NAMES = " ".join(_ESCAPES)
 
 
 class PatchError(ValueError):
@@ -94,24 +102,35 @@ def split_lines(text: str) -> list[str]:
 
 
 def _unquote(path: str) -> str:
-  """git's C-style quoting ("a/x\\ty") undone; an unquoted path is returned as it is."""
+  """git's C-style quoting ("a/x\\ty") undone; an unquoted path is returned as it is.
+
+  An octal escape is three octal digits of one byte (\\000 to \\377, as git writes them); the bytes must be UTF-8
+  and hold no NUL (no file name can), else the path is refused in one sentence.
+  """
   if not (len(path) >= 2 and path[0] == path[-1] == '"'):
     return path
   body, out, i = path[1:-1], bytearray(), 0
   while i < len(body):
     c = body[i]
     if c != "\\":
-      out += c.encode("utf-8")
+      out += c.encode("utf-8", errors="surrogatepass")
       i += 1
-    elif body[i + 1:i + 4].isdigit() and len(body[i + 1:i + 4]) == 3:
+    elif _OCTAL.fullmatch(body[i + 1:i + 4]):
       out.append(int(body[i + 1:i + 4], 8))
       i += 4
     elif i + 1 < len(body) and body[i + 1] in _ESCAPES:
       out += _ESCAPES[body[i + 1]].encode("utf-8")
       i += 2
     else:
-      raise PatchError(f"The patch names the path {path}, whose quoting is not git's.")
-  return out.decode("utf-8", errors="replace")
+      raise PatchError(f"The patch names the path {path[:200]}, whose quoting is not git's (an escape is three "
+                       f"octal digits from 000 to 377 or one of {_ESCAPE_NAMES} after a backslash).")
+  try:
+    unquoted = out.decode("utf-8")
+  except UnicodeDecodeError:
+    raise PatchError(f"The patch names the path {path[:200]}, whose bytes are not UTF-8 text.") from None
+  if "\0" in unquoted:
+    raise PatchError(f"The patch names the path {path[:200]}, which holds a NUL byte that no file name can hold.")
+  return unquoted
 
 
 def _header_path(raw: str) -> str:
@@ -205,10 +224,13 @@ def _finish(section: _Section) -> FilePatch:
     raise PatchError(f"The patch's {where} names /dev/null on both sides.")
   for path in (old, new):
     if path is not None:
+      if "\0" in path:  # an unquoted path with a raw NUL
+        raise PatchError(f"The patch's {where} names {path[:200]!r}, which holds a NUL byte that no file name can "
+                         "hold.")
       try:
         check_path(path)
       except TaskFormatError:
-        raise PatchError(f"The patch's {where} names {path!r}, which is not a relative path inside the "
+        raise PatchError(f"The patch's {where} names {path[:200]!r}, which is not a relative path inside the "
                          "repository.") from None
   return FilePatch(old_path=old, new_path=new, hunks=tuple(section.hunks), copy=section.copy,
                    binary=section.binary)
@@ -310,15 +332,107 @@ def touched(patch: str | list[FilePatch]) -> list[str]:
   return sorted({p for fp in _as_patches(patch) for p in (fp.old_path, fp.new_path) if p is not None})
 
 
-def _locate(lines: list[str], old: list[str], expected: int, lowest: int) -> int | None:
-  """The index >= lowest where `old` matches `lines`, nearest to `expected` (earlier first on a tie)."""
+# Primes below 2^30 for the window hashes: a product of two residues fits int64.
+_PRIMES = (1_000_000_007, 998_244_353)
+_FIRST_RADIUS = 64  # lines either side of the expected position searched first (then 4x wider each time)
+
+
+def _powers(base: int, prime: int, n: int) -> np.ndarray:
+  """[base^0, ..., base^n] mod prime (int64), by binary exponentiation over all exponents at once."""
+  exponents = np.arange(n + 1, dtype=np.int64)
+  out = np.ones(n + 1, dtype=np.int64)
+  square, bit = base % prime, 0
+  while (1 << bit) <= n:
+    odd = ((exponents >> bit) & 1).astype(bool)
+    out[odd] = out[odd] * square % prime
+    square, bit = square * square % prime, bit + 1
+  return out
+
+
+class _LineIndex:
+  """A file's lines, indexed to find a hunk's old lines at the position nearest to an expected one.
+
+  Each distinct line gets an id, and the positions of every id are kept sorted. A hunk can only start where its
+  rarest line sits at that line's offset in the hunk, so those positions are the only candidates; each is tested
+  at once by a hash of its window (sum_k id[i + k] * B^(i + k) mod p, for two primes p and bases B drawn at random
+  per file, so that no patch can be written to collide, from prefix sums), and the equal windows nearest to the
+  expected position are compared line by line. Candidates are taken in windows around the expected position that
+  grow 4x at a time, so a search costs O(occurrences of the hunk's rarest line within twice the distance it moved)
+  numpy work, at most the file's length, where comparing the hunk at every position outward from the expected one
+  cost O(file x hunk).
+  """
+
+  def __init__(self, lines: list[str]):
+    self.lines = lines
+    self._ids: dict[str, int] = {}
+    n = len(lines)
+    ids = np.fromiter((self._ids.setdefault(line, len(self._ids)) for line in lines), np.int64, n)
+    self._by_id = np.argsort(ids, kind="stable")  # positions grouped by id, ascending within an id
+    self._start = np.concatenate([[0], np.cumsum(np.bincount(ids, minlength=len(self._ids)))])
+    self._hashes = []
+    for prime in _PRIMES:
+      base = secrets.randbelow(prime - 2) + 2
+      powers = _powers(base, prime, n)
+      prefix = np.zeros(n + 1, dtype=np.int64)
+      np.cumsum((ids + 1) * powers[:n] % prime, out=prefix[1:])  # < n * 2^30: no overflow below 2^33 lines
+      self._hashes.append((prime, powers, prefix % prime))
+
+  def find(self, old: list[str], expected: int, lowest: int) -> int | None:
+    """The index >= lowest where `old` (non-empty) matches the lines, nearest to `expected` (earlier on a tie)."""
+    n, m = len(self.lines), len(old)
+    old_ids = [self._ids.get(line) for line in old]
+    if None in old_ids or lowest > n - m:  # a line the file does not hold
+      return None
+    counts = [self._start[i + 1] - self._start[i] for i in old_ids]
+    k = int(np.argmin(counts))  # the rarest line, at offset k in the hunk
+    starts = self._by_id[self._start[old_ids[k]]:self._start[old_ids[k] + 1]] - k
+    starts = starts[np.searchsorted(starts, lowest):np.searchsorted(starts, n - m, side="right")]
+    wants = [sum((i + 1) * int(pw) for i, pw in zip(old_ids, powers[:m])) % prime
+             for prime, powers, _ in self._hashes]
+    # Windows of growing width around `expected`: a match inside one is the nearest of all, and the work stays
+    # proportional to the candidates within twice the distance of the match.
+    radius = _FIRST_RADIUS
+    while True:
+      window = starts[np.searchsorted(starts, expected - radius):np.searchsorted(starts, expected + radius,
+                                                                                  side="right")]
+      for want, (prime, powers, prefix) in zip(wants, self._hashes):
+        window = window[(prefix[window + m] - prefix[window]) % prime == want * powers[window] % prime]
+      at = self._nearest_equal(window, old, expected)
+      if at is not None or (expected - radius <= lowest and expected + radius >= n - m):
+        return at
+      radius *= 4
+
+  def _nearest_equal(self, starts: np.ndarray, old: list[str], expected: int) -> int | None:
+    """The start in `starts` (ascending) nearest to `expected` (earlier on a tie) whose lines equal `old`."""
+    m = len(old)
+    right = int(np.searchsorted(starts, expected))
+    left = right - 1
+    while left >= 0 or right < len(starts):
+      if right >= len(starts) or (left >= 0 and expected - starts[left] <= starts[right] - expected):
+        at, left = int(starts[left]), left - 1
+      else:
+        at, right = int(starts[right]), right + 1
+      if self.lines[at:at + m] == old:  # equal hashes of unequal windows are possible, if unlikely
+        return at
+    return None
+
+
+def _locate(lines: list[str], old: list[str], expected: int, lowest: int,
+            index: list[_LineIndex]) -> int | None:
+  """The index >= lowest where `old` matches `lines`, nearest to `expected` (earlier first on a tie).
+
+  The expected position is tried first; the file is indexed (`_LineIndex`, built once into `index`) only for a
+  hunk that has moved.
+  """
   n, m = len(lines), len(old)
   expected = min(max(expected, lowest), max(n - m, lowest))
-  for distance in range(0, max(expected - lowest, n - m - expected) + 1):
-    for at in (expected - distance, expected + distance):
-      if lowest <= at <= n - m and lines[at:at + m] == old:
-        return at
-  return None
+  if lowest > n - m:
+    return None
+  if lines[expected:expected + m] == old:  # an empty `old` matches here
+    return expected
+  if not index:
+    index.append(_LineIndex(lines))
+  return index[0].find(old, expected, lowest)
 
 
 def apply_hunks(text: str, hunks: tuple[Hunk, ...] | list[Hunk], path: str) -> str:
@@ -326,6 +440,7 @@ def apply_hunks(text: str, hunks: tuple[Hunk, ...] | list[Hunk], path: str) -> s
   lines = split_lines(text)
   out: list[str] = []
   pos = offset = 0
+  index: list[_LineIndex] = []
   for number, hunk in enumerate(hunks, 1):
     old = hunk.old
     if len(old) != hunk.old_len or len(hunk.new) != hunk.new_len:
@@ -333,7 +448,7 @@ def apply_hunks(text: str, hunks: tuple[Hunk, ...] | list[Hunk], path: str) -> s
                        f"lines; its header says {hunk.old_len} and {hunk.new_len}.")
     # An empty old side inserts after line old_start; otherwise the hunk starts at line old_start.
     stated = hunk.old_start if hunk.old_len == 0 else hunk.old_start - 1
-    at = _locate(lines, old, stated + offset, pos)
+    at = _locate(lines, old, stated + offset, pos, index)
     if at is None:
       raise PatchError(f"Hunk {number} of {path} ({hunk.header}) does not apply: its context and removed lines are "
                        "not in the file.")

@@ -1,13 +1,22 @@
 """The pure-Python unified diff against git: git's diffs apply here to git's result, and the diffs written here apply
 with `git apply` to the same result; offsets, renames, quoting, missing newlines and CRLF; every refusal is one
-sentence naming the file and the hunk."""
+sentence naming the file and the hunk.
 
+Attacks (a task instance's patch is untrusted text): C-quoted paths with NUL bytes, out-of-range or non-octal escapes
+and bytes that are not UTF-8 are refused in one sentence; the offset search runs in a child process under a memory
+limit and a timeout on 30 KB patches against a 100,000-line file, written to make the search compare the hunk at
+every position, and must equal an exhaustive nearest-position search on random files.
+"""
+
+import json
 import os
 import pathlib
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
+import textwrap
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -206,6 +215,135 @@ class UnifiedDiffTest(parameterized.TestCase):
     message = str(caught.exception)
     self.assertEqual(message.count(". "), 0, message)  # one sentence
     self.assertTrue(message.endswith("."), message)
+
+
+
+def _new_file(quoted: str) -> str:
+  """A git patch creating the file whose C-quoted path (with its b/ prefix) is `quoted`."""
+  return (f"diff --git {quoted.replace('b/', 'a/', 1)} {quoted}\nnew file mode 100644\n--- /dev/null\n"
+          f"+++ {quoted}\n@@ -0,0 +1 @@\n+z\n")
+
+
+class QuotedPathAttackTest(parameterized.TestCase):
+  """A path is git's C quoting of UTF-8 bytes, no NUL among them: anything else is refused in one sentence."""
+
+  @parameterized.named_parameters(
+      ("nul_octal", _new_file('"b/x\\000y.py"'), "NUL"),
+      ("nul_octal_at_the_end", _new_file('"b/x.py\\000"'), "NUL"),
+      ("nul_in_rename_to", 'diff --git a/a.py b/b.py\nsimilarity index 100%\nrename from a.py\n'
+       'rename to "b\\000.py"\n', "NUL"),
+      ("raw_nul_unquoted", "--- /dev/null\n+++ b/x\0y.py\n@@ -0,0 +1 @@\n+z\n", "NUL"),
+      ("escape_400", _new_file('"b/x\\400.py"'), "quoting is not git's"),
+      ("escape_777", _new_file('"b/x\\777.py"'), "quoting is not git's"),
+      ("escape_with_8_and_9", _new_file('"b/x\\189.py"'), "quoting is not git's"),
+      ("escape_of_arabic_digits", _new_file('"b/x\\\u0661\u0662\u0663.py"'), "quoting is not git's"),
+      ("bytes_not_utf8", _new_file('"b/x\\377\\376.py"'), "not UTF-8"),
+      ("lone_surrogate_escape", _new_file('"b/x\\355\\240\\200.py"'), "not UTF-8"),
+  )
+  def test_refused(self, patch, words):
+    with self.assertRaisesRegex(PatchError, words) as caught:
+      ud.apply({"a.py": "x\n"}, patch)
+    message = str(caught.exception)
+    self.assertEqual(message.count(". "), 0, message)  # one sentence
+    self.assertTrue(message.endswith("."), message)
+
+  def test_valid_escapes_are_read(self):
+    self.assertEqual(ud.apply({}, _new_file('"b/caf\\303\\251 \\"q\\"\\t.py"')), {'café "q"\t.py': "z\n"})
+
+
+def _exhaustive_apply(text: str, hunks) -> str | None:
+  """The offset search as the module docstring states it, by trying every position (the reference of the indexed
+  search): each hunk at the position >= the end of the previous one nearest to its stated one plus the previous
+  hunk's offset, the earlier on a tie; None when a hunk is not in the file."""
+  lines = ud.split_lines(text)
+  out, pos, offset = [], 0, 0
+  for hunk in hunks:
+    old, n = hunk.old, len(lines)
+    stated = hunk.old_start if hunk.old_len == 0 else hunk.old_start - 1
+    expected = min(max(stated + offset, pos), max(n - len(old), pos))
+    found = [at for at in range(pos, n - len(old) + 1) if lines[at:at + len(old)] == old]
+    if not found:
+      return None
+    at = min(found, key=lambda a: (abs(a - expected), a))
+    out += lines[pos:at] + hunk.new
+    pos, offset = at + len(old), at - stated
+  return "".join(out + lines[pos:])
+
+
+class OffsetSearchTest(parameterized.TestCase):
+
+  @parameterized.parameters(range(6))
+  def test_equals_the_exhaustive_search(self, seed):
+    # Files of three distinct lines (so that hunks match in many places), hunks cut from the file or made up, stated
+    # at random positions: the indexed search finds what trying every position finds.
+    rng = random.Random(seed)
+    for _ in range(60):
+      lines = [rng.choice("abc") + "\n" for _ in range(rng.randint(0, 80))]
+      hunks, at = [], 0
+      for _ in range(rng.randint(1, 4)):
+        m = rng.randint(0, 5)
+        start = rng.randint(at, max(at, len(lines) - m)) if rng.random() < 0.8 else at
+        old = lines[start:start + m] if rng.random() < 0.85 else [rng.choice("abc") + "\n" for _ in range(m)]
+        body = tuple((" ", t) for t in old[:1]) + tuple(("-", t) for t in old[1:]) + (("+", "new\n"),)
+        n_ctx = min(1, len(old))
+        stated = max(0, start + rng.randint(-30, 30)) + (1 if m else 0)
+        hunks.append(ud.Hunk(stated, len(old), stated, n_ctx + 1, body, f"@@ -{stated},{len(old)} @@"))
+        at = start + m
+      want = _exhaustive_apply("".join(lines), hunks)
+      try:
+        got = ud.apply_hunks("".join(lines), hunks, "f.py")
+      except PatchError:
+        got = None
+      self.assertEqual(got, want, (lines, hunks))
+
+  def test_thirty_kilobyte_patches_on_a_100k_line_file(self):
+    # Each patch is ~30 KB; comparing the hunk at every position outward from the expected one took 14 to 31 s
+    # here for each. The child process has 2 GiB of address space and 120 s in all.
+    code = textwrap.dedent("""
+        import json, resource, time
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        from c2jax.envs.tasks import unified_diff as ud
+        N = 100_000
+        cases = {}
+        k = 10_000  # a hunk of 10,000 "x" lines and a "y": every position matches all but its last line
+        cases["repeated_lines_refused"] = ({"f": "x\\n" * N + "z\\ny\\n"},
+                                           "--- a/f\\n+++ b/f\\n@@ -1,%d +1,0 @@\\n" % (k + 1) + "-x\\n" * k
+                                           + "-y\\n")
+        cases["repeated_lines_matching_at_the_end"] = ({"f": "x\\n" * N + "y\\n"}, cases[
+            "repeated_lines_refused"][1])
+        distinct = "".join("line %d\\n" % i for i in range(N))
+        cases["hunks_stated_half_the_file_away"] = ({"f": distinct}, "--- a/f\\n+++ b/f\\n" + "".join(
+            "@@ -%d +%d @@\\n-line %d\\n+LINE %d\\n" % (s, s, 2 * h, 2 * h)
+            for h, s in ((h, 1 if h % 2 == 0 else N // 2) for h in range(600))))
+        pairs, lines = [], []
+        for _ in range(N // 100):
+            lines += ["b\\n", "a\\n"] * 49
+            pairs.append(len(lines))
+            lines += ["a\\n", "a\\n"]
+        cases["frequent_lines_near_misses"] = ({"f": "".join(lines)}, "--- a/f\\n+++ b/f\\n" + "".join(
+            "@@ -%d,2 +%d,2 @@\\n-a\\n+c\\n a\\n" % (at + 1 + 2 * (h % 2), at + 1 + 2 * (h % 2))
+            for h, at in enumerate(pairs[:1000])))
+        for name, (files, patch) in cases.items():
+            start = time.perf_counter()
+            try:
+                out = ud.apply(files, patch)["f"].count("\\n")
+            except ud.PatchError:
+                out = "refused"
+            print(json.dumps([name, len(patch), time.perf_counter() - start, out]), flush=True)
+        """)
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+      done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired as e:
+      self.fail(f"the offset search ran past 120 s: {e.stdout}")
+    self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+    results = {name: (size, seconds, out) for name, size, seconds, out in map(json.loads, done.stdout.splitlines())}
+    self.assertEqual({k: v[2] for k, v in results.items()}, {
+        "repeated_lines_refused": "refused", "repeated_lines_matching_at_the_end": 90_000,
+        "hunks_stated_half_the_file_away": 100_000, "frequent_lines_near_misses": 100_000})
+    for name, (size, seconds, _) in results.items():
+      self.assertBetween(size, 20_000, 33_000, name)
+      self.assertLess(seconds, 5.0, f"{name}: {seconds:.1f} s")
 
 
 if __name__ == "__main__":
