@@ -508,6 +508,73 @@ class WriterRefusalTest(parameterized.TestCase):
     self._assert_nothing_written()
 
 
+_BAD_HEADS = (
+    ("garbage", b"{not json"),
+    ("empty", b""),
+    ("partly_written", b'{"committed": 5, "pend'),
+    ("list", b"[5]"),
+    ("string_count", b'{"committed": "5", "pending": 2}'),
+    ("negative_count", b'{"committed": -100, "pending": 2}'),
+    ("negative_pending", b'{"committed": 5, "pending": -50}'),
+    ("bool_count", b'{"committed": true, "pending": 2}'),
+    ("nan_count", b'{"committed": NaN, "pending": 2}'),
+    ("nested_1e5", _NESTED.encode()),
+    ("huge", b'{"committed": 0, "pad": "' + b"x" * (5 << 20) + b'"}'),
+    ("missing", None),
+)
+
+
+class DamagedHeadTest(parameterized.TestCase):
+  """A shard's head.json that cannot be read is never read as 0 committed groups (admission would over-admit until
+  it is rewritten): the status counts what the shard's records show, or the last readable head, and counts the
+  shard in damaged_heads."""
+
+  def setUp(self):
+    super().setUp()
+    self.url = temp_dir(self)
+    with RolloutWriter(self.url, "w", SPEC) as w:  # 5 groups in 3 calls, 2 pending tickets
+      w.commit(make_group(0), {"task_id": "a"})
+      w.commit_many([make_group(s) for s in (1, 2)], [{"task_id": "b"}] * 2)
+      w.commit_many([make_group(s) for s in (3, 4)], [{"task_id": "c"}] * 2)
+      w.begin({"task_id": "p1"})
+      w.begin({"task_id": "p2"})
+    _commit(self.url, "v", [7])
+    self.head = os.path.join(self.url, "shards", "w", "head.json")
+    getattr(admission, "_LAST_HEADS", {}).clear()  # this process has seen no head of this buffer yet
+    self.good = admission.read_status(self.url)
+    self.assertEqual((self.good.committed, self.good.pending), (6, 2))
+
+  def _damage(self, data):
+    if data is None:
+      os.remove(self.head)
+    else:
+      with open(self.head, "wb") as f:
+        f.write(data)
+
+  def _assert_conservative(self, status):
+    self.assertEqual((status.committed, status.pending), (6, 2))
+    self.assertEqual(getattr(status, "damaged_heads", None), 1)
+    for held in range(4):
+      self.assertEqual(admission.admit(status, held, 1), admission.admit(self.good, held, 1))
+
+  @parameterized.named_parameters(*_BAD_HEADS)
+  def test_after_a_readable_head_the_last_one_counts(self, data):
+    self._damage(data)
+    self._assert_conservative(admission.read_status(self.url))
+
+  @parameterized.named_parameters(*_BAD_HEADS)
+  def test_without_a_readable_head_the_records_and_tickets_count(self, data):
+    self._damage(data)
+    getattr(admission, "_LAST_HEADS", {}).clear()
+    self._assert_conservative(admission.read_status(self.url))
+
+  def test_a_reader_is_not_stopped_by_a_damaged_head(self):
+    self._damage(_NESTED.encode())
+    reader = RolloutReader(self.url, SPEC)
+    self.assertEqual(len(reader.poll()), 6)
+    self.assertEqual(reader.backlog(), 0)
+
+
 class TrainerProgressTest(parameterized.TestCase):
 
   @parameterized.named_parameters(("garbage", "{not json"), ("list", "[1, 2]"), ("strings", '{"version": "x"}'),
