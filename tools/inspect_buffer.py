@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.services import collate
+from c2jax.rollouts import records
 from c2jax.rollouts import schema
 from c2jax.rollouts.buffer import RolloutReader, commit_key, shard_ids
 from c2jax.rollouts.storage import Store, join
@@ -44,6 +45,7 @@ def shard_report(url: str, sid: str) -> tuple[dict, list[str]]:
   """One shard's counts from its head.json and listings, and the problems seen there."""
   store = Store(join(url, "shards", sid))
   problems = []
+  spec = None
   try:
     spec = schema.BufferSpec.from_json(store.read_json("schema.json"))
     spec_json = spec.to_json()
@@ -62,9 +64,11 @@ def shard_report(url: str, sid: str) -> tuple[dict, list[str]]:
   for s in starts:
     missing += range(end, s)
     try:
-      end = s + len(RolloutReader._parse_record(store.read(commit_key(s)) or b"null", s)["groups"])
-    except (ValueError, TypeError, KeyError) as e:
-      problems.append(f"shard {sid}: commit record {s} is unreadable ({e})")
+      if spec is None:
+        raise records.RecordError("the shard's schema is unreadable")
+      end = records.decode(store.read(commit_key(s)) or b"null", s, sid, spec).end_seq
+    except records.RecordError as e:
+      problems.append(f"shard {sid}: commit record {s} is rejected ({e})")
       end = s + 1
   if missing:
     problems.append(f"shard {sid}: the commit records of seqs {missing[:10]} are missing")
@@ -178,6 +182,9 @@ def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
   stats = reader.stats
   if stats["corrupt_groups"]:
     problems.append(f"{stats['corrupt_groups']} groups have corrupt data or commit records (skipped by readers)")
+  if stats["rejected_records"]:
+    problems.append(f"{stats['rejected_records']} commit records failed their checksum or checks (their groups are "
+                    "among the corrupt ones)")
   if stats["lost_groups"]:
     problems.append(f"{stats['lost_groups']} groups lost their commit records after they were written (skipped by "
                     "readers)")
@@ -192,7 +199,7 @@ def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
       "groups_per_step": None if trainer is None else trainer.get("groups_per_step"),
       "scanned_groups": scanned, "scanned_rows": stats["rows_read"], "stored_bytes_read": stats["bytes_read"],
       "corrupt_groups": stats["corrupt_groups"], "lost_groups": stats["lost_groups"],
-      "skipped_shards": stats["skipped_shards"],
+      "rejected_records": stats["rejected_records"], "skipped_shards": stats["skipped_shards"],
       "spec": None if reader.spec is None else reader.spec.to_json(),
       "staleness": {"trainer_version": version, "tokens": tokens,
                     "mean": (sum(k * n for k, n in hist.items()) / tokens) if tokens else None,

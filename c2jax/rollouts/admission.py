@@ -30,16 +30,24 @@ every `lease / 4` (`RolloutWriter.heartbeat`, between decode chunks and while wa
 pending_lease_s=lease)` ignores the pending tickets of a head older than the lease. Otherwise an actor id that never
 comes back (scaled down, renamed, a poison group) would hold its slots forever, and enough of them would stall the
 trainer for good. (Clocks of writers and readers are compared: keep the lease well above their skew.)
+
+A head.json that is missing, garbage, partly written or out of range (a negative count) is never read as 0
+committed groups, which would over-admit until its writer rewrites it: the shard counts the largest of the last
+readable head.json this process saw and what its commit records show committed (`buffer.committed_by_records`), its
+pending tickets as that last head counted them (under the same lease) or, without one, as many as its pending/
+directory lists; `BufferStatus.damaged_heads` counts such shards, and a shard whose head and records both fail to
+read (storage errors, no earlier head) makes the status admit nothing (`BufferStatus.counts_unknown`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 from absl import logging
 
-from c2jax.rollouts.buffer import shard_ids
+from c2jax.rollouts.buffer import committed_by_records, shard_ids
 from c2jax.rollouts.storage import Store, join
 
 
@@ -54,6 +62,9 @@ class BufferStatus:
     trainer_version: the trainer's weights version, i.e. updates done (trainer.json; 0 before it starts).
     groups_per_step: groups per update (trainer.json).
     trainer_damaged: trainer.json exists but cannot be read; admission then admits nothing (see `admit`).
+    damaged_heads: shards whose head.json is missing or unreadable, counted conservatively (module docstring).
+    counts_unknown: a shard's committed groups could not be read at all (storage errors on its head.json and its
+      records, and no earlier head seen); admission then admits nothing, as for a damaged trainer.json.
   """
 
   committed: int
@@ -62,6 +73,8 @@ class BufferStatus:
   trainer_version: int
   groups_per_step: int
   trainer_damaged: bool = False
+  damaged_heads: int = 0
+  counts_unknown: bool = False
 
 
 _STORES: dict[str, Store] = {}  # actors poll the status often: reuse the kvstore handles
@@ -102,20 +115,71 @@ def read_status(url: str, default_groups_per_step: int = 1, pending_lease_s: flo
   """
   root = _store(url)
   now = time.time() if now is None else now
-  committed = pending = 0
+  committed = pending = damaged = 0
+  unknown = False
   for sid in shard_ids(root):
-    try:
-      head = _store(join(url, "shards", sid)).read_json("head.json") or {}
-      committed += int(head.get("committed", 0))
-      alive = pending_lease_s is None or now - float(head.get("time", 0.0)) <= pending_lease_s
-      pending += int(head.get("pending", 0)) if alive else 0
-    except (ValueError, TypeError, AttributeError):
-      continue  # an unreadable head counts as empty; the reader reports broken shards
+    c, p, ok = _shard_counts(url, sid, now, pending_lease_s)
+    unknown |= c is None
+    committed, pending, damaged = committed + (c or 0), pending + p, damaged + (not ok)
   progress = _trainer_progress(root)
   version, consumed, per_step = (0, 0, None) if progress is None else progress
   return BufferStatus(committed=committed, pending=pending, consumed=consumed, trainer_version=version,
                       groups_per_step=max(1, default_groups_per_step if per_step is None else per_step),
-                      trainer_damaged=progress is None)
+                      trainer_damaged=progress is None, damaged_heads=damaged, counts_unknown=unknown)
+
+
+# (buffer URL, shard id) -> the last readable head.json this process read: (committed, pending, time).
+_LAST_HEADS: dict[tuple[str, str], tuple[int, int, float]] = {}
+
+
+def _head_counts(head: Any) -> tuple[int, int, float]:
+  """(committed, pending, time) of a head.json value; ValueError unless it is an object of counts >= 0."""
+  if not isinstance(head, dict):
+    raise ValueError(f"it is a JSON {type(head).__name__}, not an object")
+  counts = [head.get("committed", 0), head.get("pending", 0)]
+  if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+    raise ValueError(f"committed {counts[0]!r} and pending {counts[1]!r} are not counts >= 0")
+  t = head.get("time", 0.0)
+  if not isinstance(t, (int, float)) or isinstance(t, bool):
+    raise ValueError(f"time {t!r} is not a number")
+  return counts[0], counts[1], float(t)
+
+
+def _shard_counts(url: str, sid: str, now: float, pending_lease_s: float | None) -> tuple[int | None, int, bool]:
+  """(committed or None: unknown, pending, whether head.json was readable) of one shard (module docstring)."""
+  store = _store(join(url, "shards", sid))
+  last = _LAST_HEADS.get((url, sid))
+  try:
+    head = store.read_json("head.json")
+    if head is None:
+      raise ValueError("it is missing")
+    committed, pending, t = _head_counts(head)
+  except Exception as e:  # noqa: BLE001  (a bad head or a storage error: read the shard conservatively)
+    known, listed, lease_time = _conservative_counts(store, sid, last)
+    logging.warning("Rollout buffer %s: head.json of shard %r is unreadable (%s); counting %s committed and %d "
+                    "pending groups.", url, sid, e, known, listed)
+    alive = pending_lease_s is None or lease_time is None or now - lease_time <= pending_lease_s
+    return known, listed if alive else 0, False
+  _LAST_HEADS[(url, sid)] = (committed, pending, t)
+  alive = pending_lease_s is None or now - t <= pending_lease_s
+  return committed, pending if alive else 0, True
+
+
+def _conservative_counts(store: Store, sid: str,
+                         last: tuple[int, int, float] | None) -> tuple[int | None, int, float | None]:
+  """(committed or None: unknown, pending, time of the lease or None: alive) of a shard whose head.json cannot be
+  read."""
+  try:
+    committed = committed_by_records(store, sid)
+  except Exception:  # noqa: BLE001  (storage error: the last head alone, or unknown)
+    committed = None
+  if last is not None:
+    return max(committed or 0, last[0]), last[1], last[2]
+  try:
+    pending = len([k for k in store.list("pending/") if k.endswith(".json")])
+  except Exception:  # noqa: BLE001
+    pending = 0
+  return committed, pending, None
 
 
 def read_progress(url: str) -> tuple[int, int]:
@@ -139,6 +203,6 @@ def admit(status: BufferStatus, weights_version: int, max_lag: int) -> bool:
   """Whether an actor holding `weights_version` may start a group now: target_version - weights_version <= max_lag."""
   if max_lag < 0:
     raise ValueError(f"max_lag must be >= 0 (0 is synchronous RL), got {max_lag}.")
-  if status.trainer_damaged:
+  if status.trainer_damaged or status.counts_unknown:
     return False
   return target_version(status) - weights_version <= max_lag

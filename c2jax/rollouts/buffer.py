@@ -41,7 +41,6 @@ import collections
 import dataclasses
 import enum
 import fcntl
-import json
 import os
 import secrets
 import socket
@@ -53,6 +52,7 @@ from absl import logging
 import numpy as np
 import tensorstore as ts
 
+from c2jax.rollouts import records as records_lib
 from c2jax.rollouts import schema as schema_lib
 from c2jax.rollouts import storage
 from c2jax.rollouts.schema import BufferSpec
@@ -116,23 +116,32 @@ def commit_key(seq: int) -> str:
   return f"commits/{seq:012d}.json"
 
 
-def _record_seqs(store: Store, end: int | None = None) -> list[int]:
-  """The seqs of the commit records in a shard's `store` (each a call's first seq), sorted; below `end` only."""
-  keys = store.list("commits/") if end is None else store.list_range("commits/", commit_key(end))
+def _record_seqs(store: Store, end: int | None = None, start: int | None = None) -> list[int]:
+  """The seqs of the commit records in a shard's `store` (each a call's first seq), sorted; from `start` and below
+  `end` only."""
+  keys = store.list_range(commit_key(start) if start is not None else "commits/",
+                          commit_key(end) if end is not None else "commits0")  # "0" follows "/": the prefix's end
   names = (k[len("commits/"):-len(".json")] for k in keys if k.endswith(".json"))
   return sorted(int(n) for n in names if n.isdigit())
+
+
+def committed_by_records(store: Store, shard_id: str, spec: BufferSpec | None = None) -> int:
+  """The groups a shard's commit records show committed (seqs 0 .. n-1): the end of its last record, or that
+  record's first seq + 1 when it is rejected (its group count is unknown); 0 without records. One list and two
+  reads: what admission reads when head.json cannot be trusted."""
+  seqs = _record_seqs(store)
+  if not seqs:
+    return 0
+  try:
+    spec = spec or BufferSpec.from_json(store.read_json("schema.json") or {})
+    return records_lib.decode(store.read(commit_key(seqs[-1])) or b"null", seqs[-1], shard_id, spec).end_seq
+  except (ValueError, TypeError):  # RecordError, an unreadable schema.json
+    return seqs[-1] + 1
 
 
 def shard_ids(root: Store) -> list[str]:
   """The writer ids of the buffer at `root`, sorted (from the writers/ markers: one small object per shard)."""
   return [k[len("writers/"):-len(".json")] for k in root.list("writers/") if k.endswith(".json")]
-
-
-def _json_bytes(value: Any, what: str) -> bytes:
-  try:
-    return json.dumps(value, sort_keys=True).encode()
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"The {what} must be JSON-able (str/int/float/bool/list/dict): {e}.") from e
 
 
 class BufferRefusal(ValueError):
@@ -267,7 +276,7 @@ class RolloutWriter:
       self._store.write_json("schema.json", spec.to_json())
     else:
       try:
-        theirs = BufferSpec.from_json(json.loads(existing))
+        theirs = BufferSpec.from_json(storage.parse_json(existing, "schema.json"))
       except ValueError as e:  # json.JSONDecodeError is a ValueError
         raise BufferRefusal(f"Shard {writer_id!r} of buffer {url} has an unreadable schema.json ({e}); use a new "
                          f"writer id or remove that shard.") from e
@@ -313,7 +322,7 @@ class RolloutWriter:
     after a crash, `pending()` lists it so the restarted actor can re-run the group.
     """
     self._check_open()
-    data = _json_bytes({"ticket": dict(ticket), "time": time.time()}, "ticket")
+    data = storage.json_bytes({"ticket": dict(ticket), "time": time.time()}, "ticket")
     # Ids are increasing wall-clock nanoseconds, so sorted ids are oldest first, across restarts too.
     self._last_ticket = max(self._last_ticket + 1, time.time_ns())
     ticket_id = f"{self._last_ticket:020d}"
@@ -385,8 +394,7 @@ class RolloutWriter:
       seq, row0 = seq + 1, row0 + rows
     if not data:
       return []
-    record = _json_bytes({"schema_version": schema_lib.SCHEMA_VERSION, "seq": self._next_seq, "groups": entries,
-                          "time": time.time()}, "commit meta")
+    record = records_lib.encode(self._next_seq, self.writer_id, entries, time.time())
     self._check_owner()
     try:
       self._write_rows(data, self._next_row)
@@ -483,32 +491,30 @@ class RolloutWriter:
     """(next seq, next row) of a reopened shard, from its last commit record; tickets whose groups did commit (a
     crash between a call's record and its ticket deletions) are deleted.
 
-    Rows after the last commit record are unreferenced and get overwritten. A call is one record, so a crash never
-    leaves part of a call committed. A record lost after it was written (deleted, a damaged disk) is left as a hole,
-    which readers count in `stats["lost_groups"]` once head.json (rewritten by this writer) and a later record show
-    that it was committed (see `RolloutReader._record_lost`).
+    Rows after the last commit record are unreferenced and get overwritten, so the next record starts exactly where
+    the last one ends (what readers check: `RolloutReader`). A call is one record, so a crash never leaves part of a
+    call committed. A record lost after it was written (deleted, a damaged disk) is left as a hole, which readers
+    count in `stats["lost_groups"]` once head.json (rewritten by this writer) and a later record show that it was
+    committed (see `RolloutReader._record_lost`). A storage error while reading the records is raised (the open
+    fails; retry it), never read as an unreadable record.
     """
     seqs = _record_seqs(self._store)
     if not seqs:
       return 0, 0
-    try:
-      head = self._store.read_json("head.json") or {}
-      head_rows = int(head.get("rows", 0))
-    except (ValueError, TypeError, AttributeError):
-      head_rows = 0
     pending = [k[len("pending/"):-len(".json")] for k in self._store.list("pending/") if k.endswith(".json")]
 
-    def record_groups(s: int) -> tuple[list[dict], Exception | None]:
-      """The group entries of record `s` ([] and the error when it is unreadable)."""
+    def record_groups(s: int) -> tuple[tuple[records_lib.GroupEntry, ...], Exception | None]:
+      """The group entries of record `s` (() and the error when it is unreadable)."""
+      raw = self._store.read(commit_key(s))  # storage errors propagate: an unreadable record is a guess
       try:
-        return RolloutReader._parse_record(self._store.read(commit_key(s)) or b"null", s)["groups"], None
-      except (ValueError, TypeError, KeyError) as e:
-        return [], e
+        return records_lib.decode(raw or b"null", s, self.writer_id, self.spec).groups, None
+      except records_lib.RecordError as e:
+        return (), e
 
     last = seqs[-1]
     last_groups, error = record_groups(last)
     if error is None:
-      next_seq, end = last + len(last_groups), last_groups[-1]["row0"] + last_groups[-1]["rows"]
+      next_seq, end = last + len(last_groups), last_groups[-1].row0 + last_groups[-1].rows
     else:
       # An unreadable last record hides how many groups and rows it held: the next call starts after its first
       # seq, and its rows past everything the arrays ever held.
@@ -519,13 +525,13 @@ class RolloutWriter:
     covered = 0
     for s in reversed(seqs):  # newest first, until the records read cover as many groups as there are tickets
       groups = last_groups if s == last else record_groups(s)[0]
-      done += [g["ticket_id"] for g in groups if isinstance(g.get("ticket_id"), str)]
+      done += [g.ticket_id for g in groups if g.ticket_id is not None]
       covered += max(1, len(groups))
       if covered >= len(pending):
         break
     for ticket_id in set(done) & set(pending):
       self._store.delete(f"pending/{ticket_id}.json")
-    return next_seq, max(end, head_rows)
+    return next_seq, end
 
   def _list_pending(self) -> list[tuple[str, dict]]:
     out = []
@@ -561,7 +567,7 @@ class RolloutWriter:
     self._head_time = time.time()
     head = {"committed": self._next_seq, "pending": len(self._pending), "rows": self._next_row,
             "time": self._head_time}
-    self._unsynced_kv.write("head.json", _json_bytes(head, "head")).result()
+    self._unsynced_kv.write("head.json", storage.json_bytes(head, "head")).result()
 
   def _write_rows(self, groups: Sequence[dict], row0: int) -> None:
     """Writes the normalized groups' rows, one after the other from row `row0`, into every array (no commit
@@ -596,8 +602,22 @@ class RolloutWriter:
     self._capacity = new
 
 
+class RowOrder(enum.Enum):
+  """What a reader knows of where a shard's next commit record must start (`_Shard.row_end`).
+
+  EXACT: the seq before it was in the verified record read last, so it starts exactly at row_end (a writer appends
+    each call's rows right after the last call's).
+  AFTER: seqs were skipped since (lost or rejected records, a cursor resumed past an unread record), whose rows are
+    unknown: it starts at row_end or later, never inside rows handed out already.
+  """
+
+  EXACT = "exact"
+  AFTER = "after"
+
+
 class _Shard:
-  """A reader's view of one accepted shard: its store and lazily opened, read-only arrays."""
+  """A reader's view of one accepted shard: its store, lazily opened read-only arrays, and what the records read so
+  far say about the next one (`row_end`, `order`, `after_rejected`)."""
 
   def __init__(self, shard_id: str, store: Store, spec: BufferSpec):
     self.id = shard_id
@@ -605,6 +625,9 @@ class _Shard:
     self.spec = spec
     self.fields = schema_lib.array_fields(spec)
     self.arrays: dict[str, ts.TensorStore] = {}
+    self.row_end: int | None = None  # rows below it belong to records read already (None: none read)
+    self.order = RowOrder.AFTER
+    self.after_rejected = False  # the last record read was rejected: its groups' count is unknown
 
   def array(self, key: str, path: str, axis: int, end: int) -> ts.TensorStore:
     """The array, reopened when it holds fewer than `end` rows (the writer grew it since we opened it)."""
@@ -619,11 +642,13 @@ class _Shard:
 
 
 class _Pending:
-  """A commit call whose record is read and whose groups' array reads are in flight (one dict of futures per
-  group), or a seq whose record is missing or garbage (`error`)."""
+  """A commit call whose record is verified and whose groups' array reads are in flight (one dict of futures per
+  group), or `span` seqs skipped (`error`): a missing (`lost`) or rejected (`rejected`) record."""
 
-  def __init__(self, shard: _Shard, seq: int, record: dict | None, error: str | None, lost: bool = False):
+  def __init__(self, shard: _Shard, seq: int, record: records_lib.CommitRecord | None, error: str | None,
+               lost: bool = False, rejected: bool = False, span: int = 1):
     self.shard, self.seq, self.record, self.error, self.lost = shard, seq, record, error, lost
+    self.rejected, self.span = rejected, span
     self.futures: list[dict[str, Any]] = []
     self.exception: BaseException | None = None
 
@@ -664,8 +689,8 @@ class RolloutReader:
     self._shards: dict[str, _Shard] = {}
     self._skipped: set[str] = set()
     self._turn = 0
-    self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "lost_groups": 0, "skipped_shards": 0,
-                   "bytes_read": 0, "transient_errors": 0}
+    self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "lost_groups": 0, "rejected_records": 0,
+                   "skipped_shards": 0, "bytes_read": 0, "transient_errors": 0}
     self._retries: dict[tuple[str, int], int] = {}  # (shard, seq) -> transient read failures so far
     self._skip_below: dict[str, int] = {}  # shard -> the cursor inside the call it reads first (see _refresh_shards)
     self._progress_written = False  # by this reader (see publish_progress)
@@ -677,9 +702,11 @@ class RolloutReader:
 
   @property
   def stats(self) -> dict:
-    """groups_read, rows_read (read from storage), corrupt_groups (skipped: unreadable record or data),
-    lost_groups (skipped: a commit record lost after it was written), skipped_shards, bytes_read (stored bytes,
-    from tensorstore's process-wide kvstore counters around this reader's reads)."""
+    """groups_read, rows_read (read from storage), corrupt_groups (skipped: data that fails its checksums, or a
+    rejected commit record's groups), lost_groups (skipped: a commit record lost after it was written),
+    rejected_records (commit records that failed their checksum or their checks, `records.decode` and the shard's
+    row and seq order; each rejected record's groups are in corrupt_groups), skipped_shards, bytes_read (stored
+    bytes, from tensorstore's process-wide kvstore counters around this reader's reads)."""
     return dict(self._stats)
 
   def poll(self, max_groups: int | None = None) -> list[Group]:
@@ -766,7 +793,7 @@ class RolloutReader:
         raise CursorError(f"Buffer cursor entry {k!r}: {v} names a shard that buffer {self.url} does not hold; the "
                          f"cursor belongs to another buffer (resume with the buffer URL the checkpoint was trained "
                          f"from).")
-      if not self._committed(Store(join(self.url, "shards", k)), v):
+      if not self._committed(k, v):
         raise CursorError(f"Buffer cursor entry {k!r}: {v} is past the end of that shard of buffer {self.url} (it "
                          f"has no commit record holding seq {v - 1}); the cursor belongs to another buffer, or the "
                          f"shard was rewritten.")
@@ -796,19 +823,21 @@ class RolloutReader:
       if theirs != self.spec:
         self._skip_shard(sid, f"it holds groups of {theirs}, not {self.spec}")
         continue
+      shard = _Shard(sid, store, self.spec)
       start = self._fetched.get(sid, 0)
       if start:
         # A cursor inside a call (a take() that split its groups): read from the call's record, and hand out only
         # its groups from the cursor on.
         try:
-          first = self._locate(store, start)
+          first = self._locate(store, sid, start, self.spec)
+          self._resume_rows(shard, start if first is None else first)
         except Exception as e:  # noqa: BLE001  (storage hiccup: accept the shard on a later call)
           logging.warning("Rollout buffer %s: finding the commit record of seq %d in shard %r failed (%s); will "
                           "retry.", self.url, start, sid, e)
           continue
         if first is not None and first < start:
           self._fetched[sid], self._skip_below[sid] = first, start
-      self._shards[sid] = _Shard(sid, store, self.spec)
+      self._shards[sid] = shard
       self._queues[sid] = collections.deque()
       self._fetched.setdefault(sid, 0)
       self._cursor.setdefault(sid, 0)
@@ -864,24 +893,23 @@ class RolloutReader:
                       self.url, seq, shard.id, e)
       return None
     if raw is None:
-      if not self._record_lost(shard, seq):
-        return None
-      # head.json is written after the record: the record may have landed between our two reads. Only a record
-      # still missing now that head.json counts it is lost.
-      try:
-        raw = shard.store.read(commit_key(seq))
-      except Exception:  # noqa: BLE001  (retry on the next poll)
-        return None
-      if raw is None:
-        return _Pending(shard, seq, None, "its commit record is missing although head.json counts it", lost=True)
+      return self._missing(shard, seq)
     try:
-      record = self._parse_record(raw, seq)
-    except (ValueError, TypeError, KeyError) as e:
-      return _Pending(shard, seq, None, f"its commit record is garbage ({e})")
+      record = records_lib.decode(raw, seq, shard.id, shard.spec)
+      overlap = self._check_order(shard, record)
+    except records_lib.RecordError as e:
+      return _Pending(shard, seq, None, f"its commit record is rejected ({e})", rejected=True)
+    except Exception as e:  # noqa: BLE001  (storage hiccup while checking the order: retry on the next poll)
+      logging.warning("Rollout buffer %s: checking commit record %d of shard %r failed (%s); will retry.",
+                      self.url, seq, shard.id, e)
+      return None
+    if overlap is not None:
+      return _Pending(shard, seq, None, f"its commit record is rejected (it lists {len(record.groups)} groups, but "
+                      f"the record of seq {overlap} exists)", rejected=True, span=overlap - seq)
     p = _Pending(shard, seq, record, None)
     try:
-      for entry in record["groups"]:
-        row0, rows = entry["row0"], entry["rows"]
+      for entry in record.groups:
+        row0, rows = entry.row0, entry.rows
         futures = {}
         for key, path, axis, _ in shard.fields:
           arr = shard.array(key, path, axis, row0 + rows)
@@ -892,23 +920,82 @@ class RolloutReader:
       p.error, p.exception = f"its data cannot be read ({e})", e
     return p
 
+  def _missing(self, shard: _Shard, seq: int) -> _Pending | None:
+    """The skip of a seq that has no record of its own, or None while it may yet be written (wait)."""
+    if shard.after_rejected:
+      # The record rejected just before held this seq, or it was lost: a writer writes its records in seq order,
+      # so a later record means that every seq before it was committed. head.json is not needed (it may be the
+      # damaged object too).
+      try:
+        later = _record_seqs(shard.store, start=seq + 1)
+      except Exception:  # noqa: BLE001  (retry on the next poll)
+        return None
+      if not later:
+        return None
+      return _Pending(shard, seq, None, "it was in the rejected commit record before it", rejected=False,
+                      span=later[0] - seq)
+    if not self._record_lost(shard, seq):
+      return None
+    # head.json is written after the record: the record may have landed between our two reads. Only a record
+    # still missing now that head.json counts it is lost.
+    try:
+      raw = shard.store.read(commit_key(seq))
+    except Exception:  # noqa: BLE001  (retry on the next poll)
+      return None
+    if raw is None:
+      return _Pending(shard, seq, None, "its commit record is missing although head.json counts it", lost=True)
+    return None  # it landed: read on the next round
+
+  @staticmethod
+  def _check_order(shard: _Shard, record: records_lib.CommitRecord) -> int | None:
+    """RecordError when `record` does not follow the shard's records read so far the way a writer appends them:
+    rows exactly after the previous record's (`RowOrder`), never inside rows read already. Returns the seq of a
+    record that exists inside the seqs `record` lists after its first (then it claims seqs that are not its own),
+    or None. One read per seq it lists after its first, in flight together."""
+    if shard.row_end is not None:
+      if shard.order is RowOrder.EXACT and record.row0 != shard.row_end:
+        raise records_lib.RecordError(f"its rows start at {record.row0}, not at row {shard.row_end} where the "
+                                      f"shard's previous record ends")
+      if record.row0 < shard.row_end:
+        raise records_lib.RecordError(f"its rows start at {record.row0}, inside rows of records read already "
+                                      f"(below {shard.row_end})")
+    later = range(record.seq + 1, record.end_seq)
+    found = [s for s, there in zip(later, shard.store.exist([commit_key(s) for s in later])) if there]
+    return found[0] if found else None
+
+  @classmethod
+  def _resume_rows(cls, shard: _Shard, first: int) -> None:
+    """Sets what the reader knows of the rows before seq `first`, where it resumes: the end of the record before
+    it (EXACT when that record ends at `first`)."""
+    before = _record_seqs(shard.store, end=first)
+    if not before:
+      return
+    try:
+      record = records_lib.decode(shard.store.read(commit_key(before[-1])) or b"null", before[-1], shard.id,
+                                  shard.spec)
+    except records_lib.RecordError:
+      return  # unknown: rows are checked against the records read from here on
+    shard.row_end = record.row_end
+    shard.order = RowOrder.EXACT if record.end_seq == first else RowOrder.AFTER
+
   def _finish(self, p: _Pending) -> int | None:
-    """Queues the call's groups, each as a Group or as a skip marker for a corrupt one (a missing or garbage
-    record is one skip marker); the shard moves past the call. Returns the groups queued, or None: a transient
-    storage error, the shard stays at this call (skipped as corrupt after MAX_TRANSIENT_RETRIES failures)."""
-    n = 1 if p.record is None else len(p.record["groups"])
+    """Queues the call's groups, each as a Group or as a skip marker for a corrupt one (a missing or rejected
+    record is a skip marker per seq of its `span`); the shard moves past the call. Returns the groups queued, or
+    None: a transient storage error, the shard stays at this call (skipped as corrupt after MAX_TRANSIENT_RETRIES
+    failures)."""
+    n = p.span if p.record is None else len(p.record.groups)
     groups: list[Group | None] = [None] * n
     errors: list[str | None] = [p.error] * n
     exceptions: list[BaseException | None] = [p.exception] * n
     if p.record is not None and p.error is None:
-      for i, (entry, futures) in enumerate(zip(p.record["groups"], p.futures)):
+      for i, (entry, futures) in enumerate(zip(p.record.groups, p.futures)):
         try:
           data = {key: future.result() for key, future in futures.items()}
-          data.update(schema_lib.row_fields_from_json(entry["row_fields"], p.shard.spec))
+          data.update(entry.row_fields)
           data = schema_lib.normalize_group(data, p.shard.spec)
-          meta = dict(entry["meta"])
-          meta.update(task_id=entry["task_id"], shard=p.shard.id, seq=p.seq + i, rows=entry["rows"],
-                      row0=entry["row0"], time=p.record.get("time"))
+          meta = dict(entry.meta)
+          meta.update(task_id=entry.task_id, shard=p.shard.id, seq=p.seq + i, rows=entry.rows, row0=entry.row0,
+                      time=p.record.time)
           groups[i] = Group(data=data, meta=meta)
         except Exception as e:  # noqa: BLE001  (checksum errors, missing chunks, bad shapes)
           errors[i], exceptions[i] = f"its data cannot be read ({e})", e
@@ -927,6 +1014,14 @@ class RolloutReader:
         return None
     self._retries.pop(key, None)
     self._fetched[p.shard.id] = p.seq + n
+    shard = p.shard
+    if p.record is not None:  # a verified record: its rows are known even when its data is corrupt
+      shard.row_end, shard.order, shard.after_rejected = p.record.row_end, RowOrder.EXACT, False
+    else:
+      shard.order = RowOrder.AFTER
+      shard.after_rejected = p.rejected or (shard.after_rejected and not p.lost)
+    if p.rejected:
+      self._stats["rejected_records"] += 1
     skip = self._skip_below.pop(p.shard.id, 0)
     queued = 0
     for i, (group, error) in enumerate(zip(groups, errors)):
@@ -963,52 +1058,34 @@ class RolloutReader:
     except Exception:  # noqa: BLE001
       return False
 
-  @classmethod
-  def _locate(cls, store: Store, seq: int) -> int | None:
-    """The first seq of the commit record that holds `seq`, or None when no record does (yet)."""
+  @staticmethod
+  def _locate(store: Store, shard_id: str, seq: int, spec: BufferSpec) -> int | None:
+    """The first seq of the verified commit record of shard `shard_id` (at `store`) that holds `seq`, or None when
+    no record does (yet)."""
     if store.read(commit_key(seq)) is not None:
       return seq
     before = _record_seqs(store, end=seq)
     if not before:
       return None
     try:
-      record = cls._parse_record(store.read(commit_key(before[-1])) or b"null", before[-1])
-    except (ValueError, TypeError, KeyError):
+      record = records_lib.decode(store.read(commit_key(before[-1])) or b"null", before[-1], shard_id, spec)
+    except records_lib.RecordError:
       return None
-    return before[-1] if before[-1] + len(record["groups"]) > seq else None
+    return before[-1] if record.end_seq > seq else None
 
-  @classmethod
-  def _committed(cls, store: Store, n: int) -> bool:
-    """Whether the shard at `store` committed seqs 0..n-1: head.json counts them, or a record holds seq n-1."""
+  def _committed(self, shard_id: str, n: int) -> bool:
+    """Whether shard `shard_id` committed seqs 0..n-1: head.json counts them, or a record holds seq n-1."""
+    store = Store(join(self.url, "shards", shard_id))
     try:
       if int((store.read_json("head.json") or {}).get("committed", 0)) >= n:
         return True
     except (ValueError, TypeError, AttributeError):
       pass
-    return cls._locate(store, n - 1) is not None
-
-  @staticmethod
-  def _parse_record(raw: bytes, seq: int) -> dict:
-    """The checked commit record of the call whose first group has `seq`."""
-    rec = json.loads(raw)
-    if not isinstance(rec, dict):
-      raise ValueError("not a JSON object")
-    if rec.get("schema_version") != schema_lib.SCHEMA_VERSION:
-      raise ValueError(f"schema_version {rec.get('schema_version')!r}")
-    if rec.get("seq") != seq:
-      raise ValueError(f"seq {rec.get('seq')!r} in the record of seq {seq}")
-    groups = rec.get("groups")
-    if not isinstance(groups, list) or not groups:
-      raise ValueError("groups is not a non-empty list")
-    for g in groups:
-      if not isinstance(g, dict):
-        raise ValueError("a group entry is not a JSON object")
-      for name in ("row0", "rows"):
-        if not isinstance(g.get(name), int) or g[name] < (1 if name == "rows" else 0):
-          raise ValueError(f"{name} {g.get(name)!r}")
-      if not isinstance(g.get("task_id"), str) or not isinstance(g.get("meta"), dict):
-        raise ValueError("task_id or meta has the wrong type")
-    return rec
+    try:
+      spec = self.spec or BufferSpec.from_json(store.read_json("schema.json") or {})
+    except (ValueError, TypeError):
+      return False
+    return self._locate(store, shard_id, n - 1, spec) is not None
 
   def _hand_out(self, n: int | None) -> list[Group]:
     """Pops up to `n` queued groups (None: all), round-robin across shards, advancing the cursor past each and

@@ -40,11 +40,15 @@ On-disk layout of a buffer at URL (a local directory, s3:// or gs://), schema ve
   URL/shards/<id>/commits/<seq:012d>.json    one commit record per commit call, named by the seq of its first
                                              group: {"schema_version", "seq", "time", "groups": [{"row0", "rows",
                                              "task_id", "meta", "ticket_id", "row_fields": {field: [R values],
-                                             "reward_terms": {name: [R values]}}}, ...]}, the call's groups in seq
-                                             order on consecutive rows; written after their rows. Seqs inside a
-                                             call have no object of their own.
+                                             "reward_terms": {name: [R values]}}}, ...], "checksum"}, the call's
+                                             groups in seq order on consecutive rows; written after their rows.
+                                             Seqs inside a call have no object of their own. Checksummed and
+                                             checked on read: c2jax/rollouts/records.py.
   URL/shards/<id>/arrays/<field>/            zarr3 arrays of the [R, T] fields and expert_ids, rows along axis 0
                                              (axis 1 for expert_ids)
+
+Value ranges (`check_group`, on write and on read): every reward term and behaviour log-prob finite, truncated 0 or
+1, chain_id and segment in [0, R), prompt_length and length in [0, T] with prompt_length + length <= T.
 
 Arrays are blosc-compressed (lz4 after a byte shuffle; padding costs almost nothing) with a crc32c checksum per
 chunk, so a corrupt chunk is detected on read. Their row extent only grows and may exceed the committed rows: the
@@ -59,8 +63,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-# 2: one commit record per commit call holding the [R] fields (1: a record per group, [R] fields in arrays).
-SCHEMA_VERSION = 2
+# 3: commit records carry a checksum of their content (2: without one; 1: a record per group, [R] fields in
+# arrays). Readers read one version only: another version's shard is skipped and counted, never guessed at.
+SCHEMA_VERSION = 3
 
 # Expert ids are stored as int16: models with more than MAX_EXPERT_ID + 1 experts need a new schema version.
 MAX_EXPERT_ID = 32767
@@ -188,6 +193,18 @@ def check_group(group: Mapping, spec: BufferSpec) -> None:
     want["expert_ids"] = (spec.n_moe_layers, r, t, spec.experts_per_tok)
   for f, shape in want.items():
     _check_array(f, group[f], shape, DTYPES[f])
+  _check_token_values(group, spec)
+  terms = group["reward_terms"]
+  if not isinstance(terms, Mapping) or set(terms) != set(spec.reward_terms):
+    got = sorted(terms) if isinstance(terms, Mapping) else type(terms).__name__
+    raise ValueError(f"Rollout group field reward_terms has {got}; expected exactly {sorted(spec.reward_terms)}.")
+  for name in spec.reward_terms:
+    _check_array(f"reward_terms[{name!r}]", terms[name], (r,), np.float32)
+  check_row_fields(group, r, spec)
+
+
+def _check_token_values(group: Mapping, spec: BufferSpec) -> None:
+  """The value checks of the [R, T] fields and expert ids (shapes already checked)."""
   mask = np.asarray(group["loss_mask"])
   if not np.all((mask == 0) | (mask == 1)):
     raise ValueError("Rollout group field loss_mask has values other than 0 and 1.")
@@ -201,12 +218,33 @@ def check_group(group: Mapping, spec: BufferSpec) -> None:
       a = np.asarray(group[f])
       if a.size and (a.min() < 0 or a.max() > top):
         raise ValueError(f"Rollout group field {f} has values in [{a.min()}, {a.max()}]; the buffer stores [0, {top}].")
-  terms = group["reward_terms"]
-  if not isinstance(terms, Mapping) or set(terms) != set(spec.reward_terms):
-    got = sorted(terms) if isinstance(terms, Mapping) else type(terms).__name__
-    raise ValueError(f"Rollout group field reward_terms has {got}; expected exactly {sorted(spec.reward_terms)}.")
+  if not np.all(np.isfinite(np.asarray(group["behaviour_logprobs"]))):
+    raise ValueError("Rollout group field behaviour_logprobs has NaN or infinite values.")
+
+
+def check_row_fields(fields: Mapping, rows: int, spec: BufferSpec) -> None:
+  """Raises ValueError with one sentence naming the first [R] field of `fields` (ROW_FIELDS and reward_terms, arrays
+  of `rows` values, shapes already checked) outside the schema's ranges (module docstring): what the trainer reads
+  as rewards, lengths and chain structure must be finite numbers that fit the group."""
   for name in spec.reward_terms:
-    _check_array(f"reward_terms[{name!r}]", terms[name], (r,), np.float32)
+    with np.errstate(over="ignore"):  # stored as float32: a float64 1e39 overflows to inf, refused below
+      values = np.asarray(fields["reward_terms"][name], np.float32)
+    if not np.all(np.isfinite(values)):
+      raise ValueError(f"Rollout group field reward_terms[{name!r}] has NaN or infinite values.")
+  t = spec.seq_len
+  ranges = {"truncated": (0, 1), "chain_id": (0, rows - 1), "segment": (0, rows - 1), "prompt_length": (0, t),
+            "length": (0, t)}
+  for name, (lo, hi) in ranges.items():
+    a = np.asarray(fields[name])
+    if not np.all((a >= lo) & (a <= hi)):  # NaN fails both comparisons
+      bad = a[~((a >= lo) & (a <= hi))][0]
+      raise ValueError(f"Rollout group field {name} has the value {bad}; it must be in [{lo}, {hi}] (R = {rows} "
+                       f"rows, T = {t}).")
+  if not np.all(np.isin(np.asarray(fields["truncated"]), (0, 1))):
+    raise ValueError("Rollout group field truncated has values other than 0 and 1.")
+  total = np.asarray(fields["prompt_length"], np.int64) + np.asarray(fields["length"], np.int64)
+  if np.any(total > t):
+    raise ValueError(f"Rollout group fields prompt_length + length reach {total.max()}, past the row length T = {t}.")
 
 
 def _check_array(name: str, x: Any, shape: tuple[int, ...], dtype: type) -> None:
@@ -253,17 +291,33 @@ def row_fields_to_json(group: Mapping, spec: BufferSpec) -> dict:
   return out
 
 
-def row_fields_from_json(d: Any, spec: BufferSpec) -> dict:
-  """Inverse of `row_fields_to_json`: the [R] fields as arrays of their in-memory dtypes (shapes unchecked: pass the
-  group through `normalize_group`); ValueError when `d` does not hold them."""
-  if not isinstance(d, Mapping) or not isinstance(d.get("reward_terms"), Mapping):
-    raise ValueError("row_fields is not an object with reward_terms")
-  try:
-    out = {f: np.asarray(d[f], DTYPES[f]) for f in ROW_FIELDS}
-    out["reward_terms"] = {n: np.asarray(d["reward_terms"][n], np.float32) for n in spec.reward_terms}
-  except (KeyError, TypeError, OverflowError) as e:
-    raise ValueError(f"row_fields lacks or mistypes {e}") from e
+def row_fields_from_json(d: Any, rows: int, spec: BufferSpec) -> dict:
+  """Inverse of `row_fields_to_json` for a group of `rows` rows: the [R] fields as arrays of their in-memory dtypes
+  (values unchecked: `check_row_fields`). ValueError naming the field unless `d` holds exactly ROW_FIELDS and the
+  spec's reward terms, each a list of `rows` JSON numbers of the field's kind (ints for the int fields; never bools
+  or strings, which numpy would convert)."""
+  if not isinstance(d, Mapping) or set(d) != set(ROW_FIELDS) | {"reward_terms"}:
+    raise ValueError(f"row_fields is not an object of exactly {sorted(ROW_FIELDS + ('reward_terms',))}")
+  terms = d["reward_terms"]
+  if not isinstance(terms, Mapping) or set(terms) != set(spec.reward_terms):
+    raise ValueError(f"row_fields.reward_terms is not an object of exactly {sorted(spec.reward_terms)}")
+  out: dict[str, Any] = {f: _json_column(f, d[f], rows, DTYPES[f]) for f in ROW_FIELDS}
+  out["reward_terms"] = {n: _json_column(f"reward_terms[{n!r}]", terms[n], rows, np.float32)
+                         for n in spec.reward_terms}
   return out
+
+
+def _json_column(name: str, values: Any, rows: int, dtype: type) -> np.ndarray:
+  """One [R] field from its JSON list, strictly typed."""
+  integer = np.issubdtype(dtype, np.integer)
+  kinds = (int,) if integer else (int, float)
+  if (not isinstance(values, list) or len(values) != rows
+      or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)):
+    raise ValueError(f"row_fields.{name} is not a list of {rows} JSON {'ints' if integer else 'numbers'}")
+  if integer and not all(np.iinfo(np.int32).min <= v <= np.iinfo(np.int32).max for v in values):
+    raise ValueError(f"row_fields.{name} has a value outside int32")
+  with np.errstate(over="ignore"):  # a float past float32's range becomes inf, which check_row_fields refuses
+    return np.asarray(values, dtype)
 
 
 def example_group(spec: BufferSpec, rows: int = 2, seed: int = 0, version: int = 0, prompt: int = 2) -> dict:

@@ -19,12 +19,73 @@ from __future__ import annotations
 import builtins
 import fcntl
 import json
+import math
 import os
+import re
 from typing import Any
 
+import numpy as np
 import tensorstore as ts
 
 _S3_ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+# Bounds on every small JSON object of the buffer (commit records, head.json, trainer.json, tickets, ...), checked
+# on the raw bytes before parsing: Python's parser recurses once per nesting level (RecursionError past ~1000) and
+# builds tens of bytes of objects per input byte, so an unbounded object read from storage could stop a reader.
+# Writers refuse to write what exceeds them (`json_bytes`). A commit record holds ~100 bytes per row.
+MAX_JSON_BYTES = 4 << 20
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a JSON string literal, escapes included
+
+
+def json_depth(raw: bytes) -> int:
+  """The deepest nesting of arrays and objects in the JSON text `raw` (brackets inside strings do not count); in
+  linear time, without parsing."""
+  codes = np.frombuffer(_JSON_STRING.sub(b'""', raw), np.uint8)
+  step = np.isin(codes, (ord("["), ord("{"))).astype(np.int64) - np.isin(codes, (ord("]"), ord("}")))
+  return int(np.cumsum(step).max(initial=0))
+
+
+def _reject_constant(name: str) -> Any:
+  raise ValueError(f"the non-finite number {name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+  value = float(text)
+  if not math.isfinite(value):  # 1e999 parses as inf
+    raise ValueError(f"the number {text[:20]} overflows a float")
+  return value
+
+
+def parse_json(raw: bytes, what: str) -> Any:
+  """The value of the JSON text `raw`; ValueError naming `what` when it is not JSON, is larger than MAX_JSON_BYTES,
+  nests deeper than MAX_JSON_DEPTH or holds a non-finite number (never RecursionError or MemoryError)."""
+  if len(raw) > MAX_JSON_BYTES:
+    raise ValueError(f"{what} has {len(raw)} bytes, more than the {MAX_JSON_BYTES} a buffer object may hold")
+  depth = json_depth(raw)
+  if depth > MAX_JSON_DEPTH:
+    raise ValueError(f"{what} nests {depth} levels deep, more than the {MAX_JSON_DEPTH} a buffer object may")
+  try:
+    return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+  except (RecursionError, MemoryError) as e:  # the bounds above should make these unreachable
+    raise ValueError(f"{what} cannot be parsed ({type(e).__name__})") from None
+  except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    raise ValueError(f"{what} is not JSON ({e})") from e
+
+
+def json_bytes(value: Any, what: str) -> bytes:
+  """`value` as the canonical JSON text of the buffer's objects (sorted keys, no NaN / Infinity); ValueError naming
+  `what` when it is not JSON-able or exceeds the bounds `parse_json` enforces (so readers accept what writers
+  write)."""
+  try:
+    raw = json.dumps(value, sort_keys=True, allow_nan=False).encode()
+  except (TypeError, ValueError, RecursionError) as e:
+    raise ValueError(f"The {what} must be JSON-able (str/int/float/bool/list/dict, finite numbers): {e}.") from e
+  if len(raw) > MAX_JSON_BYTES or json_depth(raw) > MAX_JSON_DEPTH:
+    raise ValueError(f"The {what} is {len(raw)} bytes nested {json_depth(raw)} deep; buffer objects hold at most "
+                     f"{MAX_JSON_BYTES} bytes nested {MAX_JSON_DEPTH} deep (commit fewer groups per call, or "
+                     f"flatten the meta).")
+  return raw
 
 
 def kvstore_spec(url: str) -> dict:
@@ -78,16 +139,23 @@ class Store:
     result = self._kv.read(key).result()
     return bytes(result.value) if result.state == "value" else None
 
+  def exist(self, keys: builtins.list[str]) -> builtins.list[bool]:
+    """Whether each object exists (read concurrently: one request each, in flight together)."""
+    futures = [self._kv.read(k) for k in keys]
+    return [f.result().state == "value" for f in futures]
+
   def write(self, key: str, data: bytes) -> None:
     """Replaces the object `key` atomically."""
     self._kv.write(key, data).result()
 
   def read_json(self, key: str) -> Any | None:
+    """The object's JSON value, or None when it does not exist; ValueError when it is not bounded JSON
+    (`parse_json`)."""
     data = self.read(key)
-    return None if data is None else json.loads(data)
+    return None if data is None else parse_json(data, f"{self.url}/{key}")
 
   def write_json(self, key: str, value: Any) -> None:
-    self.write(key, json.dumps(value, sort_keys=True).encode())
+    self.write(key, json_bytes(value, key))
 
   def list(self, prefix: str = "") -> list[str]:
     """Keys under `prefix` (relative to this store), sorted."""

@@ -304,6 +304,7 @@ class _Trainer:
               "staleness/in_flight_rows": in_flight,
               "buffer/corrupt_groups": self.reader.stats.get("corrupt_groups", 0),
               "buffer/lost_groups": self.reader.stats.get("lost_groups", 0),
+              "buffer/rejected_records": self.reader.stats.get("rejected_records", 0),
               "buffer/skipped_shards": self.reader.stats.get("skipped_shards", 0)})
     m.update(chain_metrics.batch_metrics(groups))
     self.log_step(m, groups)

@@ -155,9 +155,9 @@ class BufferTest(parameterized.TestCase):
 
   def test_a_call_is_one_commit_record_holding_the_row_fields_exactly(self):
     groups = [make_group(s, rows=r) for s, r in ((0, 3), (1, 1), (2, 4))]
-    extremes = np.array([0.1, np.nextafter(np.float32(0), np.float32(1)), -3.4028235e38, np.nan], np.float32)
+    extremes = np.array([0.1, np.nextafter(np.float32(0), np.float32(1)), -3.4028235e38, 3.4028235e38], np.float32)
     groups[2]["reward_terms"]["outcome"] = extremes
-    groups[2]["chain_id"] = np.array([2**31 - 1, -2**31, 0, 7], np.int32)
+    groups[2]["chain_id"] = np.array([3, 0, 0, 2], np.int32)  # any chain ids in [0, R)
     with RolloutWriter(self.url, "w", SPEC) as w:
       self.assertEqual(w.commit_many(groups, [{"task_id": f"t{i}"} for i in range(3)]), [0, 1, 2])
     shard = Store(os.path.join(self.url, "shards", "w"))
@@ -195,7 +195,8 @@ class BufferTest(parameterized.TestCase):
     old = Store(os.path.join(self.url, "shards", "old"))
     old.write_json("schema.json", {**SPEC.to_json(), "schema_version": schema.SCHEMA_VERSION - 1})
     Store(self.url).write_json("writers/old.json", {"shard": "old"})
-    with self.assertRaisesRegex(buffer_lib.BufferRefusal, "schema_version is 1; .* new buffer URL"):
+    with self.assertRaisesRegex(buffer_lib.BufferRefusal,
+                                f"schema_version is {schema.SCHEMA_VERSION - 1}; .* new buffer URL"):
       RolloutWriter(self.url, "old", SPEC)
     with RolloutWriter(self.url, "new", SPEC) as w:
       w.commit(make_group(0), {"task_id": "t"})
