@@ -1,6 +1,6 @@
-"""Test-wide setup, before jax loads: 8 fake CPU devices, so that the parallel tests can build meshes, and one
-persistent compilation cache for the session, so that a program compiled by one test is not compiled again by a
-later test (through another Python function) or by a process a test starts.
+"""Test-wide setup, before jax loads: 8 fake CPU devices, so that the parallel tests can build meshes; XLA:CPU's
+LLVM backend at -O0 (below); and one persistent compilation cache for the session, so that a program compiled by one
+test is not compiled again by a later test (through another Python function) or by a process a test starts.
 
 C2JAX_TEST_COMPILATION_CACHE=<dir> keeps that cache across sessions (a rerun then compiles almost nothing);
 by default it is a temporary directory removed at the end, so every session compiles as CI does. Under pytest-xdist
@@ -12,13 +12,22 @@ After each module a fixture drops the jit caches and checks that the module left
 
 import atexit
 import gc
+import importlib.util
 import os
 import shutil
 import tempfile
 
-_FLAG = "--xla_force_host_platform_device_count=8"
-if _FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+_FLAGS = ["--xla_force_host_platform_device_count=8"]
+# The CPU suite compiles with LLVM at -O0: most of its programs are small and run a few times, so optimizing their
+# machine code cost more CPU than it saved (docs/benchmarks.md, "Test suite"). XLA's HLO passes (fusion, layouts, the
+# order of every reduction) run the same at every level; only LLVM's code generation changes. A process with jax's
+# CUDA plugin (the GPU compile tier, a GPU machine) keeps the optimized build, whose registers and spills it reports;
+# C2JAX_TEST_XLA_OPT=1 keeps it here too.
+if importlib.util.find_spec("jax_cuda12_plugin") is None and not os.environ.get("C2JAX_TEST_XLA_OPT"):
+  _FLAGS.append("--xla_backend_optimization_level=0")
+for _flag in _FLAGS:
+  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _cache = os.environ.get("C2JAX_TEST_COMPILATION_CACHE")
