@@ -39,11 +39,19 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import json
 import re
+import resource
+import sys
 from typing import Mapping, Sequence
+
+from c2jax.sandbox import host_ast
 
 MAX_FILE_BYTES = 256 << 10  # a bigger file is data or a vendored bundle, not code anyone reads by searching
 MAX_INDEX_BYTES = 8 << 20  # of text over the whole repository; the rest is not indexed (its build is tool time)
+MAX_INDEX_UNITS = 20_000  # units over the whole repository (a file of one-line functions is ~50 000 per MB)
+MAX_SUMMARY_CHARS = 300  # of a unit's signature line, and of its title, as the fields index them
+MAX_QUERY_CHARS = 1000  # of a query: a description, not a file (its tokens and n-grams are tool time too)
 WINDOW_LINES = 40  # lines per window of a file without syntax units
 WINDOW_STRIDE = 30  # windows overlap by 10 lines, so a passage on a boundary lies whole in one of them
 SNIPPET_LINES = 12  # lines of a unit shown in a result
@@ -229,7 +237,9 @@ class Chunk:
       return Document(title=self.path, summary="", body=self.text)
     lines = [x.strip() for x in _lines(self.text)]
     signature = next((x for x in lines if x.startswith(("def ", "async def ", "class "))), lines[0] if lines else "")
-    return Document(title=f"{self.path} {self.name}", summary=f"{signature} {self.doc}", body=self.text)
+    # Clipped: a signature line (or a name) can be a whole file long, and these fields are cut into n-grams.
+    return Document(title=f"{self.path} {self.name}"[:MAX_SUMMARY_CHARS],
+                    summary=f"{signature[:MAX_SUMMARY_CHARS]} {self.doc}", body=self.text)
 
 
 def first_sentence(text: str) -> str:
@@ -291,8 +301,8 @@ def chunk_file(path: str, text: str) -> list[Chunk]:
   tree = None
   if path.endswith(".py"):
     try:
-      tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+      tree = host_ast.parse(text, filename=path)
+    except host_ast.Unparsable:  # a half-written edit, or a file nested past the parser's limits: windows
       tree = None
   if tree is None:
     return _windows(path, lines, 1, len(lines))
@@ -324,7 +334,11 @@ def fingerprint(files: Mapping[str, str]) -> str:
 
 
 class CodeSearch:
-  """The search_code index of one repository, rebuilt when the repository changed since the last query."""
+  """The search_code index of one repository, rebuilt when the repository changed since the last query.
+
+  In-process and unbounded in time and memory beyond the caps above: the environment runs it in a child process
+  under a per-call budget (`bounded_search.BoundedSearch`); tests and tools call it directly.
+  """
 
   def __init__(self):
     self._fingerprint: str | None = None
@@ -343,7 +357,9 @@ class CodeSearch:
       if _skipped(path) or size > MAX_FILE_BYTES or "\0" in text or total + size > MAX_INDEX_BYTES:
         continue
       total += size
-      chunks += chunk_file(path, text)
+      chunks += chunk_file(path, text)[:MAX_INDEX_UNITS - len(chunks)]
+      if len(chunks) >= MAX_INDEX_UNITS:
+        break
     self._chunks = chunks
     self._index = TextIndex([c.document() for c in chunks])
     self._fingerprint = key
@@ -357,6 +373,9 @@ class CodeSearch:
     """
     if not query.strip():
       raise ValueError("the query is empty; describe the code to find, e.g. 'parse a date string'.")
+    if len(query) > MAX_QUERY_CHARS:
+      raise ValueError(f"the query has {len(query)} characters; describe the code to find in at most "
+                       f"{MAX_QUERY_CHARS}.")
     self._refresh(files)
     return [(self._chunks[i], score) for i, score in self._index.search(query, k)]
 
@@ -376,3 +395,38 @@ def render(hits: Sequence[tuple[Chunk, float]]) -> str:
       shown.append(f"[... {len(lines) - SNIPPET_LINES} more lines]")
     parts.append("\n".join([header, *shown]))
   return "\n\n".join(parts)
+
+
+def serve(memory_bytes: int) -> None:
+  """The child side of `bounded_search`: one `CodeSearch` answering requests on stdin, one JSON line each.
+
+  Request: {"files": {path: text}, "query": str, "k": int}. Answer: {"hits": [[path, start, end, name, text, doc,
+  score], ...], "built": bool}, or {"error": sentence} for a query the index refuses. The address space is capped
+  at what the imports mapped plus `memory_bytes`, so a build past it fails here (MemoryError, or the kernel's
+  refusal ending the process) and never in the host process. Ends at end of input.
+  """
+  import numpy  # noqa: F401  (mapped before the cap is measured)
+  import sklearn.decomposition
+  import sklearn.feature_extraction.text
+  import sklearn.preprocessing  # noqa: F401
+  with open("/proc/self/status") as f:
+    mapped = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+  resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_bytes, mapped + memory_bytes))
+  search = CodeSearch()
+  out = sys.stdout
+  out.write("ready\n")
+  out.flush()
+  for line in sys.stdin:
+    request = json.loads(line)
+    builds = search.builds
+    try:
+      hits = search.search(request["files"], request["query"], int(request["k"]))
+      answer = {"hits": [[c.path, c.start, c.end, c.name, c.text, c.doc, s] for c, s in hits],
+                "built": search.builds > builds}
+    except ValueError as e:
+      answer = {"error": str(e)}
+    except MemoryError:  # the index is half built: a fresh one next time
+      search = CodeSearch()
+      answer = {"memory": True}
+    out.write(json.dumps(answer) + "\n")
+    out.flush()
