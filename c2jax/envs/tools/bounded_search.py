@@ -66,6 +66,7 @@ class _Worker:
   """One child process serving `code_search.serve` requests."""
 
   def __init__(self, memory_bytes: int):
+    self.memory_bytes = memory_bytes
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(code_search.__file__)))))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1"}
@@ -131,12 +132,15 @@ _IDLE_LOCK = threading.Lock()
 
 
 def _take(memory_bytes: int) -> _Worker:
+  """An idle worker with this memory cap, else a new one."""
   with _IDLE_LOCK:
-    while _IDLE:
-      worker = _IDLE.pop()
-      if worker.alive():
-        return worker
+    for worker in [w for w in _IDLE if not w.alive()]:
+      _IDLE.remove(worker)
       worker.kill()
+    same = [w for w in _IDLE if w.memory_bytes == memory_bytes]
+    if same:
+      _IDLE.remove(same[-1])
+      return same[-1]
   return _Worker(memory_bytes)
 
 
@@ -156,11 +160,11 @@ class BoundedSearch:
   """The search_code tool of one environment: `code_search.CodeSearch` in a worker process, within a budget.
 
   Args:
-    memory_bytes: the worker's address space past its imports (a worker from the idle pool keeps its own cap).
+    memory_bytes: the worker's address space past its imports; None: `MEMORY_BYTES`.
   """
 
-  def __init__(self, memory_bytes: int = MEMORY_BYTES):
-    self.memory_bytes = memory_bytes
+  def __init__(self, memory_bytes: int | None = None):
+    self.memory_bytes = MEMORY_BYTES if memory_bytes is None else memory_bytes
     self._holder: list[_Worker] = []  # the worker in use, held in a list so the finalizer can give it back
     self._finalizer = weakref.finalize(self, _give_back, self._holder)
     self.builds = 0  # indexes the worker built for this environment (tests watch the cache with it)

@@ -10,7 +10,10 @@ Units. A Python file that parses is cut along its syntax (`ast`): each top-level
 `Class.method`), each class's head (its line up to its first method: docstring, attributes), and the module-level
 code between them in windows. Any other text file, and Python that does not parse (the model's half-written edit),
 is cut into overlapping windows of lines. Binary files (a NUL byte, or not UTF-8), files over `MAX_FILE_BYTES`,
-and everything past `MAX_INDEX_BYTES` of text are not indexed.
+and everything past `MAX_INDEX_BYTES` of text or `MAX_INDEX_UNITS` units are not indexed; a title and a signature
+line are indexed up to `MAX_SUMMARY_CHARS`, and a query may hold `MAX_QUERY_CHARS`. Python is parsed through
+`c2jax.sandbox.host_ast` (one lock for every parse in the process). The environment runs all of this in a child
+process under a per-call budget (`bounded_search`).
 
 What it ranks by, and why. The query is a description in words ("parse a date string"), the code a mix of
 identifiers and prose, so both are cut into the same code-aware tokens (`tokens`): identifiers split on snake_case
