@@ -33,8 +33,8 @@ scores 0, and a query no unit shares anything with has no matches. Ties go to th
 rankings are deterministic.
 
 The index is cached by a hash of the repository's (path, content) pairs and rebuilt when any file changed since the
-last query. scikit-learn is imported on first use, not with the module: most processes that import the
-environment never search.
+last query; only the changed files are cut into units again. scikit-learn is imported on first use, not with the
+module: most processes that import the environment never search.
 """
 
 from __future__ import annotations
@@ -347,22 +347,26 @@ class CodeSearch:
     self._fingerprint: str | None = None
     self._chunks: list[Chunk] = []
     self._index: TextIndex | None = None
+    self._units: dict[str, tuple[str, list[Chunk]]] = {}  # path -> (its text, its units): an edit re-cuts one file
     self.builds = 0  # how many times an index was built (tests watch the cache with it)
 
   def _refresh(self, files: Mapping[str, str]) -> None:
     key = fingerprint(files)
     if key == self._fingerprint:
       return
-    chunks, total = [], 0
+    chunks, total, units = [], 0, {}
     for path in sorted(files):
       text = files[path]
       size = len(text.encode("utf-8", errors="surrogatepass"))
       if _skipped(path) or size > MAX_FILE_BYTES or "\0" in text or total + size > MAX_INDEX_BYTES:
         continue
       total += size
-      chunks += chunk_file(path, text)[:MAX_INDEX_UNITS - len(chunks)]
+      cached = self._units.get(path)
+      units[path] = cached if cached is not None and cached[0] == text else (text, chunk_file(path, text))
+      chunks += units[path][1][:MAX_INDEX_UNITS - len(chunks)]
       if len(chunks) >= MAX_INDEX_UNITS:
         break
+    self._units = units
     self._chunks = chunks
     self._index = TextIndex([c.document() for c in chunks])
     self._fingerprint = key
