@@ -182,7 +182,8 @@ class BoundedSearch:
     if not self._holder:
       self._holder.append(_take(self.memory_bytes))
     worker = self._holder[0]
-    answer = worker.request({"files": dict(files), "query": query, "k": k}, max(timeout_s, 0.0))
+    # Only what the index takes travels: at most MAX_INDEX_BYTES of text, whatever the workdir holds.
+    answer = worker.request({"files": code_search.indexable(files), "query": query, "k": k}, max(timeout_s, 0.0))
     if answer is None or answer.get("memory"):
       self._holder.clear()
       worker.kill()  # ended, late, or out of memory (a heap that may stay fragmented): never reused

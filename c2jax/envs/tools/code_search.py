@@ -325,6 +325,20 @@ def _skipped(path: str) -> bool:
   return any(part in ("__pycache__", ".git") for part in path.split("/"))
 
 
+def indexable(files: Mapping[str, str]) -> dict[str, str]:
+  """The files the index takes, in path order: text files of at most `MAX_FILE_BYTES`, outside cache directories,
+  up to `MAX_INDEX_BYTES` in all (what the host sends to a search worker, too)."""
+  out, total = {}, 0
+  for path in sorted(files):
+    text = files[path]
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if _skipped(path) or size > MAX_FILE_BYTES or "\0" in text or total + size > MAX_INDEX_BYTES:
+      continue
+    total += size
+    out[path] = text
+  return out
+
+
 def fingerprint(files: Mapping[str, str]) -> str:
   """A hash of the (path, content) pairs of `files`, in path order: equal exactly when the repository is."""
   h = hashlib.blake2b(digest_size=16)
@@ -354,13 +368,8 @@ class CodeSearch:
     key = fingerprint(files)
     if key == self._fingerprint:
       return
-    chunks, total, units = [], 0, {}
-    for path in sorted(files):
-      text = files[path]
-      size = len(text.encode("utf-8", errors="surrogatepass"))
-      if _skipped(path) or size > MAX_FILE_BYTES or "\0" in text or total + size > MAX_INDEX_BYTES:
-        continue
-      total += size
+    chunks, units = [], {}
+    for path, text in indexable(files).items():
       cached = self._units.get(path)
       units[path] = cached if cached is not None and cached[0] == text else (text, chunk_file(path, text))
       chunks += units[path][1][:MAX_INDEX_UNITS - len(chunks)]
