@@ -49,7 +49,7 @@ import numpy as np
 from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.engine import EngineConfig
-from c2jax.actors.ledger import SummaryTokens, Trajectory
+from c2jax.actors.ledger import EpisodeEnd, SummaryTokens, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.core.agent_env import agent_env
@@ -250,7 +250,9 @@ def episode_group(trajectories: Sequence[Trajectory], *, seq_len: int, reward_te
   stack = lambda f: np.stack([r[f] for r in rows])
   group = {f: stack(f) for f in ("tokens", "loss_mask", "behaviour_logprobs", "policy_version", "source", "turn")}
   group.update({
-      "reward_terms": {n: np.array([tr.reward_terms[n] for tr in chain], np.float32) for n in reward_terms},
+      # An episode whose environment raised reports only ENV_ERROR_TERMS: its other terms read as 0.
+      "reward_terms": {n: np.array([tr.reward_terms.get(n, 0.0) if tr.end is EpisodeEnd.ENV_ERROR
+                                    else tr.reward_terms[n] for tr in chain], np.float32) for n in reward_terms},
       "truncated": np.array([tr.cut for tr in chain], np.float32),
       "chain_id": np.array([c for c, _, _ in segs], np.int32),
       "segment": np.array([k for _, k, _ in segs], np.int32),
@@ -439,7 +441,8 @@ class Actor:
   def _episode_group(self, trajectories: list[Trajectory]) -> dict:
     """The buffer record of one group of multi-turn trajectories (`episode_group`)."""
     names = self.writer.spec.reward_terms
-    missing = [n for n in names if n not in trajectories[0].reward_terms]
+    graded = [t for t in trajectories if t.end is not EpisodeEnd.ENV_ERROR]
+    missing = [n for n in names if graded and n not in graded[0].reward_terms]
     if missing:
       raise ValueError(f"Suite {self.suite.name!r} returned no reward term(s) {missing} the buffer expects.")
     return episode_group(trajectories, seq_len=self.cfg.seq_len, reward_terms=names,

@@ -78,6 +78,11 @@ from c2jax.envs.chat.chat_format import Continuation
 from c2jax.envs.chat.chat_tokens import ChatTokens, prefix_length
 from c2jax.model.config import ModelConfig
 from c2jax.model.sharding import Layout
+from c2jax.sandbox.sandbox import SandboxUnavailable
+
+# The reward terms of an episode whose environment raised (EpisodeEnd.ENV_ERROR): the outcome is 0, and a term a
+# buffer expects that is missing here reads as 0 (`actor.episode_group`).
+ENV_ERROR_TERMS: Mapping[str, float] = {"outcome": 0.0, "env_error": 1.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +185,7 @@ class RunStats:
   appends: int = 0
   decodes: int = 0
   weight_swaps: int = 0
+  env_errors: int = 0
   wall_s: float = 0.0
   slot_s: float = 0.0
   slot_wait_s: float = 0.0
@@ -294,6 +300,7 @@ class _Run:
   last_stopped: bool = False
   tool_s: float = 0.0
   started: concurrent.futures.Future | None = None
+  error: str = ""  # what the environment raised (EpisodeEnd.ENV_ERROR), "" if nothing
 
   def add(self, ids, source: Source, turn: int) -> None:
     self.tokens += [int(i) for i in ids]
@@ -858,7 +865,10 @@ class AgentRunner:
       concurrent.futures.wait(list(loop.grading), return_when=concurrent.futures.FIRST_COMPLETED)
     for fut in [f for f in loop.grading if f.done()]:
       partial = loop.grading.pop(fut)
-      terms, tool_s = fut.result()
+      terms, tool_s, error = fut.result()
+      if error:  # its environment raised (a turn or the grading): the episode is cut, its reward 0
+        partial["end"] = EpisodeEnd.ENV_ERROR
+        self.stats.env_errors += 1
       loop.results[partial["index"]] = Trajectory(**{k: v for k, v in partial.items() if k != "index"},
                                                   reward_terms=terms, tool_seconds=tool_s)
       self.stats.episodes += 1
@@ -867,17 +877,34 @@ class AgentRunner:
 
   @staticmethod
   def _step(run: _Run, ids: np.ndarray, text: str) -> TurnResult:
-    run.started.result()  # the reset was queued first, so it runs before (or while) this waits: no deadlock
-    return run.env.step(ids, text)
+    """The environment's turn; an exception of its own (a tool, the reset) ends this episode alone (ENV_ERROR)."""
+    try:
+      run.started.result()  # the reset was queued first, so it runs before (or while) this waits: no deadlock
+      return run.env.step(ids, text)
+    except SandboxUnavailable:
+      raise  # the host lost its sandbox: no episode can go on, and training on zeros would hide it
+    except Exception as e:  # noqa: BLE001  (whatever the policy's files made the host raise is this episode's)
+      run.error = f"{type(e).__name__}: {e}"[:500]
+      return TurnResult(observation="", done=True, reason=EpisodeEnd.ENV_ERROR.value)
 
   @staticmethod
-  def _grade(run: _Run) -> tuple[Mapping[str, float], float]:
+  def _grade(run: _Run) -> tuple[Mapping[str, float], float, str]:
+    """(the episode's reward terms, its tool seconds, what its environment raised or ""): `ENV_ERROR_TERMS` when it
+    raised, here or in an earlier step."""
     try:
-      run.started.result()
-      terms = dict(run.env.reward())
+      if not run.error:
+        run.started.result()
+        return dict(run.env.reward()), run.tool_s, ""
+    except SandboxUnavailable:
+      raise
+    except Exception as e:  # noqa: BLE001  (as in _step: the episode's error, not the run's)
+      run.error = f"{type(e).__name__}: {e}"[:500]
     finally:
-      run.env.close()
-    return terms, run.tool_s
+      try:
+        run.env.close()
+      except Exception:  # noqa: BLE001  (closing is best effort; the terms are decided)
+        pass
+    return dict(ENV_ERROR_TERMS), run.tool_s, run.error
 
   def _episode_end(self, run: _Run, result: TurnResult) -> EpisodeEnd | None:
     if result.done:

@@ -58,7 +58,8 @@ class SummaryTokens(enum.Enum):
 
 class EpisodeEnd(enum.Enum):
   """Why an episode ended. FINISHED: the environment ended it (the agent called finish, or a one-turn episode's
-  turn ended on a stop token); every other end is a budget's cut (`Trajectory.cut`)."""
+  turn ended on a stop token); every other end is a budget's cut (`Trajectory.cut`). ENV_ERROR: the environment
+  raised while starting, running a turn's tools or grading (the agent loop's `ENV_ERROR_TERMS`: reward 0)."""
 
   FINISHED = "finished"
   TURN_BUDGET = "turn_budget"
@@ -68,6 +69,7 @@ class EpisodeEnd(enum.Enum):
   WORKDIR_LIMIT = "workdir_limit"
   SUMMARY_BUDGET = "summary_budget"  # a summary ran past `SummaryConfig.max_tokens`
   SEGMENT_LIMIT = "segment_limit"  # the context filled again after `SummaryConfig.max_segments` segments
+  ENV_ERROR = "env_error"
 
   @classmethod
   def from_env(cls, reason: str) -> EpisodeEnd:

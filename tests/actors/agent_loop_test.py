@@ -6,10 +6,13 @@ Every test shares one engine configuration (4 slots, 1280 positions, chunks 16/6
 the engine compiles once per bucket.
 """
 
+import dataclasses
 import functools
 import time
+from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 import jax
 import numpy as np
@@ -23,6 +26,7 @@ from c2jax.envs.core.agent_env import OneTurnEnv, TurnResult
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.token_tasks.char_class import CharClassSuite
 from c2jax.envs.coding_rl import CodingTaskSuite
+from c2jax.envs.core import env as env_lib
 from c2jax.envs.teachers.scripted_policies import ExplorerPolicy
 from c2jax.model.losses import token_log_probs
 from c2jax.model.params import init_params
@@ -282,6 +286,71 @@ class AgentLoopTest(absltest.TestCase):
                     weights=lambda: (self.params, 0))
     with self.assertRaisesRegex(ValueError, "max_turns=0"):
       AgentConfig(max_turns=0)
+
+
+class EnvErrorIsolationTest(parameterized.TestCase):
+  """Real coding episodes in the sandbox, one of whose policies also writes a hostile file that makes the host raise
+  while grading it or running its tools (as CPython 3.11's AST race did: "SystemError: AST constructor recursion
+  depth mismatch"): that episode ends with ENV_ERROR and reward 0; the run and the other episodes go on."""
+
+  @parameterized.named_parameters(
+      ("grading_system_error", "grade", SystemError("AST constructor recursion depth mismatch (before=18, after=15)")),
+      ("grading_memory_error", "grade", MemoryError()),
+      ("grading_recursion_error", "grade", RecursionError("maximum recursion depth exceeded")),
+      ("tool_recursion_error", "step", RecursionError("maximum recursion depth exceeded during ast construction")),
+      ("tool_value_error", "step", ValueError("source code string cannot contain null bytes")))
+  @pytest.mark.slow
+  def test_a_hostile_episode_fails_alone(self, where, error):
+    reason = sandbox_lib.unavailable_reason()
+    if reason:
+      self.skipTest(reason)
+    hostile = "x=" + "[" * 30 + "0" + "]" * 30 + "\n"  # what it holds matters not: the host's fault is injected
+    grade = env_lib.grading.grade
+
+    def fragile_grade(task, files, **kw):  # the host's grading of a workdir holding the hostile file raises
+      if "evil.py" in files:
+        raise error
+      return grade(task, files, **kw)
+
+    over_limit = env_lib.CodingEnv._workdir_over_limit
+
+    def fragile_over_limit(env):  # the host's check after a write raises on the hostile file
+      if "evil.py" in env._sandbox.list_files():
+        raise error
+      return over_limit(env)
+
+    suite = CodingTaskSuite(coding_suite="tiny_functions", instructions="none", max_turns=6)
+    policy = ExplorerPolicy()
+    eps, envs = [], []
+
+    def make_env(task):
+      envs.append(suite.agent_env(task))
+      return envs[-1]
+
+    for i in range(3):
+      task = suite.task("heldout", i)
+      coding = suite.coding_task(task)
+      if i == 1:  # its solution turn also writes evil.py
+        coding = dataclasses.replace(coding, solution={**coding.solution, "evil.py": hostile})
+      eps.append(Episode(prompt=task.prompt, make_env=functools.partial(make_env, task), key=i,
+                         script=lambda turn, obs, coding=coding: policy.act(coding, obs)))
+    runner = AgentRunner(MODEL, ENGINE, SAMPLING, AgentConfig(max_turns=8, max_turn_tokens=256,
+                                                              max_episode_tokens=1100, chunk_steps=16), TOK)
+    patch = (mock.patch.object(env_lib.grading, "grade", fragile_grade) if where == "grade" else
+             mock.patch.object(env_lib.CodingEnv, "_workdir_over_limit", fragile_over_limit))
+    with patch:
+      trajectories = runner.run(eps, weights=lambda: (tiny.params(MODEL), 0))
+    self.assertLen(trajectories, 3)
+    for i, traj in enumerate(trajectories):
+      if i == 1:
+        self.assertEqual(traj.end, EpisodeEnd.ENV_ERROR)
+        self.assertEqual(dict(traj.reward_terms), {"outcome": 0.0, "env_error": 1.0})
+        self.assertTrue(traj.cut)
+      else:
+        self.assertEqual(traj.end, EpisodeEnd.FINISHED)
+        self.assertEqual(traj.reward_terms["outcome"], 1.0)
+    self.assertEqual(runner.stats.env_errors, 1)
+    self.assertTrue(all(e.env._sandbox is None for e in envs))  # every environment was closed
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ shell command in the container; grep is a Python regex over the workdir's text f
 container too, so a pathological pattern meets the sandbox's timeout instead of stalling the host (its interpreter
 runs isolated, `python3 -I`, so that a repository's own json.py or re.py cannot stand in for the standard library).
 search_code ranks the workdir's functions, classes and windows of lines against a description (`code_search`: its
-index is built host-side from `Sandbox.files`, which follows no symlink, and rebuilt when a file changed); web_search
-asks the configured backend (`web_search.WEB_SEARCH_BACKENDS`, by default an offline index of the Python standard
-library's documentation; no backend here reaches the network). Both list at most `max_search_results` results.
+index is built from `Sandbox.files`, which follows no symlink, and rebuilt when a file changed, in a child process
+that is killed past the call's time, `bounded_search.TIMEOUT_S` cut to the episode's time left, or its memory cap:
+then the call is a tool error); web_search asks the configured backend (`web_search.WEB_SEARCH_BACKENDS`, by
+default an offline index of the Python standard library's documentation; no backend here reaches the network) with
+a query of at most `code_search.MAX_QUERY_CHARS`. Both list at most `max_search_results` results.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import time
 from typing import Callable, Sequence
 
 from c2jax.envs.chat import chat_format as chat_format_lib
+from c2jax.envs.tools import bounded_search
 from c2jax.envs.tools import code_search
 from c2jax.envs.grading import grading
 from c2jax.envs.tools import protocol
@@ -233,7 +236,7 @@ class CodingEnv:
     self._web_search: web_search.SearchBackend | None = None
     # Kept across episodes: its index is rebuilt only when the repository differs, so a next episode on the same
     # starting files reuses it.
-    self._code_search = code_search.CodeSearch()
+    self._code_search = bounded_search.BoundedSearch()
 
   # -- episode ----------------------------------------------------------------------------------------------------
 
@@ -357,7 +360,8 @@ class CodingEnv:
     return dict(terms)
 
   def close(self) -> None:
-    """Deletes the episode's sandbox. Idempotent; safe before reset."""
+    """Deletes the episode's sandbox and gives back its search worker. Idempotent; safe before reset."""
+    self._code_search.close()
     if self._sandbox is not None:
       self._sandbox.close()
       self._sandbox = None
@@ -458,11 +462,19 @@ class CodingEnv:
 
   def _tool_search_code(self, query: str) -> tuple[bool, str]:
     files = self._sandbox.files(max_file_bytes=code_search.MAX_FILE_BYTES)
-    return True, code_search.render(self._code_search.search(files, query, self.config.max_search_results))
+    timeout = min(bounded_search.TIMEOUT_S, max(self._time_left(), 0.0))
+    try:
+      hits = self._code_search.search(files, query, self.config.max_search_results, timeout_s=timeout)
+    except bounded_search.SearchBudgetExceeded as e:
+      return False, str(e)
+    return True, code_search.render(hits)
 
   def _tool_web_search(self, query: str) -> tuple[bool, str]:
     if not query.strip():  # the backend's contract is a non-empty query
       return False, "the query is empty; say what to look up, e.g. 'serialize an object to a JSON string'."
+    if len(query) > code_search.MAX_QUERY_CHARS:  # a backend's work grows with the query: it is bounded here
+      return False, (f"the query has {len(query)} characters; say what to look up in at most "
+                     f"{code_search.MAX_QUERY_CHARS}.")
     if self._web_search is None:
       self._web_search = self._web_search_factory()
     k = self.config.max_search_results

@@ -157,6 +157,7 @@ from c2jax.envs.grading import canonical
 from c2jax.envs.grading import instrument
 from c2jax.envs.grading import judge
 from c2jax.envs.tasks.coding_tasks import CodingTask, parse_test_id
+from c2jax.sandbox import host_ast
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPathError
 
 # The judge logs one line per test to stderr; a generous cap keeps the head and tail of big suites readable.
@@ -393,8 +394,8 @@ def _builtin_lint_count(path: str, source: str) -> int:
   """Syntax errors (1) or unused module-level and function-level imports (re-exports of __init__.py and names in
   __all__ excepted), from the AST alone."""
   try:
-    tree = ast.parse(source, filename=path)
-  except (SyntaxError, ValueError):
+    tree = host_ast.parse(source, filename=path)
+  except host_ast.Unparsable:
     return 1
   imported: dict[str, int] = {}
   for node in ast.walk(tree):
@@ -412,7 +413,7 @@ def _builtin_lint_count(path: str, source: str) -> int:
   return sum(count for name, count in imported.items() if name not in used)
 
 
-@instrument.serialized  # pyflakes and the built-in check parse: see instrument.AST_LOCK
+@host_ast.serialized  # pyflakes parses with compile() itself: see host_ast
 def lint_count(path: str, source: str) -> int:
   """Lint findings in one Python file (pyflakes when available, else the built-in check).
 
@@ -716,12 +717,11 @@ def named_graded_files(task: CodingTask, files: Mapping[str, str]) -> dict[str, 
   return out
 
 
-@instrument.serialized
 def _classes(source: str) -> dict[str, tuple[list[str], list[str]]]:
   """A rewritten module's top-level classes: name -> (base classes named in it, method names as renamed)."""
   try:
-    tree = ast.parse(source)
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = host_ast.parse(source)
+  except host_ast.Unparsable:
     return {}  # the judge fails to import it too: its tests count as failed
   return {node.name: ([b.id for b in node.bases if isinstance(b, ast.Name)],
                       [n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))])

@@ -43,31 +43,15 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
-import functools
 import random
-import threading
 from typing import Mapping
 
 from c2jax.envs.grading import judge
+from c2jax.sandbox import host_ast
 
 _COMPLEMENT = {"assertTrue": "assertFalse", "assertFalse": "assertTrue", "assertIsNone": "assertIsNotNone",
                "assertIsNotNone": "assertIsNone", "assertIn": "assertNotIn", "assertNotIn": "assertIn",
                "assertEqual": "assertNotEqual"}
-# CPython 3.11 converts parsed trees to AST objects with one recursion counter per interpreter, which two threads
-# can interleave ("SystemError: AST constructor recursion depth mismatch": seen when an actor graded its samples in
-# `reward_workers` threads). Every host-side parse and unparse of grading holds this lock; each takes milliseconds.
-AST_LOCK = threading.RLock()
-
-
-def serialized(fn):
-  """`fn` run under AST_LOCK."""
-  @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
-    with AST_LOCK:
-      return fn(*args, **kwargs)
-  return wrapped
-
-
 _ID_SPACE = 1 << 30
 _REGEX = ("assertRegex", "assertNotRegex", "assertRaisesRegex")  # their pattern is the second operand
 
@@ -359,7 +343,7 @@ def _canary_edit(call: ast.Call, rng: random.Random) -> bool:
       i = start + literal[0]
       perturbed = _perturb(ast.literal_eval(call.args[i]), rng)
       if perturbed is not None:
-        call.args[i] = ast.copy_location(ast.parse(repr(perturbed[0]), mode="eval").body, call.args[i])
+        call.args[i] = ast.copy_location(host_ast.parse(repr(perturbed[0]), mode="eval").body, call.args[i])
         return True
   if kind == "compare" and len(ops) == 1 and ops[0] in _COMPLEMENT_OP:
     call.args[3] = ast.Constant((_COMPLEMENT_OP[ops[0]],))
@@ -419,7 +403,7 @@ def _random_names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
   return sorted(names)
 
 
-@serialized
+@host_ast.serialized  # every parse and unparse of the call under one hold of the lock
 def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.Random, canaries: int | None = 2  # noqa: C901
                ) -> Instrumented:
   """The task's hidden .py files (path -> source) rewritten for one grading call (see the module docstring).
@@ -439,14 +423,14 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
     name = module_name(path)
     sources[name] = hidden[path]
     try:
-      trees[name] = _Rewriter(ids).visit(ast.parse(hidden[path], filename=path))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+      trees[name] = _Rewriter(ids).visit(host_ast.parse(hidden[path], filename=path))
+    except (host_ast.Unparsable, RecursionError):  # RecursionError: the rewriter's own walk of a deep tree
       trees[name] = None
   for name in list(sources):
     parts = name.split(".")
     for i in range(1, len(parts)):
       sources.setdefault(".".join(parts[:i]), "")
-      trees.setdefault(".".join(parts[:i]), ast.parse(""))
+      trees.setdefault(".".join(parts[:i]), host_ast.parse(""))
 
   # Canary candidates: (module, class, method, index of a perturbable unconditional check).
   classes = [(name, node) for name, tree in trees.items() if tree is not None and name in test_modules
@@ -515,7 +499,7 @@ def instrument(hidden: Mapping[str, str], test_modules: list[str], rng: random.R
                               required=frozenset(required_checks(method.body)),
                               expected_failure=any(_is_expected_failure(d) for d in method.decorator_list),
                               perturbed=perturbed.get(id(method)) if canary else None)
-  modules = {name: sources[name] if tree is None else ast.unparse(ast.fix_missing_locations(tree))
+  modules = {name: sources[name] if tree is None else host_ast.unparse(ast.fix_missing_locations(tree))
              for name, tree in trees.items()}
   return Instrumented(modules=modules, test_modules=tuple(test_modules), tests=tests, kinds=dict(ids.kinds),
                       patterns=dict(ids.patterns), compares=dict(ids.compares))

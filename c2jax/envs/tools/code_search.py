@@ -10,7 +10,10 @@ Units. A Python file that parses is cut along its syntax (`ast`): each top-level
 `Class.method`), each class's head (its line up to its first method: docstring, attributes), and the module-level
 code between them in windows. Any other text file, and Python that does not parse (the model's half-written edit),
 is cut into overlapping windows of lines. Binary files (a NUL byte, or not UTF-8), files over `MAX_FILE_BYTES`,
-and everything past `MAX_INDEX_BYTES` of text are not indexed.
+and everything past `MAX_INDEX_BYTES` of text or `MAX_INDEX_UNITS` units are not indexed; a title and a signature
+line are indexed up to `MAX_SUMMARY_CHARS`, and a query may hold `MAX_QUERY_CHARS`. Python is parsed through
+`c2jax.sandbox.host_ast` (one lock for every parse in the process). The environment runs all of this in a child
+process under a per-call budget (`bounded_search`).
 
 What it ranks by, and why. The query is a description in words ("parse a date string"), the code a mix of
 identifiers and prose, so both are cut into the same code-aware tokens (`tokens`): identifiers split on snake_case
@@ -30,8 +33,8 @@ scores 0, and a query no unit shares anything with has no matches. Ties go to th
 rankings are deterministic.
 
 The index is cached by a hash of the repository's (path, content) pairs and rebuilt when any file changed since the
-last query. scikit-learn is imported on first use, not with the module: most processes that import the
-environment never search.
+last query; only the changed files are cut into units again. scikit-learn is imported on first use, not with the
+module: most processes that import the environment never search.
 """
 
 from __future__ import annotations
@@ -39,11 +42,19 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import json
 import re
+import resource
+import sys
 from typing import Mapping, Sequence
+
+from c2jax.sandbox import host_ast
 
 MAX_FILE_BYTES = 256 << 10  # a bigger file is data or a vendored bundle, not code anyone reads by searching
 MAX_INDEX_BYTES = 8 << 20  # of text over the whole repository; the rest is not indexed (its build is tool time)
+MAX_INDEX_UNITS = 20_000  # units over the whole repository (a file of one-line functions is ~50 000 per MB)
+MAX_SUMMARY_CHARS = 300  # of a unit's signature line, and of its title, as the fields index them
+MAX_QUERY_CHARS = 1000  # of a query: a description, not a file (its tokens and n-grams are tool time too)
 WINDOW_LINES = 40  # lines per window of a file without syntax units
 WINDOW_STRIDE = 30  # windows overlap by 10 lines, so a passage on a boundary lies whole in one of them
 SNIPPET_LINES = 12  # lines of a unit shown in a result
@@ -229,7 +240,9 @@ class Chunk:
       return Document(title=self.path, summary="", body=self.text)
     lines = [x.strip() for x in _lines(self.text)]
     signature = next((x for x in lines if x.startswith(("def ", "async def ", "class "))), lines[0] if lines else "")
-    return Document(title=f"{self.path} {self.name}", summary=f"{signature} {self.doc}", body=self.text)
+    # Clipped: a signature line (or a name) can be a whole file long, and these fields are cut into n-grams.
+    return Document(title=f"{self.path} {self.name}"[:MAX_SUMMARY_CHARS],
+                    summary=f"{signature[:MAX_SUMMARY_CHARS]} {self.doc}", body=self.text)
 
 
 def first_sentence(text: str) -> str:
@@ -291,8 +304,8 @@ def chunk_file(path: str, text: str) -> list[Chunk]:
   tree = None
   if path.endswith(".py"):
     try:
-      tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+      tree = host_ast.parse(text, filename=path)
+    except host_ast.Unparsable:  # a half-written edit, or a file nested past the parser's limits: windows
       tree = None
   if tree is None:
     return _windows(path, lines, 1, len(lines))
@@ -312,6 +325,20 @@ def _skipped(path: str) -> bool:
   return any(part in ("__pycache__", ".git") for part in path.split("/"))
 
 
+def indexable(files: Mapping[str, str]) -> dict[str, str]:
+  """The files the index takes, in path order: text files of at most `MAX_FILE_BYTES`, outside cache directories,
+  up to `MAX_INDEX_BYTES` in all (what the host sends to a search worker, too)."""
+  out, total = {}, 0
+  for path in sorted(files):
+    text = files[path]
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if _skipped(path) or size > MAX_FILE_BYTES or "\0" in text or total + size > MAX_INDEX_BYTES:
+      continue
+    total += size
+    out[path] = text
+  return out
+
+
 def fingerprint(files: Mapping[str, str]) -> str:
   """A hash of the (path, content) pairs of `files`, in path order: equal exactly when the repository is."""
   h = hashlib.blake2b(digest_size=16)
@@ -324,26 +351,31 @@ def fingerprint(files: Mapping[str, str]) -> str:
 
 
 class CodeSearch:
-  """The search_code index of one repository, rebuilt when the repository changed since the last query."""
+  """The search_code index of one repository, rebuilt when the repository changed since the last query.
+
+  In-process and unbounded in time and memory beyond the caps above: the environment runs it in a child process
+  under a per-call budget (`bounded_search.BoundedSearch`); tests and tools call it directly.
+  """
 
   def __init__(self):
     self._fingerprint: str | None = None
     self._chunks: list[Chunk] = []
     self._index: TextIndex | None = None
+    self._units: dict[str, tuple[str, list[Chunk]]] = {}  # path -> (its text, its units): an edit re-cuts one file
     self.builds = 0  # how many times an index was built (tests watch the cache with it)
 
   def _refresh(self, files: Mapping[str, str]) -> None:
     key = fingerprint(files)
     if key == self._fingerprint:
       return
-    chunks, total = [], 0
-    for path in sorted(files):
-      text = files[path]
-      size = len(text.encode("utf-8", errors="surrogatepass"))
-      if _skipped(path) or size > MAX_FILE_BYTES or "\0" in text or total + size > MAX_INDEX_BYTES:
-        continue
-      total += size
-      chunks += chunk_file(path, text)
+    chunks, units = [], {}
+    for path, text in indexable(files).items():
+      cached = self._units.get(path)
+      units[path] = cached if cached is not None and cached[0] == text else (text, chunk_file(path, text))
+      chunks += units[path][1][:MAX_INDEX_UNITS - len(chunks)]
+      if len(chunks) >= MAX_INDEX_UNITS:
+        break
+    self._units = units
     self._chunks = chunks
     self._index = TextIndex([c.document() for c in chunks])
     self._fingerprint = key
@@ -357,6 +389,9 @@ class CodeSearch:
     """
     if not query.strip():
       raise ValueError("the query is empty; describe the code to find, e.g. 'parse a date string'.")
+    if len(query) > MAX_QUERY_CHARS:
+      raise ValueError(f"the query has {len(query)} characters; describe the code to find in at most "
+                       f"{MAX_QUERY_CHARS}.")
     self._refresh(files)
     return [(self._chunks[i], score) for i, score in self._index.search(query, k)]
 
@@ -376,3 +411,38 @@ def render(hits: Sequence[tuple[Chunk, float]]) -> str:
       shown.append(f"[... {len(lines) - SNIPPET_LINES} more lines]")
     parts.append("\n".join([header, *shown]))
   return "\n\n".join(parts)
+
+
+def serve(memory_bytes: int) -> None:
+  """The child side of `bounded_search`: one `CodeSearch` answering requests on stdin, one JSON line each.
+
+  Request: {"files": {path: text}, "query": str, "k": int}. Answer: {"hits": [[path, start, end, name, text, doc,
+  score], ...], "built": bool}, or {"error": sentence} for a query the index refuses. The address space is capped
+  at what the imports mapped plus `memory_bytes`, so a build past it fails here (MemoryError, or the kernel's
+  refusal ending the process) and never in the host process. Ends at end of input.
+  """
+  import numpy  # noqa: F401  (mapped before the cap is measured)
+  import sklearn.decomposition
+  import sklearn.feature_extraction.text
+  import sklearn.preprocessing  # noqa: F401
+  with open("/proc/self/status") as f:
+    mapped = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+  resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_bytes, mapped + memory_bytes))
+  search = CodeSearch()
+  out = sys.stdout
+  out.write("ready\n")
+  out.flush()
+  for line in sys.stdin:
+    request = json.loads(line)
+    builds = search.builds
+    try:
+      hits = search.search(request["files"], request["query"], int(request["k"]))
+      answer = {"hits": [[c.path, c.start, c.end, c.name, c.text, c.doc, s] for c, s in hits],
+                "built": search.builds > builds}
+    except ValueError as e:
+      answer = {"error": str(e)}
+    except MemoryError:  # the index is half built: a fresh one next time
+      search = CodeSearch()
+      answer = {"memory": True}
+    out.write(json.dumps(answer) + "\n")
+    out.flush()

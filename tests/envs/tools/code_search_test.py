@@ -2,6 +2,10 @@
 rebuilt exactly when the repository changed, bounded results, and the tool through the environment over the real
 sandbox (whose host-side walk follows no symlink)."""
 
+import resource
+import time
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 
@@ -144,6 +148,16 @@ class RankingTest(parameterized.TestCase):
     self.assertEqual(search.builds, 3)
     self.assertNotEqual(code_search.fingerprint({"a": "bc"}), code_search.fingerprint({"ab": "c"}))
 
+  def test_an_edit_cuts_only_the_edited_file_again(self):
+    search = CodeSearch()
+    search.search(REPO, "parse a date string", 3)
+    edited = dict(REPO, **{"timeutil/parsing.py": REPO["timeutil/parsing.py"] + "\ndef tomorrow():\n    pass\n"})
+    with mock.patch.object(code_search, "chunk_file", wraps=code_search.chunk_file) as cut:
+      hits = search.search(edited, "tomorrow", 1)
+    self.assertEqual([c.args[0] for c in cut.call_args_list], ["timeutil/parsing.py"])
+    self.assertEqual(hits[0][0].name, "tomorrow")
+    self.assertEqual(search.builds, 2)
+
   def test_empty_and_wordless_queries_are_errors_and_unknown_words_match_nothing(self):
     search = CodeSearch()
     with self.assertRaisesRegex(ValueError, r"^the query is empty; .*\.$"):
@@ -213,6 +227,7 @@ class ThroughTheEnvTest(SandboxedEnvTest):
     r = env.step(turn(search("parse a date string")))
     self.assertIn('<result tool="search_code">\ntimeutil/parsing.py:6-11 (parse_iso_timestamp)\n', r.observation)
     self.assertEqual(r.info["step_tool_errors"], 0)
+    builds = env._code_search.builds  # 0 or 1: a pooled worker may hold this repository's index already
     # A file written through the env, and one the sandboxed code wrote, are found at the next search.
     r = env.step(turn(
         ToolCall(ToolName.WRITE_FILE, {"path": "geo/distance.py",
@@ -222,7 +237,7 @@ class ThroughTheEnvTest(SandboxedEnvTest):
     self.assertIn("geo/distance.py:1-2 (haversine_km)", r.observation)
     self.assertIn("bakery.py:1-2 (bake_sourdough_bread)", r.observation)
     self.assertIn('<result tool="search_code">\nno matches.\n</result>', r.observation)
-    self.assertEqual(env._code_search.builds, 2)  # the unchanged repository of the last two queries: one index
+    self.assertEqual(env._code_search.builds, builds + 1)  # the unchanged repository of the last two: one index
 
   def test_symlinks_out_of_the_workdir_are_not_followed(self):
     env = self.env()
@@ -256,6 +271,102 @@ class ThroughTheEnvTest(SandboxedEnvTest):
     with sandbox_lib.Sandbox({"a.py": "x = 1\n", "big.txt": "z" * 5000}) as box:
       self.assertEqual(box.files(max_file_bytes=4096), {"a.py": "x = 1\n"})
       self.assertEqual(set(box.files()), {"a.py", "big.txt"})
+
+
+def hostile_files(kind: str, total: int = 1 << 20) -> dict[str, str]:
+  """`total` bytes of model-written Python in files of at most 200 KB, built to make indexing expensive."""
+  files, i = {}, 0
+  while sum(map(len, files.values())) < total:
+    size = min(200_000, total - sum(map(len, files.values())))
+    if kind == "long_signatures":  # every signature line cut into character n-grams
+      unit = lambda k: f"def g{i}_{k}(" + ",".join(f"p{k}_{j}" for j in range(300)) + "): pass\n"
+    elif kind == "tiny_functions":  # a unit per 20 bytes
+      unit = lambda k: f"def f{i}_{k}(): pass\n"
+    elif kind == "tiny_methods":
+      unit = lambda k: ("class C:\n" if k == 0 else "") + f"  def m{i}_{k}(s): return s{k}\n"
+    elif kind == "nested_functions":  # deep expressions in many small functions
+      unit = lambda k: f"def n{i}_{k}(a):\n  return " + "[" * 60 + f"a{k}" + "]" * 60 + "\n"
+    elif kind == "huge_names":  # functions named by one huge camelCase identifier each, on one huge line
+      unit = lambda k: "def " + "".join(f"Word{i}X{k}y{j}" for j in range(600)) + "(): pass\n"
+    parts, n, k = [], 0, 0
+    while n < size:
+      parts.append(unit(k))
+      n, k = n + len(parts[-1]), k + 1
+    files[f"pkg/m{i}.py"] = "".join(parts)
+    i += 1
+  return files
+
+
+def _host_rss_mb() -> float:
+  with open("/proc/self/status") as f:
+    return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def _host_cpu_s() -> float:
+  usage = resource.getrusage(resource.RUSAGE_SELF)  # this process alone, not its children
+  return usage.ru_utime + usage.ru_stime
+
+
+class SearchBudgetAttackTest(SandboxedEnvTest, parameterized.TestCase):
+  """A policy writes ~1 MB of Python built to make search_code's index expensive, then searches: the host
+  process's time and memory stay the same whatever the files hold, and a call past its budget is the tool's error,
+  counted, within the episode's time left."""
+
+  task = TASK
+  KINDS = ("long_signatures", "tiny_functions", "tiny_methods", "nested_functions", "huge_names")
+
+  def _write(self, env, files):
+    r = env.step(turn(*[ToolCall(ToolName.WRITE_FILE, {"path": p, "content": c}) for p, c in files.items()]))
+    self.assertEqual(r.info["step_tool_errors"], 0)
+
+  @parameterized.named_parameters(*[(k, k) for k in KINDS])
+  def test_indexing_costs_the_host_process_nothing(self, kind):
+    env = self.env(max_tokens=1 << 30)
+    env.step(turn(search("parse a date string")))  # the environment's search is up
+    self._write(env, hostile_files(kind))
+    rss, cpu = _host_rss_mb(), _host_cpu_s()
+    r = env.step(turn(search("return the value")))
+    # The host read the files and sent them (~0.1 s); the index was built elsewhere, and is held elsewhere.
+    self.assertLess(_host_cpu_s() - cpu, 1.5)
+    self.assertLess(_host_rss_mb() - rss, 48)
+    self.assertIn("search_code", r.observation)
+    self.assertEqual(r.info["step_tool_errors"], int("<error tool=\"search_code\">" in r.observation))
+
+  @parameterized.named_parameters(*[(k, k) for k in KINDS[:3]])
+  def test_a_call_past_the_episodes_time_left_is_a_counted_tool_error(self, kind):
+    env = self.env(max_tool_s=60.0, max_tokens=1 << 30)
+    env.step(turn(search("parse a date string")))
+    self._write(env, hostile_files(kind, 4 << 20))
+    env._tool_s = env.config.max_tool_s - 0.3  # 0.3 s of tool time left: less than parsing 4 MB takes
+    t0 = time.monotonic()
+    r = env.step(turn(search("return the value")))
+    self.assertLess(time.monotonic() - t0, 3.0)  # the 0.3 s, and the host reading and sending 4 MB
+    self.assertIn('<error tool="search_code">\nsearch_code stopped: indexing this repository took over',
+                  r.observation)
+    self.assertEqual(r.info["step_tool_errors"], 1)
+    self.assertEqual(r.info["tool_errors"], 1)
+    self.assertTrue(r.done)
+    self.assertEqual(r.info["done_reason"], "time_budget")
+
+  def test_a_build_past_its_memory_budget_is_a_counted_tool_error(self):
+    from c2jax.envs.tools import bounded_search  # here: the other tests of the file need only the env
+    memory = bounded_search.MEMORY_BYTES
+    bounded_search.MEMORY_BYTES = 24 << 20
+    self.addCleanup(setattr, bounded_search, "MEMORY_BYTES", memory)
+    env = self.env(max_tokens=1 << 30)
+    self._write(env, hostile_files("tiny_functions", 2 << 20))
+    r = env.step(turn(search("return the value"), search("parse a date string")))
+    self.assertIn('<error tool="search_code">\nsearch_code stopped: indexing this repository took over',
+                  r.observation)
+    self.assertEqual(r.info["step_tool_errors"], 2)  # the next call's fresh worker meets the same cap
+    self.assertFalse(r.done)
+
+  def test_a_query_of_a_whole_file_is_refused_by_both_searches(self):
+    env = self.env(max_tokens=1 << 30)
+    for tool in (ToolName.SEARCH_CODE, ToolName.WEB_SEARCH):
+      r = env.step(turn(ToolCall(tool, {"query": "parse date " * 2000})))
+      self.assertIn(f'<error tool="{tool.value}">\nthe query has 22000 characters', r.observation)
+      self.assertEqual(r.info["step_tool_errors"], 1)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask, check_split
 from c2jax.envs.tasks.suites import compositions
 from c2jax.envs.tasks.suites.procedural import STUB_PATH, FunctionSpec
+from c2jax.sandbox import host_ast
 
 SPEC_PATH = "SPEC.md"
 VISIBLE_TESTS_PATH = "tests/test_visible.py"
@@ -97,7 +98,7 @@ def visible_cases(task: CodingTask) -> list[tuple[Any, Any]]:
 
 
 def _cases(source: str) -> list[tuple[Any, Any]]:
-  tree = ast.parse(source)
+  tree = host_ast.parse(source)
   return [(ast.literal_eval(node.args[0].args[0]), ast.literal_eval(node.args[1])) for node in ast.walk(tree)
           if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "assertEqual"]
 
