@@ -630,7 +630,6 @@ def _checks(tree: ast.Module) -> tuple[bool, bool]:
   return asserts, tests
 
 
-@instrument.serialized
 def named_support(task: CodingTask) -> tuple[dict[str, str], set[str]]:
   """The test support the named tests import, reset to the task's own snapshot (module docstring, "layout").
 
@@ -652,9 +651,9 @@ def named_support(task: CodingTask) -> tuple[dict[str, str], set[str]]:
   while queue:
     path = queue.pop()
     try:
-      tree = ast.parse(files[path])
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-      continue
+      tree = host_ast.parse(files[path], filename=path)
+    except host_ast.Unparsable:
+      continue  # a file that does not parse imports nothing the host can follow
     if path not in named:
       asserts, tests = _checks(tree)
       if not (tests or path in asserting or any(_SUPPORT_NAME.fullmatch(part) for part in path[:-3].split("/"))):
