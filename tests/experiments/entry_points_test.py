@@ -67,14 +67,15 @@ class EntryPointsTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ("rl_batch", "rl_main", "fsdp:3", "mesh='fsdp:3': Batch size 32 does not split into micro_batches=1 of rows "
        "divisible by data x fsdp x expert = 3"),
-      ("rl_devices", "rl_main", "fsdp:16", "mesh='fsdp:16' needs 16 devices but only 8 exist"),
       ("pretrain_batch", "pretrain_main", "fsdp:3", "mesh='fsdp:3', phase 'bulk': Batch size 8 is not divisible by "
        "data x fsdp x expert = 3"),
       ("pretrain_heads", "pretrain_main", "tensor:8", "mesh='tensor:8', phase 'bulk': 4 attention heads cannot be "
        "split over a tensor axis of 8"),
   )
   def test_refuses_a_mesh_that_cannot_take_the_run(self, name, mesh, message):
-    """Found before anything trains (the RL job's SFT warm start and actors included), not as a traceback."""
+    """Found before anything trains (the RL job's SFT warm start and actors included), not as a traceback. The
+    other refusals (devices, heads, micro-batches) are the same path: tests/services/rl_run_config_test.py and
+    tests/parallel/layout_test.py hold them in-process."""
     workdir = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
     argv = [_ENTRY_POINTS[name][0], f"--workdir={workdir}", f"--config.mesh={mesh}"]
