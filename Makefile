@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make test   installs bubblewrap, slurm and munge if missing (root + apt-get), creates .venv, installs c2jax with
-#               its test extras, lints (ruff), runs the whole suite (but the GPU compile tier) in two xdist workers
+#               its test extras, lints (ruff), runs the whole suite (but the GPU compile tier) in three xdist workers
 #   make demo   creates .venv, installs, runs the main job's model through pretraining on code, SFT and asynchronous RL
 #               on coding tasks, with held-out evaluation (configs/pretrain_tiny.py:rl_tiny, configs/rl_tiny.py)
 PYTHON ?= python3
@@ -38,11 +38,11 @@ setup:
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-# The suite's tiers are pytest markers (pytest.ini, --strict-markers): e2e, mesh, slow, gpu_compile. Two pytest-xdist
-# workers (TEST_WORKERS) take whole test files (--dist loadfile: a file's tests share their compiled programs); each
+# The suite's tiers are pytest markers (pytest.ini, --strict-markers): e2e, mesh, slow, gpu_compile. Three pytest-xdist
+# workers (TEST_WORKERS; on two cores: a third fills the time the others wait on their processes) take whole test files (--dist loadfile: a file's tests share their compiled programs); each
 # worker drops its jit caches after every module (tests/conftest.py). With TEST_BUDGET_S set (.ci/run sets it), a
 # suite that runs past that many seconds fails, saying so (tools/test_budget.py), instead of creeping.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 BUDGET = $(if $(TEST_BUDGET_S),$(PY) tools/test_budget.py --budget_s=$(TEST_BUDGET_S) --,)
 test: setup lint

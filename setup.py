@@ -39,7 +39,7 @@ setup(
         # Test-only: HF transformers + CPU PyTorch for parity checks (2.13.0 has a CPU build on the CI disk).
         "test": [
             "pytest>=8.0",
-            "pytest-xdist==3.8.0",  # `make test` runs the suite in two workers (Makefile, pytest.ini)
+            "pytest-xdist==3.8.0",  # `make test` runs the suite in xdist workers (Makefile, pytest.ini)
             "ruff==0.17.6",  # `make test` lints first (ruff.toml); pinned, so a new rule never fails an old commit
             "mypy==1.20.2",  # tests/typecheck_test.py; pinned: its baseline holds mypy's messages word for word
             "torch==2.13.0",
