@@ -25,7 +25,7 @@ _ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLAGS = ["--config.actors.episodes=multi_turn", "--config.actors.context=384", "--config.actors.max_turns=3",
          "--config.task.max_turns=3", "--config.actors.max_episode_tokens=160", "--config.actors.max_new_tokens=48",
          "--config.sft.enabled=False", "--config.trainer.steps=2", "--config.trainer.groups_per_step=2",
-         "--config.actors.group_size=4", "--config.actors.num=1", "--config.eval.tasks=2", "--config.eval.samples=2",
+         "--config.actors.group_size=2", "--config.actors.num=1", "--config.eval.tasks=1", "--config.eval.samples=2",
          "--config.eval.best_of=2", "--config.rl.pass_k=(1,2)", "--config.eval.process=False"]
 
 
