@@ -22,29 +22,16 @@ from c2jax.actors.sampling import SamplingConfig
 from c2jax.data.tokenizer import HFTokenizer
 from c2jax.envs.chat.chat_format import chat_format
 from c2jax.envs.coding_rl import CodingTaskSuite
-from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.core.env import first_observation
 from c2jax.envs.tools.protocol import ToolCall, ToolName
 from tests import tiny
+from tests.actors.agent_loop_chat_test import RecordingEnv
 from tests.data import chat_attacks
 
 # The shapes of tests/actors/agent_loop_chat_test.py (one compile for both), longer forced turns.
 ENGINE = EngineConfig(slots=2, context=4096, chunk_sizes=(16, 256, 1024), max_forced=512)
 # (format, the tokenizer's family, control tokens not marked special).
 CASES = (("kimi_k2", "kimi_k2", False), ("deepseek_v3", "deepseek_v3", True), ("brief", "kimi_k2", False))
-
-
-class RecordingEnv(CodingAgentEnv):
-  """CodingAgentEnv that keeps each turn's text and result."""
-
-  def __init__(self, *args, log: list, **kwargs):
-    super().__init__(*args, **kwargs)
-    self.log = log
-
-  def step(self, ids, text):
-    result = super().step(ids, text)
-    self.log.append((text, result))
-    return result
 
 
 def _call(name: ToolName, **args) -> ToolCall:

@@ -7,8 +7,6 @@ The tokenizers are small byte-level BPEs carrying each template's control tokens
 converted model's own tokenizer is.
 """
 
-import functools
-import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -27,23 +25,11 @@ from c2jax.envs.chat.chat_tokens import ChatTokens
 from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs.tools.protocol import ToolCall, ToolName
 from tests import tiny
-from tests.data import chat_tokenizers
+from tests.data import chat_attacks
 
 FORMATS = ("deepseek_v3", "kimi_k2")
 # The native prompts declare every tool (~1,800 tokens of these small BPEs): slots of 4096 positions.
 ENGINE = EngineConfig(slots=2, context=4096, chunk_sizes=(16, 256, 1024), max_forced=512)
-
-
-@functools.cache
-def model_dir(name: str) -> str:
-  """An HF-style directory holding the format's small tokenizer (tokenizer.json, tokenizer_config.json)."""
-  fmt = chat_format(name)
-  special = fmt.template.special_tokens
-  tok = chat_tokenizers.tokenizer(fmt.control_tokens, fmt.template.source, special["bos_token"],
-                                  special["eos_token"])
-  directory = tempfile.mkdtemp()
-  tok.save_pretrained(directory)
-  return directory
 
 
 class RecordingEnv(CodingAgentEnv):
@@ -71,7 +57,7 @@ class NativeChatEngineTest(parameterized.TestCase):
     cls.params = tiny.params(tiny.MODEL)
 
   def _suite(self, name: str, **kwargs) -> CodingTaskSuite:
-    return CodingTaskSuite(coding_suite="tiny_functions", tokenizer=model_dir(name), chat_format=name,
+    return CodingTaskSuite(coding_suite="tiny_functions", tokenizer=chat_attacks.model_dir(name), chat_format=name,
                            instructions="none", max_turns=6, **kwargs)
 
   def _run(self, suite, task, script, summary=SummaryConfig(), max_turn_tokens=400):
@@ -204,7 +190,7 @@ class NativeChatEngineTest(parameterized.TestCase):
 
 
 def suite_tokenizer(name: str):
-  return CodingTaskSuite(tokenizer=model_dir(name), chat_format=name).text_tokenizer()
+  return CodingTaskSuite(tokenizer=chat_attacks.model_dir(name), chat_format=name).text_tokenizer()
 
 
 if __name__ == "__main__":
