@@ -8,8 +8,9 @@ generation) against two schedules a peer would use, on one workload in one invoc
 Workload: episodes of `CodingEnv` on a coding suite with real sandboxed tools. The policy is the `explorer` script
 (c2jax/envs/teachers/scripted_policies.py: read the repository, write the solution, run a listing and a syntax check,
 finish: 5 tool calls in 4 turns) forced through the engine on a tiny random MoE: every turn is decoded step by
-step as sampled turns are, taking the script's tokens instead of drawing (`EngineConfig.max_forced`), so the device
-work and the tool work are those of a real agent while the episodes stay identical across schedules and repeats.
+step as sampled turns are (`ForcedTurns.DECODE`, not the agent loop's default prefill), taking the script's tokens
+instead of drawing (`EngineConfig.max_forced`), so the device work and the tool work are those of a real agent
+while the episodes stay identical across schedules and repeats.
 
 Schedules, all on the same engine kernels (`c2jax.actors.engine`) and the same tool workers:
   engine          the agent loop: S slots, a finished episode's slot refilled from the queue at once, an ended
@@ -60,7 +61,7 @@ import numpy as np
 
 from c2jax.actors import engine as engine_lib
 from c2jax.actors import placement
-from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, ForcedTurns
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.coding_rl import CodingTaskSuite
@@ -260,7 +261,8 @@ def main(argv=None) -> None:
   tok = suite.text_tokenizer()
   sampling = SamplingConfig(max_new_tokens=1, temperature=1.0, stop_tokens=(tok.eos_id,))
   agent = AgentConfig(max_turns=8, max_turn_tokens=512, max_episode_tokens=args.context,
-                      chunk_steps=args.chunk_steps, tool_workers=args.tool_workers, tool_cpus=tool_cpus)
+                      chunk_steps=args.chunk_steps, tool_workers=args.tool_workers, tool_cpus=tool_cpus,
+                      forced_turns=ForcedTurns.DECODE)  # the scripted turns stand for sampled ones
   engine = EngineConfig(slots=args.slots, context=args.context, chunk_sizes=(16, 64, 256), max_forced=512)
   runner = AgentRunner(model, engine, sampling, agent, tok)
   episodes = workload(suite, args.episodes)

@@ -13,9 +13,10 @@ next):
      observations (chunked prefill at the slot's offset, after the pending last token of its turn), a new segment's
      head, and final feeds of finished episodes, whose rows are then read from their slots (freed for step 1) while
      their grading (`AgentEnv.reward`) runs on a tool worker; long appends go in chunks of the largest bucket;
-  3. `_decode_turns`: one `engine.decode` of `chunk_steps` steps runs every slot whose turn is running, with the
-     newest weights (`weights()` is asked before every device call: an actor swaps in newer weights there, the
-     caches stay);
+  3. `_decode_turns`: one `engine.force` advances every turn a script forces by up to a chunk of its tokens in one
+     forward (`ForcedTurns.PREFILL`), and one `engine.decode` of `chunk_steps` steps runs every slot whose turn is
+     sampled, with the newest weights (`weights()` is asked before every device call: an actor swaps in newer
+     weights there, the caches stay);
   4. `_end_turns`: slots whose turn ended hand their text to a tool worker (`AgentEnv.step`); their KV stays where
      it is;
   5. `_take_tool_results`: finished tool calls come back as observation tokens (or end the episode);
@@ -96,8 +97,8 @@ class Episode:
     key: the episode's PRNG key (typed) or an int seed.
     script: (turn, observations) -> the turn's text to force through the engine, or None to sample it; the
       observations are the texts so far (the prompt's first, then each turn's tool results and notice). Forced
-      turns need `EngineConfig.max_forced`; their tokens (the text's ids and EOS) are decoded step by step and
-      carry the model's log-probs of them.
+      turns need `EngineConfig.max_forced`; their tokens (the text's ids and EOS) carry the model's log-probs of
+      them, read from one forward per chunk of the turn or decoded step by step (`AgentConfig.forced_turns`).
     first_observation: the prompt's user message; a native chat format re-renders the prompt from it when a
       self-summary starts a new segment (brief appends the framed summary and needs none).
   """
@@ -135,6 +136,14 @@ class SummaryConfig:
     return self.trigger_tokens > 0 and self.max_segments > 1
 
 
+class ForcedTurns(enum.Enum):
+  """How the engine runs a turn an episode's script forces (`Episode.script`): its tokens are known, so the model
+  only scores them."""
+
+  PREFILL = "prefill"  # in chunks of the largest bucket, one forward each (`engine.force`)
+  DECODE = "decode"  # step by step as a sampled turn is run (the engine's real schedule: benchmarks, parity tests)
+
+
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
   """Budgets and scheduling of the agent loop.
@@ -149,6 +158,12 @@ class AgentConfig:
       empty: wherever this process runs. On a host whose cores also run the model, tools on their own cores are
       what a cluster does with sandboxes on other machines.
     summary: self-summarization (off by default).
+    forced_turns: how scripted turns run (`ForcedTurns`); the trajectories are the same either way (tokens and
+      versions exactly, log-probs and expert ids as the model computes a chunk against a step).
+    force_chunk: at most this many tokens of each forced turn per forward (rounded up to an engine bucket): every
+      forcing slot is padded to the call's chunk, so one long turn in a large chunk costs the short ones beside it
+      (on 2 CPU cores, recording the teacher's traces: 64 spent less device time than 256 or decoding,
+      docs/benchmarks.md "Forced turns").
   """
 
   max_turns: int = 8
@@ -158,9 +173,11 @@ class AgentConfig:
   tool_workers: int = 4
   tool_cpus: str = ""
   summary: SummaryConfig = SummaryConfig()
+  forced_turns: ForcedTurns = ForcedTurns.PREFILL
+  force_chunk: int = 64
 
   def __post_init__(self):
-    for name in ("max_turns", "max_turn_tokens", "max_episode_tokens", "chunk_steps", "tool_workers"):
+    for name in ("max_turns", "max_turn_tokens", "max_episode_tokens", "chunk_steps", "tool_workers", "force_chunk"):
       if getattr(self, name) < 1:
         raise ValueError(f"AgentConfig.{name}={getattr(self, name)} must be >= 1.")
     placement.parse_cpus(self.tool_cpus)  # one sentence on a bad list
@@ -172,7 +189,7 @@ class RunStats:
 
   positions: positions of all finished trajectories; positions_fed: positions the model was run on (appends and
   decode steps); their difference is what was prefilled twice (0 by construction). decode_intervals / tool
-  intervals: wall-clock spans of device decode calls and of tool-worker calls, for the overlap fraction.
+  intervals: wall-clock spans of device decode (and force) calls and of tool-worker calls, for the overlap fraction.
   slot_s: slot-seconds of the runs; slot_wait_s: slot-seconds in which a slot only held a cache while its tools ran
   and episodes were queued (the capacity offloading waiting caches to host memory could give back).
   """
@@ -184,6 +201,7 @@ class RunStats:
   positions_fed: int = 0
   appends: int = 0
   decodes: int = 0
+  forces: int = 0
   weight_swaps: int = 0
   env_errors: int = 0
   wall_s: float = 0.0
@@ -338,6 +356,8 @@ class _Loop:
     host_len: [S] what the host knows of each slot between device calls: its length (a drawn token included)...
     pending: [S] ... and whether its drawn last token is still unfed (1) or not (0).
     known_len: [S] each slot's length as of the last device call (the attention window's bound).
+    forced_left: [S] tokens of the slot's forced turn not yet written (0: its turn is sampled), as the host
+      bounds them (the device stops a turn at its budget first).
     grading: the gradings running on tool workers -> the trajectory's fields read from its slot.
     last_version: the weights version of the last device call (weight swaps are counted against it).
     tick: when the slot-seconds were last counted.
@@ -355,6 +375,7 @@ class _Loop:
   host_len: np.ndarray
   pending: np.ndarray
   known_len: np.ndarray
+  forced_left: np.ndarray
   grading: dict = dataclasses.field(default_factory=dict)
   last_version: int | None = None
   tick: float = dataclasses.field(default_factory=time.perf_counter)
@@ -548,7 +569,7 @@ class AgentRunner:
     return _Loop(episodes=episodes, weights=weights, pool=pool, request_text=request_text, request_ids=request_ids,
                  reserve=reserve, queue=collections.deque(range(len(episodes))), results=[None] * len(episodes),
                  slot_run=[None] * s, host_len=np.zeros(s, np.int64), pending=np.zeros(s, np.int64),
-                 known_len=np.zeros(s, np.int64))
+                 known_len=np.zeros(s, np.int64), forced_left=np.zeros(s, np.int64))
 
   def _shut_down(self, loop: _Loop) -> None:
     """Stops the tool workers and closes the environments of episodes still in slots (after an error)."""
@@ -633,6 +654,8 @@ class AgentRunner:
       return
     params, version = self._weights(loop)
     self._append(params, version, pieces, forced_turns)
+    for slot, ids in forced_turns.items():  # the append drew the turn's first token
+      loop.forced_left[slot] = max(min(len(ids), self.engine.max_forced) - 1, 0)
     for slot, piece in pieces.items():
       loop.host_len[slot] = piece.start + len(piece.ids)
       loop.known_len[slot] = loop.host_len[slot] + piece.draw
@@ -706,18 +729,30 @@ class AgentRunner:
     run.phase = _Phase.APPENDING
 
   def _decode_turns(self, loop: _Loop) -> _SlotView:
-    """One `engine.decode` of `chunk_steps` steps runs every DECODING slot with the newest weights; returns the
-    slots as the host reads them after it."""
+    """The DECODING slots' turns advance with the newest weights: forced ones by one `engine.force` of up to the
+    largest bucket of their tokens (`ForcedTurns.PREFILL`), sampled ones by one `engine.decode` of `chunk_steps`
+    steps; returns the slots as the host reads them after both."""
     decoding = loop.mask(_Phase.DECODING)
+    forcing = decoding & (loop.forced_left > 0) & (self.agent.forced_turns is ForcedTurns.PREFILL)
+    sampled = decoding & ~forcing
     if decoding.any():
       params, version = self._weights(loop)
       t0 = time.perf_counter()
-      window = self.engine.window(int(loop.known_len[decoding].max()) + self.agent.chunk_steps)
-      self._state = engine_lib.decode(params, self._state, steps=self.agent.chunk_steps, version=version,
-                                      window=window, rows=self._rows(np.flatnonzero(decoding)), **self._kw)
+      if forcing.any():
+        most = min(self.agent.force_chunk, self.engine.chunk_sizes[-1])
+        chunk = self.engine.bucket(int(min(loop.forced_left[forcing].max(), most)))
+        window = self.engine.window(int(loop.known_len[forcing].max()) + chunk)
+        self._state = engine_lib.force(params, self._state, chunk=chunk, version=version, window=window,
+                                       rows=self._rows(np.flatnonzero(forcing)), **self._kw)
+        loop.forced_left[forcing] = np.maximum(loop.forced_left[forcing] - chunk, 0)
+        self.stats.forces += 1
+      if sampled.any():
+        window = self.engine.window(int(loop.known_len[sampled].max()) + self.agent.chunk_steps)
+        self._state = engine_lib.decode(params, self._state, steps=self.agent.chunk_steps, version=version,
+                                        window=window, rows=self._rows(np.flatnonzero(sampled)), **self._kw)
+        self.stats.decodes += 1
       view = self._view()
       self.stats.decode_intervals.append((t0, time.perf_counter()))
-      self.stats.decodes += 1
     else:
       view = self._view()
     loop.known_len = np.asarray(view.length, np.int64).copy()
@@ -733,6 +768,7 @@ class AgentRunner:
       ids = np.asarray(jax.device_get(_slot_tokens(self._state.tokens, slot)))[
           view.turn_start[slot]:view.length[slot]]
       self.stats.positions_fed += len(ids) - 1 if len(ids) else 0  # decode steps fed all but the newest
+      loop.forced_left[slot] = 0  # a forced turn cut at its budget ends with tokens unwritten
       loop.host_len[slot] = int(view.length[slot])
       loop.pending[slot] = 1 if len(ids) else 0
       if not len(ids):  # no budget was left to draw (the checks after a tool call end such an episode first)

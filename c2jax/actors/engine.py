@@ -23,6 +23,8 @@ observation costs exactly its own tokens and nothing cached is ever prefilled ag
   decode: for every slot with a running turn, feeds its newest token and draws the next, until a stop token or
           stop sequence (`SamplingConfig`) or the turn's end position `turn_end` (its token budget); at most
           `steps` steps, fewer once no turn is running. Other slots' caches are untouched.
+  force:  for every slot whose running turn a script forces, what `decode` would do to it in up to `chunk` steps,
+          in one forward over the chunk (teachers' and scripted policies' turns cost a prefill, not a decode loop).
 
 Randomness is the slot's own: the d-th token drawn in an episode uses fold_in(key, d) of the episode's key, so a
 trajectory does not depend on which slot holds it, what the other slots do, or how the steps are chunked (the
@@ -35,7 +37,8 @@ Attention reads only a window of the cache: the smallest of 256, 512, ... above 
 not the context.
 
 Shapes: S slots, C = context positions per slot, c a chunk bucket (`EngineConfig.chunk_sizes`), V vocab, Lm MoE
-layers, K experts per token. One program per (chunk bucket, window) for append, one per window for decode.
+layers, K experts per token. One program per (chunk bucket, window) for append and force, one per window for
+decode (and each per number of rows, for calls on a subset of the slots).
 """
 
 from __future__ import annotations
@@ -63,9 +66,9 @@ class EngineConfig:
     context: C, positions per slot (prompt, turns and observations together).
     chunk_sizes: the buckets of an append (ascending); an append of n tokens (plus a pending one) uses the smallest
       bucket that holds them, and longer ones are split into chunks of the largest. Each bucket compiles once.
-    max_forced: F, the longest turn a script may force through the engine (0: no forcing). A forced turn is decoded
-      like a sampled one, step by step, but takes the script's tokens instead of drawing, with their log-probs
-      under the model (scripted policies on the engine's real schedule: benchmarks, tests).
+    max_forced: F, the longest turn a script may force through the engine (0: no forcing). A forced turn takes the
+      script's tokens instead of drawing, with their log-probs under the model: `force` runs it a chunk per
+      forward, `decode` step by step like a sampled one (scripted policies on the engine's real schedule).
   """
 
   slots: int = 8
@@ -415,6 +418,80 @@ def _decode_rows(params, state, rows, steps, version, *, cfg, sampling, mode, wi
 @_in_layout
 def _decode(params, state, steps, version, *, cfg, sampling, mode, window):
   return _decode_loop(params, state, steps, version, cfg=cfg, sampling=sampling, mode=mode, window=window)
+
+
+def force(params: Params, state: SlotState, *, chunk: int, version: int | jax.Array, cfg: ModelConfig,
+          sampling: SamplingConfig, window: int | None = None, rows: jax.Array | None = None,
+          layout: Layout | None = None) -> SlotState:
+  """Every running forced turn advanced by up to `chunk` tokens in one forward: what `decode` does to it in as many
+  steps, as a prefill (a scripted or recorded turn costs one chunk's forward, not one decode step per token).
+
+  A forced slot of length L (its turn's newest token pending at L - 1, the next forced index k = L - turn_start)
+  feeds positions L - 1 .. L + n - 2 (the pending token, then forced[k .. k + n - 2]) and writes forced[k ..
+  k + n - 1] at positions L .. L + n - 1, each with its log-prob under the sampling distribution from the logits of
+  the position before it, the call's `version`, and the expert ids of every fed position: n = min(chunk, the
+  forced tokens left, turn_end - L). The turn then ends as `decode` ends it (after its last forced token: stopped;
+  at its budget: not), and the episode's draw count advances by n, so a later sampled turn draws what it would
+  have. Sampled turns and idle slots are left exactly as they are.
+
+  `chunk` (static, a bucket of `EngineConfig.chunk_sizes`) and `window` (static, above every position fed: the
+  forced slots' lengths + chunk - 1) each compile once; `rows` and `layout` as for `decode`.
+  """
+  static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=window, chunk=chunk,
+                layout=layout)
+  version = jnp.asarray(version, jnp.int32)
+  if rows is None:
+    return _force(params, state, version, **static)
+  if layout is not None:
+    raise ValueError("force: rows (a subset of the slots) is for one device; under a mesh force all slots.")
+  return _force_rows(params, state, jnp.asarray(rows, jnp.int32), version, **static)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "window", "chunk", "layout"),
+                   donate_argnums=(1,))
+@_in_layout
+def _force_rows(params, state, rows, version, *, cfg, sampling, mode, window, chunk):
+  """`_force_body` on the slots `rows` only: gathered, advanced, written back in place."""
+  sub = _force_body(params, _take_rows(state, rows), version, cfg=cfg, sampling=sampling, mode=mode, window=window,
+                    chunk=chunk)
+  return _put_rows(state, rows, sub)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "window", "chunk", "layout"),
+                   donate_argnums=(1,))
+@_in_layout
+def _force(params, state, version, *, cfg, sampling, mode, window, chunk):
+  return _force_body(params, state, version, cfg=cfg, sampling=sampling, mode=mode, window=window, chunk=chunk)
+
+
+def _force_body(params, st: SlotState, version, *, cfg, sampling, mode, window, chunk):
+  del sampling  # a forced turn ends after its last token, never on a stop token
+  s, context = st.tokens.shape
+  f = st.forced.shape[1]
+  k = st.length - st.turn_start  # the turn's index of the next token
+  run = st.decoding & (k < st.forced_len)
+  n = jnp.where(run, jnp.minimum(jnp.minimum(st.forced_len - k, st.turn_end - st.length), chunk), 0)
+  j = jnp.arange(chunk)[None, :]
+  valid = j < n[:, None]
+  script = jnp.take_along_axis(st.forced, jnp.clip(k[:, None] + j, 0, max(f - 1, 0)), axis=1)  # [S, chunk]
+  at = st.length[:, None] + j  # where the forced tokens go
+  tokens = _write(st.tokens, at, script, valid)
+  feed_pos = at - 1  # the pending token, then every forced token but the newest
+  feed_tokens = jnp.take_along_axis(tokens, jnp.clip(feed_pos, 0, context - 1), axis=1)
+  out = decode_lib.extend(params, st.cache, feed_tokens, jnp.where(valid, feed_pos, context), cfg=cfg,
+                          window=window)
+  knobs = (st.knobs[0], st.knobs[1].astype(jnp.int32), st.knobs[2])
+  v = out.logits.shape[-1]
+  log_dist = log_distribution(out.logits.reshape(s * chunk, v), *knobs, mode).reshape(s, chunk, v)
+  logprob = jnp.take_along_axis(log_dist, script[..., None], axis=-1)[..., 0]
+  length = st.length + n
+  hit = run & (k + n >= st.forced_len)
+  return dataclasses.replace(
+      st, cache=out.cache, tokens=tokens, logprobs=_write(st.logprobs, at, logprob, valid),
+      versions=_write(st.versions, at, jnp.broadcast_to(version, (s, chunk)), valid),
+      expert_ids=_write_ids(st.expert_ids, feed_pos, out.expert_ids, valid), fed=st.fed + n, length=length,
+      decoding=jnp.where(run, ~hit & (length < st.turn_end), st.decoding), stopped=st.stopped | hit,
+      drawn=st.drawn + n)
 
 
 def _decode_loop(params, state, steps, version, *, cfg, sampling, mode, window):

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, overlap_fraction
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, ForcedTurns, overlap_fraction
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Source
 from c2jax.data.byte_tokenizer import ByteTokenizer
@@ -205,6 +205,48 @@ class AgentLoopTest(absltest.TestCase):
     np.testing.assert_allclose(traj.logprobs[model], lp[model], rtol=0, atol=2e-5)
     self.assertEqual(traj.end, EpisodeEnd.FINISHED if traj.tokens[-1] in SAMPLING.stop_tokens else
                      EpisodeEnd.TOKEN_BUDGET)
+
+  def test_prefilled_forced_turns_equal_decoded_ones(self):
+    # Forced turns of 1, 2, 17 (over the smallest bucket), 90 (over the middle one) and 300 bytes (over the largest
+    # bucket, and over the turn budget: cut there), one per episode and turn, between sampled turns (whose draws
+    # must not move: the draw count advances by the forced tokens either way), in 4 slots with 6 episodes.
+    lengths = (1, 2, 17, 90, 300)
+
+    def script(i, turn, observations):
+      if turn == 1:
+        return None  # sampled
+      return ("abcdefghij" * 40)[:lengths[(i + turn) % len(lengths)] - 1]  # plus the EOS
+
+    def run(mode):
+      agent = AgentConfig(max_turns=4, max_turn_tokens=200, max_episode_tokens=1000, chunk_steps=4,
+                          forced_turns=mode)
+      eps = [Episode(prompt=TOK.encode(f"task {i} " * (i + 1), bos=True, eos=False),
+                     make_env=functools.partial(EchoEnv, 4), key=jax.random.key(7 + i),
+                     script=functools.partial(script, i)) for i in range(6)]
+      runner = AgentRunner(MODEL, ENGINE, SAMPLING, agent, TOK)
+      return runner.run(eps, weights=lambda: (self.params, 5)), runner.stats
+
+    prefilled, p_stats = run(ForcedTurns.PREFILL)
+    decoded, d_stats = run(ForcedTurns.DECODE)
+    self.assertGreater(p_stats.forces, 0)
+    self.assertEqual(d_stats.forces, 0)
+    self.assertLess(p_stats.decodes, d_stats.decodes)  # the sampled turns alone decode
+    cut = 0
+    for p, d in zip(prefilled, decoded):
+      np.testing.assert_array_equal(p.tokens, d.tokens)
+      np.testing.assert_array_equal(p.source, d.source)
+      np.testing.assert_array_equal(p.turn, d.turn)
+      np.testing.assert_array_equal(p.versions, d.versions)
+      np.testing.assert_array_equal(p.expert_ids, d.expert_ids)
+      np.testing.assert_allclose(p.logprobs, d.logprobs, rtol=0, atol=2e-5)
+      self.assertEqual((p.end, p.turns, p.drift, dict(p.reward_terms)), (d.end, d.turns, d.drift, dict(d.reward_terms)))
+      turns = [(s, e) for s, e, src, _ in p.boundaries() if src is Source.MODEL]
+      cut += any(e - s == 200 for s, e in turns)
+      # The forward of the whole trajectory scores the forced tokens as the engine did.
+      lp, _ = _forward_logprobs(self.params, p.tokens)
+      model = p.source == Source.MODEL
+      np.testing.assert_allclose(p.logprobs[model], lp[model], rtol=0, atol=2e-5)
+    self.assertGreater(cut, 0)  # a 300-byte script met its 200-token budget
 
   def test_the_one_turn_case_is_the_suites_verifier(self):
     suite = CharClassSuite(seed=0)
