@@ -34,6 +34,9 @@ setup(
         # TF-IDF + LSA ranking of the search_code and web_search tools (c2jax.envs.tools.code_search);
         # wheels for 3.11-3.13.
         "scikit-learn>=1.4,<2",
+        # the environment service's RPC (c2jax.envs.service): generic handlers, no generated code; wheels for
+        # 3.11-3.13.
+        "grpcio>=1.60,<2",
     ],
     extras_require={
         # Test-only: HF transformers + CPU PyTorch for parity checks (2.13.0 has a CPU build on the CI disk).

@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("envs: core", ("c2jax.envs.core",)),
     ("envs: teachers", ("c2jax.envs.teachers",)),
     ("envs", ("c2jax.envs",)),
+    ("envs: service", ("c2jax.envs.service",)),
     ("rollouts", ("c2jax.rollouts",)),
     ("actors", ("c2jax.actors",)),
     ("eval", ("c2jax.eval",)),

@@ -23,6 +23,11 @@ next):
      `_take_gradings`: finished gradings become trajectories.
 When nothing can run on the device, the loop waits for the first tool worker to finish.
 
+An environment that raises ends its episode alone (EpisodeEnd.ENV_ERROR, reward terms `ENV_ERROR_TERMS`). One lost
+with its host (`EnvLost`: a remote environment server that stopped answering) drops that attempt whole and runs the
+episode again from its start in a fresh environment, with the same key (`RunStats.env_reruns`; at most
+`MAX_ENV_RERUNS` times, then ENV_ERROR): each episode returns exactly one trajectory.
+
 Budgets per episode: `max_turns` model turns, `max_turn_tokens` per turn, `max_episode_tokens` model tokens in all
 (summaries not counted: they have their own budget), the slot's context, and the environment's own budgets
 (CodingEnv's tool wall time, workdir caps). A turn that spends a budget still runs its tool calls; then the episode
@@ -74,7 +79,7 @@ from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, Segment, Source, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.chat import self_summary
-from c2jax.envs.core.agent_env import AgentEnv, TurnResult
+from c2jax.envs.core.agent_env import AgentEnv, EnvLost, TurnResult
 from c2jax.envs.chat.chat_format import Continuation
 from c2jax.envs.chat.chat_tokens import ChatTokens, prefix_length
 from c2jax.model.config import ModelConfig
@@ -84,6 +89,9 @@ from c2jax.sandbox.sandbox import SandboxUnavailable
 # The reward terms of an episode whose environment raised (EpisodeEnd.ENV_ERROR): the outcome is 0, and a term a
 # buffer expects that is missing here reads as 0 (`actor.episode_group`).
 ENV_ERROR_TERMS: Mapping[str, float] = {"outcome": 0.0, "env_error": 1.0}
+# Runs of one episode after the first whose environment was lost with its host (`EnvLost`): a task that takes down
+# every environment server it runs on ends as ENV_ERROR after these, instead of taking down the rest in turn.
+MAX_ENV_RERUNS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +212,7 @@ class RunStats:
   forces: int = 0
   weight_swaps: int = 0
   env_errors: int = 0
+  env_reruns: int = 0
   wall_s: float = 0.0
   slot_s: float = 0.0
   slot_wait_s: float = 0.0
@@ -319,6 +328,7 @@ class _Run:
   tool_s: float = 0.0
   started: concurrent.futures.Future | None = None
   error: str = ""  # what the environment raised (EpisodeEnd.ENV_ERROR), "" if nothing
+  lost: bool = False  # the environment was lost with its host (`EnvLost`): the episode runs again from its start
 
   def add(self, ids, source: Source, turn: int) -> None:
     self.tokens += [int(i) for i in ids]
@@ -359,6 +369,7 @@ class _Loop:
     forced_left: [S] tokens of the slot's forced turn not yet written (0: its turn is sampled), as the host
       bounds them (the device stops a turn at its budget first).
     grading: the gradings running on tool workers -> the trajectory's fields read from its slot.
+    reruns: episodes run again after their environment was lost (`EnvLost`), by index.
     last_version: the weights version of the last device call (weight swaps are counted against it).
     tick: when the slot-seconds were last counted.
   """
@@ -377,6 +388,7 @@ class _Loop:
   known_len: np.ndarray
   forced_left: np.ndarray
   grading: dict = dataclasses.field(default_factory=dict)
+  reruns: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by episode index
   last_version: int | None = None
   tick: float = dataclasses.field(default_factory=time.perf_counter)
 
@@ -901,7 +913,14 @@ class AgentRunner:
       concurrent.futures.wait(list(loop.grading), return_when=concurrent.futures.FIRST_COMPLETED)
     for fut in [f for f in loop.grading if f.done()]:
       partial = loop.grading.pop(fut)
-      terms, tool_s, error = fut.result()
+      terms, tool_s, error, lost = fut.result()
+      if lost and loop.reruns[partial["index"]] < MAX_ENV_RERUNS:
+        # Its environment's host is gone: this attempt is dropped whole (no trajectory of it leaves the run) and
+        # the episode starts again in a fresh environment (`make_env`: another server), with the same key.
+        loop.reruns[partial["index"]] += 1
+        self.stats.env_reruns += 1
+        loop.queue.appendleft(partial["index"])
+        continue
       if error:  # its environment raised (a turn or the grading): the episode is cut, its reward 0
         partial["end"] = EpisodeEnd.ENV_ERROR
         self.stats.env_errors += 1
@@ -921,26 +940,28 @@ class AgentRunner:
       raise  # the host lost its sandbox: no episode can go on, and training on zeros would hide it
     except Exception as e:  # noqa: BLE001  (whatever the policy's files made the host raise is this episode's)
       run.error = f"{type(e).__name__}: {e}"[:500]
+      run.lost = isinstance(e, EnvLost)  # not the episode's doing: it ends here and runs again (`_take_gradings`)
       return TurnResult(observation="", done=True, reason=EpisodeEnd.ENV_ERROR.value)
 
   @staticmethod
-  def _grade(run: _Run) -> tuple[Mapping[str, float], float, str]:
-    """(the episode's reward terms, its tool seconds, what its environment raised or ""): `ENV_ERROR_TERMS` when it
-    raised, here or in an earlier step."""
+  def _grade(run: _Run) -> tuple[Mapping[str, float], float, str, bool]:
+    """(the episode's reward terms, its tool seconds, what its environment raised or "", whether it was lost with its
+    host): `ENV_ERROR_TERMS` when it raised, here or in an earlier step."""
     try:
       if not run.error:
         run.started.result()
-        return dict(run.env.reward()), run.tool_s, ""
+        return dict(run.env.reward()), run.tool_s, "", False
     except SandboxUnavailable:
       raise
     except Exception as e:  # noqa: BLE001  (as in _step: the episode's error, not the run's)
       run.error = f"{type(e).__name__}: {e}"[:500]
+      run.lost = isinstance(e, EnvLost)
     finally:
       try:
         run.env.close()
       except Exception:  # noqa: BLE001  (closing is best effort; the terms are decided)
         pass
-    return dict(ENV_ERROR_TERMS), run.tool_s, run.error
+    return dict(ENV_ERROR_TERMS), run.tool_s, run.error, run.lost
 
   def _episode_end(self, run: _Run, result: TurnResult) -> EpisodeEnd | None:
     if result.done:

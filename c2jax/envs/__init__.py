@@ -5,6 +5,8 @@
   core/                          the coding environment and environments as the agent loop drives them
   teachers/                      scripted policies, SFT demonstrations, a suite's own BPE
   coding_rl.py                   coding suites as actor tasks (this package, above the rest)
+  service/                       environments on their own servers (gRPC), above this package: a server builds any
+                                 suite this package registers
 
 Importing the package registers the built-in token task suites.
 """

@@ -59,8 +59,16 @@ class TurnResult:
       raise ValueError("TurnResult: continuation must spell the observation and the notice.")
 
 
+class EnvLost(Exception):
+  """The episode's environment was lost with its host (a remote environment server that stopped answering), not
+  ended by anything the episode did: the agent loop runs the episode again from its start in a fresh environment
+  (`c2jax.actors.agent_loop`), where any other exception of an environment ends that episode alone (ENV_ERROR)."""
+
+
 class AgentEnv(Protocol):
-  """An episode's environment as the agent loop drives it (from a tool worker thread, one call at a time)."""
+  """An episode's environment as the agent loop drives it (from a tool worker thread, one call at a time).
+
+  Any method may raise `EnvLost` when the environment's host is gone; other exceptions are the episode's own."""
 
   def reset(self) -> None:
     """Starts the episode (the prompt is the task's; this prepares the tools, e.g. a sandbox)."""
