@@ -3,8 +3,8 @@ and an evaluator (report sections 3-6). What experiments/rl_main.py runs.
 
   result = run(cfg, workdir, stop=lambda: False)    # cfg: rl_run_config.parse(...)
 
-In order: the compiled-program cache (`<workdir>/jax_cache` unless `compilation_cache`, inherited by the actors, so
-a restarted job skips its compiles); the SFT warm start when `sft.enabled` and no `init_checkpoint` (before any actor
+In order: the compiled-program cache (`compilation_cache`, else $JAX_COMPILATION_CACHE_DIR, else
+`<workdir>/jax_cache`; inherited by the actors, so a restarted job skips its compiles); the SFT warm start when `sft.enabled` and no `init_checkpoint` (before any actor
 starts: they sample from what RL starts from; a job that already checkpointed RL resumes from its own state and
 needs no SFT); the local pool (`actors.num` actors and, with `eval.process`, the evaluator; none with
 `actors.external`); the trainer pinned to `trainer.cpus`; the trainer loop (`c2jax.services.rl_loop`). A stop request
@@ -55,7 +55,9 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
   request ended the SFT)."""
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
-  cache = cfg.compilation_cache or os.path.join(workdir, "jax_cache")
+  # The config's directory, else the one jax's own variable names (one cache shared by every run that sets it: a test
+  # session's, a cluster's), else the run's own.
+  cache = cfg.compilation_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(workdir, "jax_cache")
   jax.config.update("jax_compilation_cache_dir", cache)
   os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # inherited by the pool
   rl_loop.check_mesh(cfg)  # a mesh that cannot take the batch: refused now, not after the SFT and the actors' start

@@ -97,7 +97,8 @@ class AsyncRLTest(absltest.TestCase):
   def test_async_run_survives_actor_and_trainer_sigkill(self):
     work = pathlib.Path(tempfile.mkdtemp())  # not create_tempdir: pytest does not parse absl flags
     self.addCleanup(shutil.rmtree, work, ignore_errors=True)
-    cache = str(work / "jax_cache")
+    # The session's compiled programs (tests/conftest.py), so what another run of this config compiled is reused.
+    cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(work / "jax_cache")
     cmd = [sys.executable, str(_ROOT / "experiments" / "rl_main.py"), "--config=configs/rl_char_class.py",
            f"--workdir={work}", f"--config.trainer.steps={STEPS}",
            f"--config.trainer.groups_per_step={GROUPS_PER_STEP}", "--config.trainer.checkpoint_every=2",

@@ -137,7 +137,8 @@ class SlurmLaunchTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, work, ignore_errors=True)
     logs = work / "logs"
     logs.mkdir()
-    buffer, cache = work / "buffer", work / "jax_cache"
+    # The session's compiled programs (tests/conftest.py), so what another run of this config compiled is reused.
+    buffer, cache = work / "buffer", os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(work / "jax_cache")
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
     # What the specs read (tools/launch/slurm/*.sbatch); the jobs inherit it (sbatch --export=ALL, the default).
