@@ -242,11 +242,8 @@ class AgentLoopTest(absltest.TestCase):
       self.assertEqual((p.end, p.turns, p.drift, dict(p.reward_terms)), (d.end, d.turns, d.drift, dict(d.reward_terms)))
       turns = [(s, e) for s, e, src, _ in p.boundaries() if src is Source.MODEL]
       cut += any(e - s == 200 for s, e in turns)
-      # The forward of the whole trajectory scores the forced tokens as the engine did.
-      lp, _ = _forward_logprobs(self.params, p.tokens)
-      model = p.source == Source.MODEL
-      np.testing.assert_allclose(p.logprobs[model], lp[model], rtol=0, atol=2e-5)
     self.assertGreater(cut, 0)  # a 300-byte script met its 200-token budget
+    # (The trainer's forward scores prefilled forced tokens as the engine did: the test above, by default PREFILL.)
 
   def test_the_one_turn_case_is_the_suites_verifier(self):
     suite = CharClassSuite(seed=0)
