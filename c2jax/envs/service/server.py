@@ -254,7 +254,8 @@ def _exit_with_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def arg_parser() -> argparse.ArgumentParser:
+  """The server's command line (what the launch specs pass: tools/launch/)."""
   parser = argparse.ArgumentParser(prog="python -m c2jax.envs.service.server", description=__doc__.split("\n")[0])
   parser.add_argument("--address", default="127.0.0.1:0", help="host:port to listen on (port 0: any free one)")
   parser.add_argument("--secret_env", default="C2JAX_ENV_SECRET",
@@ -265,6 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--tls_key", default="")
   parser.add_argument("--exit_with_parent", type=int, default=0,
                       help="die when this process (the job that started the server) dies (Linux)")
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = arg_parser()
   args = parser.parse_args(argv)
   if args.exit_with_parent:
     _exit_with_parent(args.exit_with_parent)
