@@ -1,9 +1,13 @@
 """`experiments/rl_main.py` with its multi-turn episodes on 2 environment servers that the job starts itself
 (`--config.env_service.local=2`): the actor's episodes and the trainer's held-out evaluation are served by the
 servers (their logs count the episodes each opened), the run finishes with its held-out figures, and the actors read
-the servers' addresses from the config the job wrote. The same shrunk run as tests/services/multi_turn_rl_test.py."""
+the servers' addresses from the config the job wrote; and the trainer's held-out evaluation before RL, on the
+servers, equals the same evaluation run here in-process (the same init, seed and tasks: every figure, the agent's
+behaviour included). The same shrunk run as tests/services/multi_turn_rl_test.py."""
 
+import dataclasses
 import json
+import math
 import os
 import pathlib
 import re
@@ -13,10 +17,15 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import jax
 import pytest
 
+from c2jax.envs.service.config import EnvServiceConfig
 from c2jax.rollouts.buffer import RolloutReader
 from c2jax.sandbox import sandbox as sandbox_lib
+from c2jax.services import rl_loop
+from c2jax.services import rl_run_config
+from c2jax.services.held_out import held_out_evaluation
 from tests.services.multi_turn_rl_test import FLAGS
 
 pytestmark = pytest.mark.e2e  # a real trainer with an actor process, 2 environment servers and sandboxes
@@ -69,6 +78,20 @@ class RLEnvServersTest(absltest.TestCase):
     self.assertTrue(all(n > 0 for n in opened), opened)
     self.assertGreaterEqual(sum(opened), 2 * len(groups) + 4)
 
+    # The before-RL evaluation again, in this process with in-process environments: the same figures.
+    cfg = rl_run_config.from_json((pathlib.Path(work) / "config.json").read_text())
+    local = held_out_evaluation(dataclasses.replace(cfg, env_service=EnvServiceConfig()))
+    here = local(jax.device_put(rl_loop.initial_params(cfg)))
+    evals = [json.loads(x) for x in (pathlib.Path(work) / "eval.jsonl").read_text().splitlines()]
+    (before,) = [e for e in evals if e["when"] == "before"]
+    self.assertEqual(before["reward/mean"], result["reward_heldout_before"])
+    self.assertEqual(sorted(here), sorted(k for k in before if k not in ("when", "version")))
+    self.assertIn("turns/mean", here)  # the agent's episodes, not only their rewards
+    for key, value in here.items():
+      if isinstance(value, float) and math.isnan(value):
+        self.assertTrue(math.isnan(before[key]), key)
+      else:
+        self.assertAlmostEqual(before[key], value, places=6, msg=key)
 
 if __name__ == "__main__":
   absltest.main()
