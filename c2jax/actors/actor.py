@@ -24,6 +24,8 @@ With `episodes=MULTI_TURN` step 4 runs each row as a multi-turn episode of the s
 continuous batching, tools on host workers, the same in-flight weight swaps between device calls; a row is the whole
 trajectory (prompt, turns, observations) with its token ledger, and the buffer stores the ledger's source and turn
 of every token. Admission, tickets and restarts are the same: a killed actor re-runs the groups it had begun.
+Where the environments run is the actor's `envs` (`c2jax.envs.service.factory`): in its process by default, or on
+environment servers, which are sent each task's split and index.
 
 With self-summaries (`summary`, `c2jax.actors.agent_loop.SummaryConfig`) an episode is a chain of segments and a
 group holds one row per segment: G chains, rows ordered by chain then segment, each row with its `chain_id` (the
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import hashlib
 import random
 import time
@@ -51,8 +52,8 @@ from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryCo
 from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, SummaryTokens, Trajectory
 from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs.service.factory import EnvFactory, InProcessEnvs
 from c2jax.envs.token_tasks import suite as tasks_lib
-from c2jax.envs.core.agent_env import agent_env
 from c2jax.envs.token_tasks.suite import TokenTask, TokenTaskSuite
 from c2jax.model.config import ModelConfig
 from c2jax.rollouts import admission
@@ -280,8 +281,10 @@ class Actor:
   """One rollout worker writing to its own buffer shard (see the module docstring)."""
 
   def __init__(self, cfg: ActorConfig, model: ModelConfig, suite: TokenTaskSuite, *, buffer_url: str, weights_url: str,
-               actor_id: str, reward_terms: tuple[str, ...] | None = None):
+               actor_id: str, reward_terms: tuple[str, ...] | None = None, envs: EnvFactory | None = None):
+    """`envs`: where multi-turn episodes' environments run (default: in this process)."""
     self.cfg, self.model, self.suite, self.actor_id = cfg, model, suite, actor_id
+    self.envs = envs if envs is not None else InProcessEnvs(suite)
     self.buffer_url = buffer_url
     self.weights = WeightStore(weights_url)
     terms = tasks_lib.reward_terms(suite) if reward_terms is None else reward_terms
@@ -422,9 +425,11 @@ class Actor:
                                  text_tokenizer(self.suite), chat_format=suite_chat_format(self.suite))
     return self._runner
 
-  def sample_episodes(self, tasks: list[TokenTask], seeds: list[int]) -> list[Trajectory]:
+  def sample_episodes(self, tasks: list[TokenTask], seeds: list[int],
+                      where: Sequence[tuple[str, int]] | None = None) -> list[Trajectory]:
     """Runs G multi-turn episodes per task (episode i of a group draws with fold_in(key(seed), i)); in-flight
-    weight swaps between device calls."""
+    weight swaps between device calls. `where`: each task's (split, index), what an environment server builds it
+    from (in-process environments need only the task)."""
 
     def weights():
       if self.cfg.weight_updates is WeightUpdates.IN_FLIGHT and self.refresh_weights():
@@ -432,9 +437,10 @@ class Actor:
       return self._params, self.version
 
     g = self.cfg.group_size
-    episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, self.suite, task),
+    where = list(where) if where is not None else [(None, None)] * len(tasks)
+    episodes = [Episode(prompt=task.prompt, make_env=self.envs(task, split, index),
                         key=jax.random.fold_in(jax.random.key(seed), i), first_observation=task.text)
-                for task, seed in zip(tasks, seeds) for i in range(g)]
+                for task, seed, (split, index) in zip(tasks, seeds, where) for i in range(g)]
     return self.runner().run(episodes, weights=weights,
                              on_chunk=lambda: self.writer.heartbeat(self.cfg.pending_lease_s / 4))
 
@@ -490,7 +496,8 @@ class Actor:
     start_version = self.version
     t0 = time.perf_counter()
     if self.cfg.episodes is EpisodeKind.MULTI_TURN:
-      trajectories = self.sample_episodes(tasks, [t["sample_seed"] for _, t in tickets])
+      trajectories = self.sample_episodes(tasks, [t["sample_seed"] for _, t in tickets],
+                                          [(t["split"], int(t["task_index"])) for _, t in tickets])
       g = self.cfg.group_size
       groups = [self._episode_group(trajectories[i * g:(i + 1) * g]) for i in range(len(tasks))]
     else:

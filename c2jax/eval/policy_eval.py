@@ -8,8 +8,6 @@ sampler on the suite's verifier (`evaluate`) or as whole episodes of the agent l
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import numpy as np
 import tqdm
@@ -18,8 +16,8 @@ from c2jax.actors import behaviour
 from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.agent_loop import AgentRunner, Episode
 from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs.service.factory import EnvFactory, InProcessEnvs
 from c2jax.envs.token_tasks import suite as tasks_lib
-from c2jax.envs.core.agent_env import agent_env
 from c2jax.envs.token_tasks.suite import TokenTaskSuite
 from c2jax.eval.metrics import summary
 from c2jax.model.config import ModelConfig
@@ -56,9 +54,10 @@ def evaluate(params: Params, *, model: ModelConfig, suite: TokenTaskSuite, tasks
 
 def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TokenTaskSuite, tasks: int, samples: int,
                       split: str = "heldout", seed: int = 0, success_threshold: float = 1.0,
-                      pass_k: tuple[int, ...] = (1,), version: int = 0) -> dict:
+                      pass_k: tuple[int, ...] = (1,), version: int = 0, envs: EnvFactory | None = None) -> dict:
   """`evaluate` with every sample a whole episode of the agent loop (the runner the multi-turn actors use, so what
-  is evaluated is what is trained): multi-turn where the suite has an environment, one turn otherwise.
+  is evaluated is what is trained): multi-turn where the suite has an environment, one turn otherwise. `envs`: where
+  the environments run (`c2jax.envs.service.factory`; default: in this process).
 
   Returns `evaluate`'s figures plus "turns/mean", "cut/fraction" (episodes ended by a budget),
   "compactions/mean" (self-summaries that started a new segment, per episode) and the agent's behaviour over all
@@ -67,7 +66,8 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TokenTaskSu
   runner's tokenizer and, where the suite has them (`suite.coding_task`), the tasks' declared relevant files.
   """
   chosen = [suite.task(split, i) for i in range(tasks)]
-  episodes = [Episode(prompt=task.prompt, make_env=functools.partial(agent_env, suite, task),
+  envs = envs if envs is not None else InProcessEnvs(suite)
+  episodes = [Episode(prompt=task.prompt, make_env=envs(task, split, t),
                       key=jax.random.fold_in(jax.random.key(seed), t * samples + i), first_observation=task.text)
               for t, task in enumerate(chosen) for i in range(samples)]
   # A progress bar: an evaluation of hundreds of episodes takes minutes on a CPU.

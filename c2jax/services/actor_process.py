@@ -73,9 +73,11 @@ def _config() -> RLRunConfig:
 
 def run_actor(cfg: RLRunConfig) -> dict:
   from c2jax.actors.actor import Actor
+  from c2jax.envs.service.factory import env_factory
   actor_id = _ACTOR_ID.value or f"{socket.gethostname()}-{os.getpid()}"
-  actor = Actor(cfg.actor_config, cfg.model_config, cfg.task_suite(), buffer_url=_BUFFER.value,
-                weights_url=_WEIGHTS.value, actor_id=actor_id)
+  suite = cfg.task_suite()
+  actor = Actor(cfg.actor_config, cfg.model_config, suite, buffer_url=_BUFFER.value, weights_url=_WEIGHTS.value,
+                actor_id=actor_id, envs=env_factory(cfg.env_service, suite))
   t0 = time.time()
 
   def report(a):

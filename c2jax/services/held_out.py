@@ -7,7 +7,8 @@
 Single-turn actors are evaluated by the token-level sampler on the suite's verifier
 (`c2jax.eval.policy_eval.evaluate`); multi-turn actors by the same agent loop they sample with
 (`c2jax.eval.policy_eval.evaluate_episodes`, with the actors' engine shapes, budgets and sampling), so what is
-evaluated is what is trained. This wiring stays in services, not in `c2jax.eval`: it reads the RL run config, and the
+evaluated is what is trained, on the environments the run config's `env_service` places (in-process, or on the
+environment servers). This wiring stays in services, not in `c2jax.eval`: it reads the RL run config, and the
 trainer and the evaluator process import it.
 """
 
@@ -18,6 +19,7 @@ from typing import Callable
 
 from c2jax.actors.actor import EpisodeKind, suite_chat_format, text_tokenizer
 from c2jax.actors.agent_loop import AgentRunner
+from c2jax.envs.service.factory import env_factory
 from c2jax.eval.policy_eval import evaluate, evaluate_episodes
 from c2jax.services.rl_run_config import RLRunConfig
 
@@ -31,6 +33,6 @@ def held_out_evaluation(cfg: RLRunConfig) -> Callable[..., dict]:
   if actor.episodes is EpisodeKind.MULTI_TURN:
     runner = AgentRunner(cfg.model_config, actor.engine_config(), cfg.eval_sampling, actor.agent_config(),
                          text_tokenizer(suite), chat_format=suite_chat_format(suite))
-    return functools.partial(evaluate_episodes, runner=runner, **common)
+    return functools.partial(evaluate_episodes, runner=runner, envs=env_factory(cfg.env_service, suite), **common)
   return functools.partial(evaluate, model=cfg.model_config, sampling=cfg.eval_sampling, prompt_len=actor.prompt_len,
                            **common)

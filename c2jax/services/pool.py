@@ -1,8 +1,9 @@
-"""A local pool of actor (and evaluator) processes: what the RL job (`c2jax.services.rl_job`) starts next to the
-trainer.
+"""A local pool of actor (and evaluator) processes, and of the run's local environment servers: what the RL job
+(`c2jax.services.rl_job`) starts next to the trainer.
 
 Each member is a `python -m c2jax.services.actor_process` subprocess with its own log file (the module path, not a
-script's: an installed c2jax starts its own actors). The trainer calls `check()`
+script's: an installed c2jax starts its own actors; an environment server is `python -m c2jax.envs.service.server`,
+`SERVER_MODULE`). The trainer calls `check()`
 while it waits for rollouts, so a crashed actor stops the run with its last log lines instead of a silent hang,
 and `stop()` on the way out (SIGTERM: actors finish the sampler call in progress, then exit; SIGKILL after a
 grace period). External actors (any machine that reaches the buffer and weight URLs) need no pool.
@@ -24,6 +25,7 @@ from absl import logging
 # that is not installed, or the installed package).
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 ACTOR_MODULE = "c2jax.services.actor_process"
+SERVER_MODULE = "c2jax.envs.service.server"
 
 
 def child_env(threads: int = 1) -> dict:
@@ -58,19 +60,21 @@ class Member:
 
 
 class LocalPool:
-  """Starts, watches and stops a set of actor processes (`ACTOR_MODULE`)."""
+  """Starts, watches and stops a set of actor processes (`ACTOR_MODULE`) and environment servers."""
 
   def __init__(self, logdir: str | os.PathLike, members: dict[str, list[str]], *, max_restarts: int = 3,
-               env: dict | None = None, optional: tuple[str, ...] = ()):
+               env: dict | None = None, optional: tuple[str, ...] = (), modules: dict[str, str] | None = None):
     """`optional` members (the evaluator) that keep failing are given up with a warning instead of stopping the
-    run."""
+    run. `modules`: {name: the module a member runs} for members other than actors (default `ACTOR_MODULE`); members
+    start in the order of `members`, every one with `--exit_with_parent`."""
+    modules = modules or {}
     self.optional = set(optional)
     self.max_restarts = max_restarts
     self.env = env if env is not None else child_env()
     self.logdir = pathlib.Path(logdir)
     self.logdir.mkdir(parents=True, exist_ok=True)
     parent = [f"--exit_with_parent={os.getpid()}"]
-    self.members = [Member(name, [sys.executable, "-m", ACTOR_MODULE] + list(args) + parent,
+    self.members = [Member(name, [sys.executable, "-m", modules.get(name, ACTOR_MODULE)] + list(args) + parent,
                            self.logdir / f"{name}.log") for name, args in members.items()]
 
   def _launch(self, m: Member) -> None:

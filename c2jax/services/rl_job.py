@@ -6,7 +6,8 @@ and an evaluator (report sections 3-6). What experiments/rl_main.py runs.
 In order: the compiled-program cache (`compilation_cache`, else $JAX_COMPILATION_CACHE_DIR, else
 `<workdir>/jax_cache`; inherited by the actors, so a restarted job skips its compiles); the SFT warm start when `sft.enabled` and no `init_checkpoint` (before any actor
 starts: they sample from what RL starts from; a job that already checkpointed RL resumes from its own state and
-needs no SFT); the local pool (`actors.num` actors and, with `eval.process`, the evaluator; none with
+needs no SFT); the local pool (`env_service.local` environment servers first, `c2jax.services.env_servers`, waited
+for until they listen; then `actors.num` actors and, with `eval.process`, the evaluator; no actors with
 `actors.external`); the trainer pinned to `trainer.cpus`; the trainer loop (`c2jax.services.rl_loop`). A stop request
 checkpoints and returns with `interrupted`; the same call resumes.
 """
@@ -21,6 +22,7 @@ from typing import Callable
 import jax
 
 from c2jax.actors import placement
+from c2jax.services import env_servers
 from c2jax.services import rl_loop
 from c2jax.services import warm_start
 from c2jax.services.pool import LocalPool
@@ -68,11 +70,17 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
     cfg = dataclasses.replace(cfg, init_checkpoint=init)
   config_path = os.path.join(workdir, "config.json")
   primary = jax.process_index() == 0  # a multi-host trainer: process 0 reads the buffer, publishes and runs the pool
+  servers, modules = {}, {}
   if primary:
+    if cfg.env_service.local:
+      env_servers.with_secret(cfg)  # before the pool copies this process's environment
+    # The actors, the evaluator and the trainer find the job's servers in the config it writes.
+    cfg, servers, modules = env_servers.local_servers(cfg)
     with open(config_path, "w", encoding="utf-8") as f:
       f.write(to_json(cfg))
   placement.pin(placement.parse_cpus(cfg.trainer.cpus))
-  pool = LocalPool(os.path.join(workdir, "logs"), pool_members(cfg, workdir, config_path) if primary else {},
-                   optional=("evaluator",))
+  members = {**servers, **pool_members(cfg, workdir, config_path)} if primary else {}
+  pool = LocalPool(os.path.join(workdir, "logs"), members, optional=("evaluator",), modules=modules)
   with pool:
+    env_servers.wait_listening(env_servers.local_addresses(servers), pool.check)
     return rl_loop.run(cfg, workdir, health_check=pool.check, stop=stop)

@@ -20,6 +20,9 @@ Sections (report sections 4 and 6):
   trainer                  the trainer loop's steps, batch, checkpoints and waits
   weight_store             how versions are stored (`c2jax.rollouts.weight_store.WeightStoreConfig`)
   eval                     held-out evaluation before, during and after training
+  env_service              where the episodes' environments run (`c2jax.envs.service.config.EnvServiceConfig`):
+                           in the actors' processes (the default), on environment servers at `servers`, and/or on
+                           `local` servers the job starts on this machine (docs/design/env_service.md)
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from c2jax.actors import placement
 from c2jax.actors.actor import ActorConfig, EpisodeKind, WeightUpdates
 from c2jax.actors.agent_loop import SummaryConfig
 from c2jax.actors.sampling import SamplingConfig
+from c2jax.envs.service.config import EnvServiceConfig
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.token_tasks.suite import TASK_SUITES, TokenTaskSuite
 from c2jax.model import presets
@@ -236,6 +240,7 @@ class RLRunConfig:
       <workdir>/jax_cache), reused on restart.
     schedule: ASYNC or SYNC.
     buffer, weights: storage URLs (paths, s3://, gs://); empty: <workdir>/buffer and <workdir>/weights.
+    env_service: where the episodes' environments run (in-process by default; multi-turn episodes only).
   """
 
   model: str = "tiny"
@@ -254,6 +259,7 @@ class RLRunConfig:
   weights: str = ""
   weight_store: WeightStoreConfig = WeightStoreConfig()
   eval: EvalConfig = EvalConfig()
+  env_service: EnvServiceConfig = EnvServiceConfig()
 
   def __post_init__(self):
     model = presets.model_config(self.model, self.model_overrides)
@@ -278,6 +284,9 @@ class RLRunConfig:
       raise ValueError(f"rl.reward.weights weights {', '.join(map(repr, unreported))}, which task suite "
                        f"{self.task['suite']!r} does not report (it reports {', '.join(reported)}): give them "
                        "weight 0.")
+    if self.env_service.remote and self.actors.episodes is not EpisodeKind.MULTI_TURN:
+      raise ValueError("env_service: environment servers run multi-turn episodes (actors.episodes=multi_turn); a "
+                       "single-turn run grades its samples in the actor.")
     if self.sft.enabled and not self.init_checkpoint and self.task["suite"] != "coding":
       raise ValueError(f"sft.enabled needs a coding task suite (task.suite='coding'), not {self.task['suite']!r}: "
                        "the SFT data are the coding suite's demonstrations; set sft.enabled=False.")

@@ -77,6 +77,23 @@ class RunConfigsTest(parameterized.TestCase):
                            "rl": {"reward": {"weights": {"outcome": 1.0, "hack_attempts": -1.0}}}},
        "rl.reward.weights weights 'hack_attempts', which task suite 'char_class' does not report \\(it reports "
        "outcome\\)"),
+      ("env_local_negative", {"actors": {"episodes": "multi_turn"}, "env_service": {"local": -1}},
+       "env_service: EnvServiceConfig.local=-1 must be an integer >= 0"),
+      ("env_server_not_host_port", {"actors": {"episodes": "multi_turn"}, "env_service": {"servers": "h:1,envhost"}},
+       "env_service: EnvServiceConfig.servers: 'envhost' is not host:port"),
+      ("env_server_twice", {"actors": {"episodes": "multi_turn"}, "env_service": {"servers": ["h:1", "h:1"]}},
+       "env_service: EnvServiceConfig.servers='h:1,h:1' names a server twice"),
+      ("env_secret_env", {"actors": {"episodes": "multi_turn"}, "env_service": {"local": 1, "secret_env": "A-B"}},
+       "env_service: EnvServiceConfig.secret_env='A-B' must name the environment variable"),
+      ("env_bind", {"actors": {"episodes": "multi_turn"}, "env_service": {"local": 1, "bind": "h:1/x"}},
+       "env_service: EnvServiceConfig.bind='h:1/x' must be an address of this host"),
+      ("env_tls_half", {"actors": {"episodes": "multi_turn"}, "env_service": {"local": 1, "tls_cert": "c.pem"}},
+       "env_service: EnvServiceConfig: tls_cert and tls_key go together"),
+      ("env_timeouts", {"actors": {"episodes": "multi_turn"}, "env_service": {"open_wait_s": 0}},
+       "env_service: EnvServiceConfig.open_wait_s=0.0 must be > 0"),
+      ("env_field", {"env_service": {"hosts": "h:1"}}, "env_service has no field 'hosts'"),
+      ("env_single_turn", {"env_service": {"local": 2}},
+       "env_service: environment servers run multi-turn episodes \\(actors.episodes=multi_turn\\)"),
   )
   def test_refuses_in_one_sentence(self, override, message):
     with self.assertRaisesRegex(ValueError, message) as caught:
@@ -98,6 +115,24 @@ class RunConfigsTest(parameterized.TestCase):
       rl_loop.check_mesh(cfg)
     self.assertNotIn("\n", str(caught.exception))
     rl_loop.check_mesh(dataclasses.replace(cfg, mesh="fsdp:2,expert:2"))  # one that divides: no refusal
+
+  @parameterized.named_parameters(
+      ("comma_string", " envhost-1:7070, envhost-2:7070 ", ("envhost-1:7070", "envhost-2:7070")),
+      ("list", ["envhost-1:7070", "[::1]:7071"], ("envhost-1:7070", "[::1]:7071")),
+      ("none", "", ()),
+  )
+  def test_env_service_servers_as_a_comma_string_or_a_list(self, servers, addresses):
+    cfg = rl_run_config.parse({"actors": {"episodes": "multi_turn"}, "env_service": {"servers": servers}})
+    self.assertEqual(cfg.env_service.addresses, addresses)
+    self.assertEqual(cfg.env_service.remote, bool(addresses))
+    self.assertEqual(rl_run_config.from_json(rl_run_config.to_json(cfg)), cfg)
+
+  def test_env_service_defaults_to_in_process(self):
+    # `make demo` and every shipped config keep their environments in the actors' processes.
+    for module, arg in ((rl_tiny, None), (rl_tiny, "single_turn"), (rl_char_class, None)):
+      self.assertFalse(rl_run_config.parse(module.get_config(arg)).env_service.remote)
+    c = rl_run_config.defaults()
+    self.assertEqual((c.env_service.servers, c.env_service.local, c.env_service.bind), ("", 0, "127.0.0.1"))
 
   def test_every_field_is_in_the_defaults(self):
     # What configs/ start from: every field a ConfigDict key, so `--config.x.y=` reaches each of them.

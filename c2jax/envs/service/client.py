@@ -115,12 +115,12 @@ class EnvServerPool:
 
   @classmethod
   def from_config(cls, config: EnvServiceConfig, addresses: Sequence[str] | None = None) -> EnvServerPool:
-    """The pool of `addresses` (default: `config.servers`), its secret read from `config.secret_env`."""
+    """The pool of `addresses` (default: `config.addresses`), its secret read from `config.secret_env`."""
     root = None
     if config.tls_ca:
       with open(config.tls_ca, "rb") as f:
         root = f.read()
-    return cls(tuple(addresses if addresses is not None else config.servers), read_secret(config.secret_env),
+    return cls(tuple(addresses if addresses is not None else config.addresses), read_secret(config.secret_env),
                config=config, root_certificates=root)
 
   def env(self, suite: Mapping[str, Any], split: str, index: int) -> RemoteEnv:

@@ -21,7 +21,9 @@ class EnvServiceConfig:
   """The environment service of a run.
 
   Attributes:
-    servers: addresses (host:port) of running environment servers.
+    servers: addresses (host:port) of running environment servers, separated by commas (kept as one string, so that
+      `--config.env_service.servers=envhost-1:7070,envhost-2:7070` is a command-line override; a tuple or list of
+      addresses is taken too); `addresses` is the tuple.
     local: servers the run starts on this machine (`c2jax.services.pool`), bound to `bind`; 0: none.
     secret_env: the environment variable holding the shared secret (printable ASCII, at least 16 characters).
     bind: the address local servers listen on (loopback by default: nothing off this machine reaches them).
@@ -34,7 +36,7 @@ class EnvServiceConfig:
     tls_ca: the clients' root certificate (PEM path) to verify the servers with; empty: plaintext.
   """
 
-  servers: tuple[str, ...] = ()
+  servers: str | tuple[str, ...] = ""
   local: int = 0
   secret_env: str = "C2JAX_ENV_SECRET"
   bind: str = "127.0.0.1"
@@ -48,21 +50,33 @@ class EnvServiceConfig:
   tls_ca: str = ""
 
   def __post_init__(self):
-    object.__setattr__(self, "servers", tuple(str(s) for s in self.servers))
-    if self.local < 0 or self.max_episodes < 1:
-      raise ValueError(f"EnvServiceConfig: local={self.local} must be >= 0 and max_episodes={self.max_episodes} "
-                       ">= 1.")
+    servers = self.servers.split(",") if isinstance(self.servers, str) else self.servers
+    object.__setattr__(self, "servers", ",".join(str(s).strip() for s in servers if str(s).strip()))
+    if isinstance(self.local, bool) or not isinstance(self.local, int) or self.local < 0:
+      raise ValueError(f"EnvServiceConfig.local={self.local!r} must be an integer >= 0 (servers the run starts).")
+    if self.max_episodes < 1:
+      raise ValueError(f"EnvServiceConfig.max_episodes={self.max_episodes} must be >= 1.")
     for name in ("call_timeout_s", "env_timeout_s", "open_wait_s", "down_s"):
       if not getattr(self, name) > 0:
         raise ValueError(f"EnvServiceConfig.{name}={getattr(self, name)} must be > 0.")
-    for s in self.servers:
+    for s in self.addresses:
       host, _, port = s.rpartition(":")
       if not host or not port.isdigit():
         raise ValueError(f"EnvServiceConfig.servers: {s!r} is not host:port.")
+    if len(set(self.addresses)) != len(self.addresses):
+      raise ValueError(f"EnvServiceConfig.servers={self.servers!r} names a server twice.")
+    if not self.bind or any(c.isspace() or c in ",/" for c in self.bind):
+      raise ValueError(f"EnvServiceConfig.bind={self.bind!r} must be an address of this host (e.g. 127.0.0.1).")
     if bool(self.tls_cert) != bool(self.tls_key):
       raise ValueError("EnvServiceConfig: tls_cert and tls_key go together (a server needs both).")
-    if not self.secret_env:
-      raise ValueError("EnvServiceConfig.secret_env must name the environment variable holding the shared secret.")
+    if not (self.secret_env.isidentifier() and self.secret_env.isascii()):
+      raise ValueError(f"EnvServiceConfig.secret_env={self.secret_env!r} must name the environment variable holding "
+                       "the shared secret (letters, digits, underscores).")
+
+  @property
+  def addresses(self) -> tuple[str, ...]:
+    """The addresses of `servers` (host:port each)."""
+    return tuple(self.servers.split(",")) if self.servers else ()
 
   @property
   def remote(self) -> bool:

@@ -3,7 +3,8 @@
 
   C2JAX_ENV_SECRET=... python -m c2jax.envs.service.server --address=127.0.0.1:0 --secret_env=C2JAX_ENV_SECRET \
       --max_episodes=16 [--tls_cert=server.pem --tls_key=server.key]
-  # prints "env server listening on 127.0.0.1:<port>" once it serves; SIGTERM or SIGINT stops it
+  # prints "env server listening on 127.0.0.1:<port>" once it serves; SIGTERM or SIGINT stops it, and it prints
+  # "env server stopped: <n> episodes opened" on its way out
 
 Methods (`wire`): Open builds the environment of a task from the suite's spec (`suites.SuiteCache`: suites are built
 from their registry name and fields, cached) and returns a new episode id; Reset, Step, Reward and Close drive that
@@ -26,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import ctypes
 import dataclasses
 import hmac
+import os
 import secrets
 import signal
 import sys
@@ -73,6 +76,7 @@ class EnvServer:
     self.max_episodes, self.idle_s = max_episodes, idle_s
     self._episodes: dict[str, _Hosted] = {}
     self._opening = 0  # Opens admitted and building their environment (they count against max_episodes)
+    self.opened = 0  # episodes opened since the server started
     self._lock = threading.Lock()
     self._suites = SuiteCache()
 
@@ -163,6 +167,7 @@ class EnvServer:
       episode = secrets.token_hex(wire.EPISODE_ID_HEX // 2)
       with self._lock:
         self._episodes[episode] = _Hosted(env=env, client=client)
+        self.opened += 1
     finally:
       with self._lock:
         self._opening -= 1
@@ -239,7 +244,18 @@ def serve(env_server: EnvServer, address: str, credentials: grpc.ServerCredentia
   return server, port
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _exit_with_parent(parent_pid: int) -> None:
+  """The kernel SIGKILLs this server when `parent_pid` (the job that started it) dies (Linux PR_SET_PDEATHSIG): a
+  killed job leaves no server holding its port. (`c2jax.services.pool.die_with_parent`, which this layer cannot
+  import.)"""
+  if sys.platform.startswith("linux"):
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+  if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    os._exit(1)
+
+
+def arg_parser() -> argparse.ArgumentParser:
+  """The server's command line (what the launch specs pass: tools/launch/)."""
   parser = argparse.ArgumentParser(prog="python -m c2jax.envs.service.server", description=__doc__.split("\n")[0])
   parser.add_argument("--address", default="127.0.0.1:0", help="host:port to listen on (port 0: any free one)")
   parser.add_argument("--secret_env", default="C2JAX_ENV_SECRET",
@@ -248,7 +264,16 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--idle_s", type=float, default=900.0)
   parser.add_argument("--tls_cert", default="")
   parser.add_argument("--tls_key", default="")
+  parser.add_argument("--exit_with_parent", type=int, default=0,
+                      help="die when this process (the job that started the server) dies (Linux)")
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = arg_parser()
   args = parser.parse_args(argv)
+  if args.exit_with_parent:
+    _exit_with_parent(args.exit_with_parent)
   if bool(args.tls_cert) != bool(args.tls_key):
     parser.error("--tls_cert and --tls_key go together.")
   try:
@@ -267,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pass
   server.stop(grace=2.0).wait()
   env_server.close_all()
+  print(f"env server stopped: {env_server.opened} episodes opened", flush=True)
   return 0
 
 
