@@ -25,8 +25,8 @@ _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 # A figure: a number with a thousands comma (1,287), three or more decimals (0.889), or two decimals after a nonzero
 # integer part (26.44, 1.60x). Two-decimal fractions (0.25, 0.97) are left out: a hundred values that recur by chance
 # as different facts. Not a figure: a part of a version, section number or dotted name (0.10.2, 3.1.4, a1.23), whose
-# neighbours are a digit-dot pair or a word character; units may follow (1.60x, 0.99 ms).
-_FIGURE = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d{3,}|[1-9]\d*\.\d{2})(?![.,]?\d)")
+# neighbours are a digit-dot pair or a word character, nor a mantissa (1.97e11); units may follow (1.60x, 0.99 ms).
+_FIGURE = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d{3,}|[1-9]\d*\.\d{2})(?![.,]?\d|[eE][+-]?\d)")
 SHARED_FIGURES = ROOT / "docs/figures_shared.txt"
 
 
@@ -170,7 +170,7 @@ class FiguresTest(absltest.TestCase):
 
   def test_figure_parser(self):
     text = ("pass@1 0.696 -> 0.889, 1,287 tokens, ppl 26.44, 1.60x, 0.25 and 0.5, jax 0.10.2, section 3.1.4, 2026-12-01,"
-            " commit a1.234b, `0.777` in code\n```\n0.888\n```\n1.000 and 12,345.6\n")
+            " commit a1.234b, 1.97e11 FLOPs, `0.777` in code\n```\n0.888\n```\n1.000 and 12,345.6\n")
     self.assertEqual(figures(text), {"0.696", "0.889", "1,287", "26.44", "1.60", "1.000", "12,345.6"})
 
   def test_planted_copy_fails_and_a_stale_line_fails(self):
