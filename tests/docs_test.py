@@ -169,8 +169,8 @@ class FiguresTest(absltest.TestCase):
     self.assertEmpty(violations, "figures in more than one doc (docs/figures_shared.txt):\n" + "\n".join(violations))
 
   def test_figure_parser(self):
-    text = ("pass@1 0.696 -> 0.889, 1,287 tokens, ppl 26.44, 1.60x, 0.25 and 0.5, jax 0.10.2, section 3.1.4, 2026-12-01,"
-            " commit a1.234b, 1.97e11 FLOPs, `0.777` in code\n```\n0.888\n```\n1.000 and 12,345.6\n")
+    text = ("pass@1 0.696 -> 0.889, 1,287 tokens, ppl 26.44, 1.60x, 0.25 and 0.5, jax 0.10.2, section 3.1.4,"
+            " 2026-12-01, commit a1.234b, 1.97e11 FLOPs, `0.777` in code\n```\n0.888\n```\n1.000 and 12,345.6\n")
     self.assertEqual(figures(text), {"0.696", "0.889", "1,287", "26.44", "1.60", "1.000", "12,345.6"})
 
   def test_planted_copy_fails_and_a_stale_line_fails(self):
