@@ -1,10 +1,10 @@
 """The docs' structure: README's layout table against the tree, README's size budget, and every relative link.
 
 One home per fact (docs/design/README.md): README points and never copies, so it stays small, and its layout table
-names exactly the packages there are. The links of README.md, docs/*.md, docs/design/*.md and docs/experiments/*.md
-must lead to files that exist, so a page that moves or splits takes its links along. A measured figure has one
-home too: a figure written in two of those files fails unless docs/figures_shared.txt lists it as a coincidence
-(the same digits, different facts), and that list only shrinks.
+names exactly the packages there are. The links of README.md and every docs/**/*.md must lead to files that exist,
+so a page that moves or splits takes its links along. A measured figure has one home too: a figure written in two
+of those files fails unless docs/figures_shared.txt lists it as a coincidence (the same digits, different facts),
+and that list only shrinks.
 """
 
 import pathlib
@@ -105,8 +105,8 @@ def figure_violations(shared: dict[str, tuple[str, ...]], allowed: dict[str, tup
 
 
 def doc_files() -> list[pathlib.Path]:
-  return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-          *sorted((ROOT / "docs/design").glob("*.md")), *sorted((ROOT / "docs/experiments").glob("*.md"))]
+  """README.md and every markdown page under docs/, at any depth."""
+  return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 class ReadmeTest(absltest.TestCase):
