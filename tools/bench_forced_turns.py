@@ -19,7 +19,6 @@ Last line: JSON.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics

@@ -4,11 +4,12 @@ and an evaluator (report sections 3-6). What experiments/rl_main.py runs.
   result = run(cfg, workdir, stop=lambda: False)    # cfg: rl_run_config.parse(...)
 
 In order: the compiled-program cache (`compilation_cache`, else $JAX_COMPILATION_CACHE_DIR, else
-`<workdir>/jax_cache`; inherited by the actors, so a restarted job skips its compiles); the SFT warm start when `sft.enabled` and no `init_checkpoint` (before any actor
-starts: they sample from what RL starts from; a job that already checkpointed RL resumes from its own state and
-needs no SFT); the local pool (`env_service.local` environment servers first, `c2jax.services.env_servers`, waited
-for until they listen; then `actors.num` actors and, with `eval.process`, the evaluator; no actors with
-`actors.external`); the trainer pinned to `trainer.cpus`; the trainer loop (`c2jax.services.rl_loop`). A stop request
+`<workdir>/jax_cache`; inherited by the actors, so a restarted job skips its compiles); the SFT warm start when
+`sft.enabled` and no `init_checkpoint` (before any actor starts: they sample from what RL starts from; a job that
+already checkpointed RL resumes from its own state and needs no SFT); the local pool (`env_service.local`
+environment servers first, `c2jax.services.env_servers`, waited for until they listen; then `actors.num` actors
+and, with `eval.process`, the evaluator; no actors with `actors.external`); the trainer pinned to `trainer.cpus`;
+the trainer loop (`c2jax.services.rl_loop`). A stop request
 checkpoints and returns with `interrupted`; the same call resumes.
 """
 
