@@ -54,8 +54,11 @@ def _agent(cfg: RLRunConfig) -> AgentConfig:
 
 def _settings(cfg: RLRunConfig, split: str) -> dict:
   actor = cfg.actor_config
+  agent = typed_config.to_plain(_agent(cfg))
+  for name in ("forced_turns", "force_chunk"):  # how the engine runs the script's turns: the same tokens either way
+    agent.pop(name)
   return {"format": FORMAT, "policy": cfg.sft.teacher.policy, "split": split, "task": typed_config.to_plain(cfg.task),
-          "agent": typed_config.to_plain(_agent(cfg)), "context": actor.context,
+          "agent": agent, "context": actor.context,
           "stop_tokens": list(actor.stop_tokens), "vocab_size": cfg.model_config.vocab_size,
           "max_tasks": _limit(cfg, split), "copies": cfg.sft.teacher.copies, "flawed": cfg.sft.teacher.flawed,
           "flaw": cfg.sft.teacher.flaw if cfg.sft.teacher.flawed else ""}
