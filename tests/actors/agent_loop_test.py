@@ -208,8 +208,8 @@ class AgentLoopTest(absltest.TestCase):
 
   def test_prefilled_forced_turns_equal_decoded_ones(self):
     # Forced turns of 1, 2, 17 (over the smallest bucket), 90 (over the middle one) and 300 bytes (over the largest
-    # bucket, and over the turn budget: cut there), one per episode and turn, between sampled turns (whose draws
-    # must not move: the draw count advances by the forced tokens either way), in 4 slots with 6 episodes.
+    # bucket, and over the turn budget: cut there), one per episode and turn, around a sampled turn (whose draws
+    # must not move: the draw count advances by the forced tokens either way), 4 episodes in the 4 slots.
     lengths = (1, 2, 17, 90, 300)
 
     def script(i, turn, observations):
@@ -218,11 +218,11 @@ class AgentLoopTest(absltest.TestCase):
       return ("abcdefghij" * 40)[:lengths[(i + turn) % len(lengths)] - 1]  # plus the EOS
 
     def run(mode):
-      agent = AgentConfig(max_turns=4, max_turn_tokens=200, max_episode_tokens=1000, chunk_steps=4,
+      agent = AgentConfig(max_turns=3, max_turn_tokens=200, max_episode_tokens=1000, chunk_steps=16,
                           forced_turns=mode)
       eps = [Episode(prompt=TOK.encode(f"task {i} " * (i + 1), bos=True, eos=False),
-                     make_env=functools.partial(EchoEnv, 4), key=jax.random.key(7 + i),
-                     script=functools.partial(script, i)) for i in range(6)]
+                     make_env=functools.partial(EchoEnv, 3), key=jax.random.key(7 + i),
+                     script=functools.partial(script, i)) for i in range(4)]
       runner = AgentRunner(MODEL, ENGINE, SAMPLING, agent, TOK)
       return runner.run(eps, weights=lambda: (self.params, 5)), runner.stats
 
