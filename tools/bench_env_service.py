@@ -14,8 +14,15 @@ workers), no model: every episode's reset, steps, reward and close through `env_
 episodes/s (wall), the median and 90th percentile of a step's latency (a tool call as the agent loop waits for it),
 and the episodes' mean outcome (1.0: every episode solved, so the three placements ran the same work).
 
+Agent loop (`--agent_episodes`, 0: skipped): the multi-turn agent workload of tools/bench_agent.py (the `explorer`
+script on tiny_functions, forced through the engine step by step on a tiny random MoE, 8 slots, real sandboxes)
+with its environments in-process and on 1 and 2 local servers, after one untimed in-process round that compiles:
+episodes/s and model tokens/s, the fraction of tool time hidden behind decoding (`tool_overlap`) and of slot time
+spent holding a cache while episodes queued (`slot_wait_fraction`); the mean step latency as the agent loop's tool
+workers saw it (`tool_ms_mean`: reset, steps and grading).
+
 Servers are `python -m c2jax.envs.service.server` processes on this machine, started once (their start-up is not
-timed). Medians over `--repeats`. The last line printed is one JSON object.
+timed). Medians over `--repeats`, the placements interleaved. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -122,12 +129,50 @@ def workload(envs, episodes: int, workers: int) -> dict:
           "steps": len(steps)}
 
 
+def agent_loop(placements: dict, episodes: int, repeats: int) -> dict:
+  """{placement: medians of the agent loop's figures} for the explorer workload (see the module docstring)."""
+  import jax  # the model: imported here, so the calls' benchmark above never loads it
+  from c2jax.actors.agent_loop import AgentConfig, AgentRunner, ForcedTurns
+  from c2jax.actors.engine import EngineConfig
+  from c2jax.actors.sampling import SamplingConfig
+  from c2jax.model import presets
+  from c2jax.model.params import init_params
+  from tools import bench_agent
+
+  suite = CodingTaskSuite(coding_suite="tiny_functions", instructions="none", max_turns=8)
+  tok = suite.text_tokenizer()
+  model = presets.model_config("tiny", {"vocab_size": 259, "n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1})
+  params = jax.jit(init_params, static_argnums=0)(model, jax.random.key(0))
+  agent = AgentConfig(max_turns=8, max_turn_tokens=512, max_episode_tokens=2048, chunk_steps=16, tool_workers=4,
+                      forced_turns=ForcedTurns.DECODE)  # the scripted turns stand for sampled ones
+  runner = AgentRunner(model, EngineConfig(slots=8, context=2048, chunk_sizes=(16, 64, 256), max_forced=512),
+                       SamplingConfig(max_new_tokens=1, temperature=1.0, stop_tokens=(tok.eos_id,)), agent, tok)
+  n = suite.size("train")
+  work = {name: bench_agent.workload(suite, episodes, lambda i, task, envs=envs: envs(task, "train", i % n)())
+          for name, envs in placements.items()}
+  bench_agent.run_engine(runner, work["in_process"], params, waves=False)  # compiles
+  runs: dict[str, list] = {name: [] for name in work}
+  for _ in range(repeats):
+    for name, eps in work.items():
+      got = bench_agent.run_engine(runner, eps, params, waves=False)
+      intervals = runner.stats.tool_intervals
+      got.update(episodes_per_s=got["episodes"] / got["wall_s"], model_tokens_per_s=got["model_tokens"] / got["wall_s"],
+                 tool_ms_mean=1e3 * float(np.mean([b - a for a, b in intervals])))
+      runs[name].append(got)
+      print(f"agent loop {name:<11} {got['episodes_per_s']:6.3f} episodes/s  {got['model_tokens_per_s']:7.1f} "
+            f"model tok/s  tool {got['tool_ms_mean']:6.1f} ms  overlap {got['tool_overlap']:.2f}  slot wait "
+            f"{got['slot_wait_fraction']:.2f}  outcome {got['outcome']:.2f}", flush=True)
+  keys = ("episodes_per_s", "model_tokens_per_s", "tool_ms_mean", "tool_overlap", "slot_wait_fraction", "outcome")
+  return {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--calls", type=int, default=500)
   parser.add_argument("--episodes", type=int, default=8)
   parser.add_argument("--workers", type=int, default=4)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--agent_episodes", type=int, default=16, help="the agent-loop workload's episodes (0: skip)")
   args = parser.parse_args(argv)
   os.environ.setdefault(SECRET_ENV, secrets.token_hex(32))
   servers = [Server(max_episodes=max(args.workers, 2)) for _ in range(2)]
@@ -149,7 +194,14 @@ def main(argv=None) -> dict:
     result["overhead_us_per_call"] = result["noop_us_service"] - result["noop_us_in_process"]
     for name in placements:
       result[name] = {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
-    result.update(calls=args.calls, episodes=args.episodes, workers=args.workers, repeats=args.repeats)
+    if args.agent_episodes:
+      agent_suite = CodingTaskSuite(coding_suite="tiny_functions", instructions="none", max_turns=8)
+      result["agent_loop"] = agent_loop({"in_process": InProcessEnvs(agent_suite),
+                                         "servers_1": RemoteEnvs(pools[1], agent_suite),
+                                         "servers_2": RemoteEnvs(pools[2], agent_suite)},
+                                        args.agent_episodes, args.repeats)
+    result.update(calls=args.calls, episodes=args.episodes, workers=args.workers, repeats=args.repeats,
+                  agent_episodes=args.agent_episodes, load_avg=os.getloadavg()[0])
     for pool in pools.values():
       pool.close()
   finally:
