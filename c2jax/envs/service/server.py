@@ -3,8 +3,9 @@
 
   C2JAX_ENV_SECRET=... python -m c2jax.envs.service.server --address=127.0.0.1:0 --secret_env=C2JAX_ENV_SECRET \
       --max_episodes=16 [--tls_cert=server.pem --tls_key=server.key]
-  # prints "env server listening on 127.0.0.1:<port>" once it serves, "env server hosts <n> episodes" whenever an
-  # episode opens or closes; SIGTERM or SIGINT stops it, and it prints "env server stopped: <n> episodes opened"
+  # prints "env server listening on 127.0.0.1:<port>" once it serves (with --log_episodes, "env server hosts <n>
+  # episodes" whenever an episode opens or closes); SIGTERM or SIGINT stops it, and it prints "env server stopped:
+  # <n> episodes opened"
 
 Methods (`wire`): Open builds the environment of a task from the suite's spec (`suites.SuiteCache`: suites are built
 from their registry name and fields, cached) and returns a new episode id; Reset, Step, Reward and Close drive that
@@ -277,6 +278,9 @@ def arg_parser() -> argparse.ArgumentParser:
   parser.add_argument("--idle_s", type=float, default=900.0)
   parser.add_argument("--tls_cert", default="")
   parser.add_argument("--tls_key", default="")
+  parser.add_argument("--log_episodes", action="store_true",
+                      help="print 'env server hosts <n> episodes' whenever an episode opens or closes (for a log "
+                           "file: a pipe that nobody reads would fill and stop the server)")
   parser.add_argument("--exit_with_parent", type=int, default=0,
                       help="die when this process (the job that started the server) dies (Linux)")
   return parser
@@ -291,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.error("--tls_cert and --tls_key go together.")
   try:
     env_server = EnvServer(read_secret(args.secret_env), args.max_episodes, args.idle_s,
-                           log=lambda line: print(line, flush=True))
+                           log=(lambda line: print(line, flush=True)) if args.log_episodes else None)
     credentials = server_credentials(args.tls_cert, args.tls_key) if args.tls_cert else None
     server, port = serve(env_server, args.address, credentials)
   except (ValueError, OSError) as e:
