@@ -275,6 +275,7 @@ class ActorStats:
   resumed_groups: int = 0
   waited_s: float = 0.0
   sampling_s: float = 0.0
+  env_reruns: int = 0  # episodes run again because their environment server was lost (RunStats.env_reruns)
 
 
 class Actor:
@@ -441,8 +442,10 @@ class Actor:
     episodes = [Episode(prompt=task.prompt, make_env=self.envs(task, split, index),
                         key=jax.random.fold_in(jax.random.key(seed), i), first_observation=task.text)
                 for task, seed, (split, index) in zip(tasks, seeds, where) for i in range(g)]
-    return self.runner().run(episodes, weights=weights,
-                             on_chunk=lambda: self.writer.heartbeat(self.cfg.pending_lease_s / 4))
+    trajectories = self.runner().run(episodes, weights=weights,
+                                     on_chunk=lambda: self.writer.heartbeat(self.cfg.pending_lease_s / 4))
+    self.stats.env_reruns = self.runner().stats.env_reruns  # the runner's count is over all of its runs
+    return trajectories
 
   def _episode_group(self, trajectories: list[Trajectory]) -> dict:
     """The buffer record of one group of multi-turn trajectories (`episode_group`)."""

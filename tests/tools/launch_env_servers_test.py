@@ -1,8 +1,8 @@
 """The launch specs of the environment servers (tools/launch/k8s/env_servers.yaml, tools/launch/slurm/
 env_servers.sbatch), read statically: they parse, run the server module with arguments its command line takes, keep
 the secret out of their command lines (a k8s Secret; an exported variable), reach the servers inside the cluster
-only (ClusterIP), and hand the servers' addresses to the run config's real field. (tests/tools/slurm_test.py runs the
-trainer and actor specs on a private cluster; the servers' job is not added there: that test already takes ~80 s.)"""
+only (ClusterIP), and hand the servers' addresses to the run config's real field. (tests/tools/
+slurm_env_servers_test.py runs the servers' job beside the trainer and actor specs on a private cluster.)"""
 
 import pathlib
 import re

@@ -3,8 +3,9 @@
 
   C2JAX_ENV_SECRET=... python -m c2jax.envs.service.server --address=127.0.0.1:0 --secret_env=C2JAX_ENV_SECRET \
       --max_episodes=16 [--tls_cert=server.pem --tls_key=server.key]
-  # prints "env server listening on 127.0.0.1:<port>" once it serves; SIGTERM or SIGINT stops it, and it prints
-  # "env server stopped: <n> episodes opened" on its way out
+  # prints "env server listening on 127.0.0.1:<port>" once it serves (with --log_episodes, "env server hosts <n>
+  # episodes" whenever an episode opens or closes); SIGTERM or SIGINT stops it, and it prints "env server stopped:
+  # <n> episodes opened"
 
 Methods (`wire`): Open builds the environment of a task from the suite's spec (`suites.SuiteCache`: suites are built
 from their registry name and fields, cached) and returns a new episode id; Reset, Step, Reward and Close drive that
@@ -67,9 +68,12 @@ class EnvServer:
     secret: the shared secret every call must carry.
     max_episodes: episodes hosted at once (Open beyond it: RESOURCE_EXHAUSTED).
     idle_s: an episode untouched this long is closed by the next Open.
+    log: given, called with "env server hosts <n> episodes" whenever an episode opens or closes (under the lock, so
+      the lines are in the order of the changes: the last one before a crash says how many episodes it lost).
   """
 
-  def __init__(self, secret: str, max_episodes: int = 16, idle_s: float = 900.0):
+  def __init__(self, secret: str, max_episodes: int = 16, idle_s: float = 900.0,
+               log: Callable[[str], None] | None = None):
     if max_episodes < 1:
       raise ValueError(f"EnvServer: max_episodes={max_episodes} must be >= 1.")
     self._secret = secret.encode("utf-8")
@@ -79,6 +83,12 @@ class EnvServer:
     self.opened = 0  # episodes opened since the server started
     self._lock = threading.Lock()
     self._suites = SuiteCache()
+    self._log = log
+
+  def _hosting(self) -> None:
+    """Logs how many episodes are hosted; call it holding the lock, after a change."""
+    if self._log is not None:
+      self._log(f"env server hosts {len(self._episodes)} episodes")
 
   def handler(self) -> grpc.GenericRpcHandler:
     methods = {"Open": self._open, "Reset": self._reset, "Step": self._step, "Reward": self._reward,
@@ -168,6 +178,7 @@ class EnvServer:
       with self._lock:
         self._episodes[episode] = _Hosted(env=env, client=client)
         self.opened += 1
+        self._hosting()
     finally:
       with self._lock:
         self._opening -= 1
@@ -192,7 +203,8 @@ class EnvServer:
   def _close(self, request: dict, client: str, context) -> dict:
     episode, hosted = self._hosted(request, client, context, "Close")
     with self._lock:
-      self._episodes.pop(episode, None)
+      if self._episodes.pop(episode, None) is not None:
+        self._hosting()
     with hosted.lock:  # after a running call of the episode
       _close_quietly(hosted.env)
     return {}
@@ -205,6 +217,8 @@ class EnvServer:
               if now - h.last_used > self.idle_s and not h.lock.locked()]
       for k, _ in idle:
         del self._episodes[k]
+      if idle:
+        self._hosting()
     for _, h in idle:
       _close_quietly(h.env)
 
@@ -264,6 +278,9 @@ def arg_parser() -> argparse.ArgumentParser:
   parser.add_argument("--idle_s", type=float, default=900.0)
   parser.add_argument("--tls_cert", default="")
   parser.add_argument("--tls_key", default="")
+  parser.add_argument("--log_episodes", action="store_true",
+                      help="print 'env server hosts <n> episodes' whenever an episode opens or closes (for a log "
+                           "file: a pipe that nobody reads would fill and stop the server)")
   parser.add_argument("--exit_with_parent", type=int, default=0,
                       help="die when this process (the job that started the server) dies (Linux)")
   return parser
@@ -277,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if bool(args.tls_cert) != bool(args.tls_key):
     parser.error("--tls_cert and --tls_key go together.")
   try:
-    env_server = EnvServer(read_secret(args.secret_env), args.max_episodes, args.idle_s)
+    env_server = EnvServer(read_secret(args.secret_env), args.max_episodes, args.idle_s,
+                           log=(lambda line: print(line, flush=True)) if args.log_episodes else None)
     credentials = server_credentials(args.tls_cert, args.tls_key) if args.tls_cert else None
     server, port = serve(env_server, args.address, credentials)
   except (ValueError, OSError) as e:

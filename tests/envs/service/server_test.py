@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import ipaddress
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -246,6 +247,19 @@ class ServerTest(_Servers):
     self.assertEqual(server.terminate(), 0)
     with self.assertRaises(EnvServerLost):
       env.step(np.asarray([97], np.int32), "a")
+
+  def test_log_episodes_prints_the_hosted_count_in_order(self):
+    server = self.server(extra=("--log_episodes",))
+    pool = self.pool(server)
+    first, second = pool.env(SPEC, "train", 0), pool.env(SPEC, "train", 1)
+    first.reset()
+    second.reset()
+    first.close()
+    second.close()
+    server.proc.send_signal(signal.SIGTERM)
+    lines = server.proc.stdout.read().splitlines()
+    self.assertEqual(lines, [f"env server hosts {n} episodes" for n in (1, 2, 1, 0)]
+                     + ["env server stopped: 2 episodes opened"])
 
   def test_the_secret_is_required_to_start(self):
     with self.assertRaisesRegex(RuntimeError, "must hold the environment service's shared secret"):
