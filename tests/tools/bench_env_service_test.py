@@ -21,7 +21,8 @@ class BenchEnvServiceTest(absltest.TestCase):
       self.skipTest(reason)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-      result = bench_env_service.main(["--calls=20", "--episodes=2", "--workers=2", "--repeats=1", "--agent_episodes=0"])
+      result = bench_env_service.main(["--calls=20", "--episodes=2", "--workers=2", "--repeats=1",
+                                       "--agent_episodes=0"])  # the agent loop's workload compiles a model
     self.assertEqual(json.loads(out.getvalue().strip().splitlines()[-1]), result)
     for name in ("in_process", "servers_1", "servers_2"):
       self.assertEqual(result[name]["outcome_mean"], 1.0, name)  # the same solved episodes everywhere
