@@ -175,7 +175,9 @@ def main(argv=None) -> dict:
   parser.add_argument("--agent_episodes", type=int, default=16, help="the agent-loop workload's episodes (0: skip)")
   args = parser.parse_args(argv)
   os.environ.setdefault(SECRET_ENV, secrets.token_hex(32))
-  servers = [Server(max_episodes=max(args.workers, 2)) for _ in range(2)]
+  # Seats for every episode a run holds open at once: the agent loop's 8 slots (a full server makes an opening tool
+  # worker wait, and 4 of them waiting on 4 seats held by episodes that need those workers would stall).
+  servers = [Server(max_episodes=max(args.workers, 8 if args.agent_episodes else 2)) for _ in range(2)]
   try:
     addresses = [s.ready() for s in servers]
     pools = {k: EnvServerPool.from_config(CONFIG, addresses[:k]) for k in (1, 2)}
