@@ -7,7 +7,8 @@ sm_90a / sm_100a), and the SASS-level properties of the kernels hold:
   - every Pallas kernel compiles at its default tiles with no register spill (ptxas -v);
   - float32 (PLAIN) matmul kernels contain no TF32 instruction; the NVFP4 quantizers no approximate division;
   - the recipe's forward + VJP and the tiny model's LM train step (BF16 and NVFP4) compile, the GPU train step
-    calls the recipe's Triton kernels, and XLA:GPU's memory analysis is nonzero;
+    calls the recipe's Triton kernels, and XLA:GPU's memory analysis is nonzero; so do the agent engine's append,
+    decode and forced-turn prefill;
   - planted faults fail: a kernel whose blocks need more shared memory than an H100 has does not compile, and a
     kernel at tiles that spill is reported as spilling.
 """
@@ -111,6 +112,32 @@ class ProgramCompileTest(parameterized.TestCase):
       self.assertEmpty(kernels & set(compiled.ptx))
     else:
       self.assertContainsSubset(kernels, set(compiled.ptx))
+
+
+  def test_agent_engine_programs(self):
+    # The agent loop's three device programs on its slots (c2jax/actors/engine.py): an append of a chunk, a decode
+    # loop, and the prefill of forced turns.
+    from c2jax.actors import engine
+    cfg = tiny.BYTES.replace(platform=Platform.GPU)
+    eng = tiny.ENGINE
+    sampling = tiny.ENGINE_SAMPLING
+    static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=512)
+    params = jax.eval_shape(functools.partial(init_params, cfg), jax.random.key(0))
+    state = jax.eval_shape(lambda: engine.init_state(cfg, eng, sampling))
+    s, c, f = eng.slots, eng.chunk_sizes[1], eng.max_forced
+    i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)
+    flags = jax.ShapeDtypeStruct((s,), jnp.bool_)
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), s))
+    programs = {
+        "append": (functools.partial(engine._append_body, **static),
+                   (params, state, i32(s, c), i32(s), flags, flags, flags, i32(s), keys, i32(s, f), i32(s), i32(s),
+                    i32())),
+        "decode": (functools.partial(engine._decode_loop, **static), (params, state, i32(), i32())),
+        "force": (functools.partial(engine._force_body, chunk=c, **static), (params, state, i32())),
+    }
+    for name, (fn, args) in programs.items():
+      memory = _compile(fn, *args).executable.memory_analysis()
+      self.assertGreater(memory.temp_size_in_bytes, 0, name)
 
 
 def _oversized(x, y):
