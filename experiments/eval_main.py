@@ -6,7 +6,9 @@ prints the summary as JSON on the last line.
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=checkpoint \
       --config.watch_weights=runs/rl/weights      # evaluate each new weight version as it appears
 
-A config key that does not exist or a bad value is refused in one sentence (exit code 2).
+A config key that does not exist, a bad value, or a path that does not exist is refused in one sentence (exit code
+2). Ctrl-C stops with one line saying what was kept (exit code 130): nothing of a single evaluation (its report is
+written at its end), every version already in versions.jsonl when watching.
 """
 
 import json
@@ -30,10 +32,18 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/eval", "Where the reports go.")
 def main(argv):
   del argv
   cfg = cli.typed(suite_eval.parse, _CONFIG.value)
-  if cfg.policy == suite_eval.CHECKPOINT and cfg.watch_weights:
-    suite_eval.watch(cfg, _WORKDIR.value)  # until interrupted
-    return
-  summary = suite_eval.run(cfg, _WORKDIR.value)
+  watching = cfg.policy == suite_eval.CHECKPOINT and cfg.watch_weights
+  try:
+    with cli.refusals():  # a checkpoint or tokenizer path that does not exist: one sentence
+      if watching:
+        suite_eval.watch(cfg, _WORKDIR.value)  # until interrupted
+        return
+      summary = suite_eval.run(cfg, _WORKDIR.value)
+  except KeyboardInterrupt:
+    kept = (f"every version evaluated so far is in {os.path.join(_WORKDIR.value, 'versions.jsonl')}" if watching else
+            f"nothing was written to {_WORKDIR.value} (the report is written when the evaluation ends)")
+    print(f"{os.path.basename(sys.argv[0])}: interrupted; {kept}.", file=sys.stderr, flush=True)
+    sys.exit(130)
   logging.info("report in %s", _WORKDIR.value)
   print(json.dumps(summary))
 

@@ -18,6 +18,7 @@ from absl import flags
 from absl import logging
 
 from c2jax.model import hf_convert
+from c2jax.services import cli
 
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "HF checkpoint directory (config.json + *.safetensors).",
                               required=True)
@@ -33,8 +34,9 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {argv[1:]}; use --hf_dir and --out_dir.")
   if not flags.FLAGS["verbosity"].present:  # orbax logs every array at INFO; --verbosity=0 shows it
     logging.set_verbosity(logging.WARNING)
-  summary = hf_convert.convert_hf_checkpoint(_HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value,
-                                             progress=_PROGRESS.value)
+  with cli.refusals():  # a --hf_dir that is not a checkpoint, an --out_dir that holds one: one sentence, exit 2
+    summary = hf_convert.convert_hf_checkpoint(_HF_DIR.value, _OUT_DIR.value, dtype=_DTYPE.value,
+                                               progress=_PROGRESS.value)
   print(summary)
 
 

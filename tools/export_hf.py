@@ -20,6 +20,7 @@ from absl import flags
 from absl import logging
 
 from c2jax.model import hf_export
+from c2jax.services import cli
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "c2jax checkpoint directory (model_config.json + params/).",
                                   required=True)
@@ -46,7 +47,7 @@ def main(argv):
                                           max_shard_size=_MAX_SHARD_SIZE.value, tokenizer_dir=_TOKENIZER_DIR.value,
                                           progress=_PROGRESS.value)
   except (FileNotFoundError, FileExistsError, ValueError) as e:  # the library's one-sentence refusals
-    raise SystemExit(f"export_hf: {e}") from None
+    cli.refuse(str(e))  # exit code 2, as every entry point's
   print(summary)
 
 

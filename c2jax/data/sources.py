@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import grain
 
 from c2jax.data import stdlib_corpus
+from c2jax.input_errors import MissingInput
 from c2jax.registry import Registry
 
 Parts = tuple[tuple[str, float], ...]
@@ -164,7 +165,7 @@ def code_dir(root: str, extensions: Sequence[str] = (".py",), min_bytes: int = 0
   skipped, symlinks not followed), sorted by path."""
   root = os.path.expanduser(root)
   if not os.path.isdir(root):
-    raise ValueError(f"Code directory {root!r} does not exist; set 'root' to a directory of sources.")
+    raise MissingInput(f"Code directory {root!r} does not exist; set 'root' to a directory of sources.")
   if isinstance(extensions, str):
     extensions = (extensions,)
   ends = tuple(extensions)
@@ -186,7 +187,7 @@ def _as_paths(path: str | Sequence[str], key: str) -> list[str]:
     raise ValueError(f"Give at least one file in '{key}'.")
   for p in paths:
     if not os.path.isfile(p):
-      raise ValueError(f"Data file {str(p)!r} does not exist; fix '{key}'.")
+      raise MissingInput(f"Data file {str(p)!r} does not exist; fix '{key}'.")
   return [str(p) for p in paths]
 
 

@@ -30,6 +30,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.input_errors import MissingInput
 
 
 @runtime_checkable
@@ -69,6 +70,7 @@ BOS_NAMES = ("<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", "[BOS]", "<
              "<|endoftext|>")
 EOS_NAMES = ("</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|endoftext|>", "[EOS]", "<｜end▁of▁sentence｜>")
 TOKENIZER_FILE = "tokenizer.json"
+TIKTOKEN_FILE = "tiktoken.model"  # Kimi K2 / K2.5 releases ship their tokenizer in tiktoken's format
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # an HF model directory's: names its bos_token / eos_token
 PAD_NAMES = ("<pad>", "<|pad|>", "[PAD]", "<|padding|>")
 
@@ -103,9 +105,16 @@ class HFTokenizer:
 
   def __post_init__(self):
     if os.path.isdir(self.path):
+      if not os.path.isfile(os.path.join(self.path, TOKENIZER_FILE)) and os.path.isfile(
+          os.path.join(self.path, TIKTOKEN_FILE)):
+        raise MissingInput(
+            f"{self.path} holds {TIKTOKEN_FILE} (Kimi's tiktoken tokenizer) but no {TOKENIZER_FILE}, the only "
+            f"format c2jax reads; write one beside it with transformers' convert_slow_tokenizer.TikTokenConverter "
+            f"(pip install tiktoken; the pattern and special tokens of the release's tokenization_kimi.py), "
+            f"then `.converted().save('{os.path.join(self.path, TOKENIZER_FILE)}')`.")
       object.__setattr__(self, "path", os.path.join(self.path, TOKENIZER_FILE))
     if not os.path.isfile(self.path):
-      raise ValueError(f"Tokenizer file {self.path!r} does not exist; give the path of a tokenizer.json (or of a "
+      raise MissingInput(f"Tokenizer file {self.path!r} does not exist; give the path of a tokenizer.json (or of a "
                        "directory holding one) or 'byte'.")
     declared = _declared_specials(os.path.join(os.path.dirname(self.path), TOKENIZER_CONFIG_FILE))
     ids = {}

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 import ml_collections
 
 from c2jax import typed_config
+from c2jax.input_errors import MismatchedInput
 from c2jax.envs.core.env import EnvConfig
 from c2jax.model import presets
 from c2jax.model.config import ModelConfig
@@ -132,8 +133,8 @@ def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directo
   s = cfg.sampling
   tok = make_tokenizer(cfg.tokenizer)
   if tok.vocab_size > model.vocab_size:
-    raise ValueError(f"tokenizer={cfg.tokenizer!r} has {tok.vocab_size} tokens but the model only {model.vocab_size}; "
-                     "give the model's own tokenizer.")
+    raise MismatchedInput(f"tokenizer={cfg.tokenizer!r} has {tok.vocab_size} tokens but the model only "
+                          f"{model.vocab_size}; give the model's own tokenizer.")
   runner = AgentRunner(model, EngineConfig(slots=s.slots, context=s.context),
                        SamplingConfig(max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                                       stop_tokens=(tok.eos_id,)),
@@ -158,18 +159,22 @@ def _report(cfg: EvalRunConfig, tasks, make_policy, directory: str) -> dict:
 
 def run(cfg: EvalRunConfig, workdir: str) -> dict:
   """Evaluates the policy of `cfg` once; returns the summary (also in workdir/report.json)."""
-  tasks = _tasks(cfg)
   if cfg.policy == CHECKPOINT:
     import jax
-    from c2jax.model.checkpoint import load_checkpoint
+    from c2jax.data.tokenizer import make_tokenizer
+    from c2jax.model.checkpoint import check_checkpoint, load_checkpoint
     if not cfg.checkpoint:
       raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
+    # The paths first (MissingInput, one sentence), before the tasks are built and the params read.
+    check_checkpoint(cfg.checkpoint, "checkpoint")
+    make_tokenizer(cfg.tokenizer)
+    tasks = _tasks(cfg)
     params, model = load_checkpoint(cfg.checkpoint)
     summary = _model_report(cfg, tasks, jax.device_put(params), model, workdir)
   else:
     from c2jax.envs.teachers.scripted_policies import POLICIES
     policy_cls = POLICIES.get(cfg.policy)
-    summary = _report(cfg, tasks, lambda i: policy_cls(), workdir)
+    summary = _report(cfg, _tasks(cfg), lambda i: policy_cls(), workdir)
   summary.update(suite=cfg.suite, split=cfg.split, policy=cfg.policy)
   return summary
 

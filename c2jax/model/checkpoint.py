@@ -53,6 +53,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import tensorstore as ts
 
+from c2jax.input_errors import ExistingOutput, MismatchedInput, MissingInput
 from c2jax.model.config import ModelConfig, config_from_json_dict, config_to_json_dict
 from c2jax.model.params import Params, ParamSpec, abstract_params, param_specs
 
@@ -83,12 +84,23 @@ def _write_config(directory: str, cfg: ModelConfig):
   os.replace(tmp, os.path.join(directory, CONFIG_FILE))
 
 
+# Where c2jax model checkpoints come from, for the error that a path is not one.
+_WHERE_FROM = ("a pretraining run's <workdir>/models/<phase>, an RL run's <workdir>/model, or tools/convert_hf.py's "
+               "--out_dir")
+
+
 def read_config(directory: str) -> ModelConfig:
-  """The `ModelConfig` of checkpoint `directory` (from its `model_config.json`)."""
+  """The `ModelConfig` of checkpoint `directory` (from its `model_config.json`).
+
+  Raises:
+    MissingInput (a FileNotFoundError): `directory` does not exist, or holds no model_config.json.
+  """
+  if not os.path.isdir(directory):
+    raise MissingInput(f"{directory} does not exist; a c2jax model checkpoint is a directory: {_WHERE_FROM}.")
   path = os.path.join(directory, CONFIG_FILE)
   if not os.path.exists(path):
-    raise FileNotFoundError(f"{directory} is not a c2jax checkpoint: {CONFIG_FILE} is missing (an unfinished "
-                            "conversion writes it last); convert with tools/convert_hf.py or save_checkpoint.")
+    raise MissingInput(f"{directory} is not a c2jax checkpoint: {CONFIG_FILE} is missing (an unfinished "
+                       "conversion writes it last); convert with tools/convert_hf.py or save_checkpoint.")
   with open(path) as f:
     return config_from_json_dict(json.load(f))
 
@@ -105,6 +117,14 @@ def _check_params_match(params: Params, cfg: ModelConfig):
                      "were built for.")
 
 
+def check_new_checkpoint(directory: str, what: str = "") -> None:
+  """Raises ExistingOutput (a FileExistsError) when `directory` already holds a checkpoint, finished or not: a new
+  one is never written over it. `what` names the flag or field that named it, for the error."""
+  if os.path.exists(os.path.join(directory, PARAMS_DIR)) or os.path.exists(os.path.join(directory, CONFIG_FILE)):
+    raise ExistingOutput(f"{what + '=' if what else ''}{directory} already holds a checkpoint; choose a new directory "
+                         "or delete it first.")
+
+
 def save_checkpoint(directory: str, params: Params, cfg: ModelConfig) -> None:
   """Saves params (jax or numpy arrays, any sharding) and cfg as a c2jax checkpoint in a new `directory`.
 
@@ -115,8 +135,7 @@ def save_checkpoint(directory: str, params: Params, cfg: ModelConfig) -> None:
   """
   _check_params_match(params, cfg)
   directory = os.path.abspath(directory)
-  if os.path.exists(os.path.join(directory, PARAMS_DIR)) or os.path.exists(os.path.join(directory, CONFIG_FILE)):
-    raise FileExistsError(f"{directory} already holds a checkpoint; choose a new directory or delete it first.")
+  check_new_checkpoint(directory)
   os.makedirs(directory, exist_ok=True)
   with ocp.StandardCheckpointer() as ckptr:
     ckptr.save(os.path.join(directory, PARAMS_DIR), params)
@@ -142,7 +161,7 @@ def load_checkpoint(directory: str, *, shardings: Any = None,
     cfg = cfg.replace(param_dtype=jnp.dtype(dtype).name)
   path = os.path.join(os.path.abspath(directory), PARAMS_DIR)
   if not os.path.isdir(path):
-    raise FileNotFoundError(f"{path} is missing: {directory} holds no finished params checkpoint.")
+    raise MissingInput(f"{path} is missing: {directory} holds no finished params checkpoint.")
   abstract = abstract_params(cfg)
   if shardings is None:
     shardings = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -174,18 +193,44 @@ def load_checkpoint_for(directory: str, model: ModelConfig, *, what: str, free: 
     free: ModelConfig fields that may differ (e.g. "rope", which each pretraining phase sets).
     shardings: as `load_checkpoint`'s.
   Raises:
-    ValueError naming the fields that differ.
+    MissingInput: `directory` is not a finished checkpoint (`check_checkpoint`).
+    MismatchedInput (a ValueError) naming the fields that differ.
   """
-  stored = read_config(directory)
+  check_checkpoint(directory, what, model, free)
+  params, _ = load_checkpoint(directory, shardings=shardings, dtype=model.param_dtype)
+  return params
+
+
+def check_checkpoint(directory: str, what: str, model: ModelConfig | None = None,
+                     free: tuple[str, ...] = ("param_dtype",)) -> ModelConfig:
+  """The architecture of the finished checkpoint `directory`, read without its params: what a run checks of the
+  checkpoints its config names before it starts anything expensive.
+
+  Args:
+    directory: the checkpoint.
+    what: the run-config field (or flag) that named `directory`, for the error, e.g. "init_checkpoint".
+    model: the run's architecture, when the checkpoint must hold it; None: any.
+    free: ModelConfig fields that may differ from `model`'s.
+  Raises:
+    MissingInput: `directory` does not exist, or is not a finished checkpoint (no model_config.json, no params/).
+    MismatchedInput (a ValueError): it holds another architecture than `model`, naming the fields that differ.
+  """
+  try:
+    stored = read_config(directory)
+  except MissingInput as e:
+    raise MissingInput(f"{what}: {e}") from None
+  if not os.path.isdir(os.path.join(directory, PARAMS_DIR)):
+    raise MissingInput(f"{what}: {directory} holds no finished params checkpoint ({PARAMS_DIR}/ is missing).")
+  if model is None:
+    return stored
   same = {f: getattr(model, f) for f in free}
   differ = [f.name for f in dataclasses.fields(model)
             if getattr(stored.replace(**same), f.name) != getattr(model, f.name)]
   if differ:
-    raise ValueError(f"{what}={directory!r} holds another architecture than the run's model: "
-                     f"{', '.join(f'{f}={getattr(stored, f)!r} (the run: {getattr(model, f)!r})' for f in differ)}; "
-                     "compare its model_config.json with model / model_overrides.")
-  params, _ = load_checkpoint(directory, shardings=shardings, dtype=model.param_dtype)
-  return params
+    raise MismatchedInput(f"{what}={directory!r} holds another architecture than the run's model: "
+                          f"{', '.join(f'{f}={getattr(stored, f)!r} (the run: {getattr(model, f)!r})' for f in differ)}"
+                          "; compare its model_config.json with model / model_overrides.")
+  return stored
 
 
 def _piece_dims(spec: ParamSpec) -> int:
@@ -220,9 +265,7 @@ class StreamingCheckpointWriter:
   def __init__(self, directory: str, cfg: ModelConfig):
     self.directory = os.path.abspath(directory)
     self.cfg = cfg
-    if os.path.exists(os.path.join(self.directory, PARAMS_DIR)) or os.path.exists(
-        os.path.join(self.directory, CONFIG_FILE)):
-      raise FileExistsError(f"{self.directory} already holds a checkpoint; choose a new directory or delete it.")
+    check_new_checkpoint(self.directory)
     os.makedirs(self.directory, exist_ok=True)
     self._tmp = os.path.join(self.directory, PARAMS_DIR + _INCOMPLETE_SUFFIX)
     if os.path.exists(self._tmp):  # left by a crashed conversion into this directory: it was never loadable.

@@ -21,6 +21,8 @@ import os
 import stat
 from typing import Any, BinaryIO
 
+from c2jax.input_errors import MissingInput
+
 
 class CheckpointFormatError(ValueError):
   """A checkpoint file that breaks its format or the checkpoint's layout; the message names the file and the field."""
@@ -40,7 +42,7 @@ def open_regular(path: str, what: str) -> BinaryIO:
   try:
     before = os.stat(path)  # before opening: opening some devices has effects
   except FileNotFoundError:
-    raise FileNotFoundError(f"{path} ({what}) does not exist; download the complete checkpoint.") from None
+    raise MissingInput(f"{path} ({what}) does not exist; download the complete checkpoint.") from None
   except OSError as e:
     raise CheckpointFormatError(f"{path} ({what}) cannot be read: {e.strerror}.") from None
   if not stat.S_ISREG(before.st_mode):

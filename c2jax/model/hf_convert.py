@@ -53,9 +53,10 @@ import jax
 import numpy as np
 import tqdm
 
+from c2jax.input_errors import MissingInput
 from c2jax.model import checkpoint_files
 from c2jax.model import int4_pack
-from c2jax.model.checkpoint import StreamingCheckpointWriter
+from c2jax.model.checkpoint import StreamingCheckpointWriter, check_new_checkpoint
 from c2jax.model.checkpoint_files import CheckpointFormatError
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import ParamSpec, param_specs
@@ -87,6 +88,9 @@ class Target:
   n_in: int | None = None
 
 
+_SKIPPED_SHOWN = 20  # skipped tensors named one per line by a summary; a vision tower's hundreds are counted
+
+
 @dataclasses.dataclass
 class ConversionSummary:
   """What a conversion did."""
@@ -111,7 +115,10 @@ class ConversionSummary:
     lines = [f"wrote {self.out_dir}: {self.num_tensors} HF tensors, {self.num_elements:,} parameters "
              f"({self.cfg.param_dtype}), {self.num_dequantized_int4} dequantized from INT4 and "
              f"{self.num_dequantized_fp8} from FP8, {self.num_mtp_layers} MTP layer(s); skipped "
-             f"{len(self.skipped)} tensors."]
+             f"{len(self.skipped)} tensors" + (":" if self.skipped else ".")]
+    lines += [f"  skipped {s}" for s in self.skipped[:_SKIPPED_SHOWN]]  # each with why
+    if len(self.skipped) > _SKIPPED_SHOWN:
+      lines.append(f"  ... and {len(self.skipped) - _SKIPPED_SHOWN} more (ConversionSummary.skipped lists them all)")
     lines += [f"note: {n}" for n in self.notes]
     lines += [f"WARNING: {w}" for w in self.warnings]
     return "\n".join(lines)
@@ -254,9 +261,12 @@ def _default_dtype(hf: Mapping[str, Any]) -> str:
 
 def read_hf_config(hf_dir: str) -> dict[str, Any]:
   """config.json of `hf_dir`: a JSON object in a regular file (`checkpoint_files.read_json_object`)."""
+  if not os.path.isdir(hf_dir):
+    raise MissingInput(f"--hf_dir={hf_dir} is not a directory; point it at an HF checkpoint directory with "
+                       "config.json and *.safetensors.")
   path = os.path.join(hf_dir, "config.json")
   if not os.path.lexists(path):
-    raise FileNotFoundError(f"{path} is missing; point --hf_dir at an HF checkpoint directory with config.json.")
+    raise MissingInput(f"{path} is missing; point --hf_dir at an HF checkpoint directory with config.json.")
   return checkpoint_files.read_json_object(path, "config.json")
 
 
@@ -431,6 +441,7 @@ def convert_hf_checkpoint(hf_dir: str, out_dir: str, *, dtype: str | None = None
     ValueError: listing the unexpected and the missing tensors, a tensor whose shape the config contradicts, an
       incomplete INT4 weight, or weights whose quantization contradicts quantization_config.
   """
+  check_new_checkpoint(out_dir, "--out_dir")  # ExistingOutput before any tensor is read
   hf = read_hf_config(hf_dir)
   layout = layout_of(hf)
   quant = quantization_from_hf_config(hf)

@@ -65,6 +65,7 @@ import numpy as np
 import tensorstore as ts
 import tqdm
 
+from c2jax.input_errors import MissingInput
 from c2jax.model import checkpoint as ckpt_lib
 from c2jax.model.config import ModelConfig, RopeType
 from c2jax.model.hf_convert import conversion_plan, mtp_copies
@@ -574,7 +575,7 @@ def export_checkpoint(checkpoint_dir: str, out_dir: str, *, dtype: ExportDtype |
     ValueError: a damaged checkpoint, a bad dtype or size, a tokenizer larger than the vocabulary.
   """
   if not os.path.isdir(checkpoint_dir):
-    raise FileNotFoundError(f"checkpoint {checkpoint_dir} does not exist; point it at a c2jax checkpoint directory "
+    raise MissingInput(f"checkpoint {checkpoint_dir} does not exist; point it at a c2jax checkpoint directory "
                             "(model_config.json + params/).")
   cfg = ckpt_lib.read_config(checkpoint_dir)
   source = _CheckpointSource(checkpoint_dir, cfg, read_budget_bytes)

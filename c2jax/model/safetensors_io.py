@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator, Mapping
 import ml_dtypes
 import numpy as np
 
+from c2jax.input_errors import MissingInput
 from c2jax.model import checkpoint_files
 from c2jax.model import int4_pack
 from c2jax.model.checkpoint_files import CheckpointFormatError
@@ -225,7 +226,7 @@ class SafetensorsReader:
     elif os.path.lexists(path):
       files = [path]
     else:
-      raise FileNotFoundError(f"{path} does not exist; pass a safetensors file or an HF checkpoint directory.")
+      raise MissingInput(f"{path} does not exist; pass a safetensors file or an HF checkpoint directory.")
     self._infos: dict[str, TensorInfo] = {}
     self.metadata: dict[str, str] = {}
     for f in files:

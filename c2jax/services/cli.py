@@ -1,5 +1,6 @@
-"""What every entry point does with its command line: a bad run config is refused in one sentence, never a
-traceback (experiments/*_main.py, `python -m c2jax.services.actor_process`).
+"""What every entry point does with its command line: a bad run config, and an input the user can fix (a path that
+does not exist, an output that does: `refusals`), are refused in one sentence with exit code 2, never a traceback
+(experiments/*_main.py, `python -m c2jax.services.actor_process`, the tools).
 
   _CONFIG = cli.define_config_file("configs/rl_tiny.py", "Run config file.")   # instead of DEFINE_config_file
   app.run(main, flags_parser=cli.flags_parser)      # --config.<key>=... for a key the config lacks: one sentence
@@ -34,15 +35,17 @@ def refuse(message: str) -> None:
 
 @contextlib.contextmanager
 def refusals():
-  """Refuses (one sentence, code 2, no traceback) what the data path or the mesh refuses inside the block: a damaged
+  """Refuses (one sentence, code 2, no traceback) what the user can fix and the code refuses inside the block: a
+  path that does not exist or is not what it must be, an output that exists (`c2jax.input_errors`), a damaged
   weight store, a writer id held by another live writer, a buffer cursor of another buffer, a mesh that the devices,
   the model or the batch cannot take."""
+  from c2jax.input_errors import InputError
   from c2jax.parallel.mesh import MeshRefusal
   from c2jax.rollouts.buffer import BufferRefusal
   from c2jax.rollouts.weight_store import WeightStoreError
   try:
     yield
-  except (BufferRefusal, MeshRefusal, WeightStoreError) as e:
+  except (InputError, BufferRefusal, MeshRefusal, WeightStoreError) as e:
     refuse(str(e))
 
 
@@ -98,9 +101,28 @@ def _parse_like(old: Any, text: str) -> Any:
   return value
 
 
+def config_file_error(argv: Sequence[str], flag: str = "config") -> str | None:
+  """The one-sentence error of `--<flag>=path[:arg]` in argv when `path` is not a file (ml_collections would report
+  it only when the config is first read, inside a 40-line traceback); None when it is one or argv names none."""
+  spec = _config_spec(argv, flag)
+  if spec is None:
+    return None
+  path = spec.partition(":")[0]
+  if os.path.isfile(path):
+    return None
+  default = _DEFAULTS.get(flag)
+  example = f" such as {os.path.relpath(default.partition(':')[0])}" if default else ""
+  return (f"--{flag}={spec}: {path} is not a file; name a config file{example} (a relative path is read from "
+          f"{os.getcwd()}).")
+
+
 def flags_parser(argv: Sequence[str], flag: str = "config") -> list[str]:
-  """absl's flag parsing (`app.run(main, flags_parser=flags_parser)`), with config overrides checked: an unknown key
-  or a value of the wrong type exits with one sentence (code 2)."""
+  """absl's flag parsing (`app.run(main, flags_parser=flags_parser)`), with the config file and its overrides
+  checked: a config file that does not exist, an unknown key or a value of the wrong type exits with one sentence
+  (code 2)."""
+  message = config_file_error(argv, flag)
+  if message:
+    refuse(message)
   try:
     return flags.FLAGS(list(argv))
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
@@ -122,13 +144,18 @@ def _load_config_file(spec: str) -> Any:
   return module.get_config(arg) if arg else module.get_config()
 
 
-def _config_without_overrides(argv: Sequence[str], flag: str) -> Any:
-  """The config file of `--<flag>=path[:arg]` (or the flag's default), without the overrides; None when there is
-  none or it does not load (then absl's own message stands)."""
+def _config_spec(argv: Sequence[str], flag: str) -> str | None:
+  """The `path[:arg]` of `--<flag>=...` / `--<flag> ...` in argv, or None."""
   spec = next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{flag}=")), None)
   if spec is None:
     spec = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == f"--{flag}"), None)
-  spec = spec or _DEFAULTS.get(flag)
+  return spec
+
+
+def _config_without_overrides(argv: Sequence[str], flag: str) -> Any:
+  """The config file of `--<flag>=path[:arg]` (or the flag's default), without the overrides; None when there is
+  none or it does not load (then absl's own message stands)."""
+  spec = _config_spec(argv, flag) or _DEFAULTS.get(flag)
   if not spec:
     return None
   try:

@@ -52,7 +52,7 @@ from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs.teachers import demonstrations  # noqa: F401  (registers the "sft" data source kind)
 from c2jax.envs.teachers import suite_tokenizer
 from c2jax.model import losses
-from c2jax.model.checkpoint import load_checkpoint_for, save_checkpoint
+from c2jax.model.checkpoint import check_checkpoint, load_checkpoint_for, save_checkpoint
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import count_params
 from c2jax.model.sharding import Layout, with_layout
@@ -358,6 +358,8 @@ def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lamb
     The summary also written to result.json: steps, held-out CE/perplexity before and after, tokens, tokens/s,
     the final model checkpoint, and the log-linear fit of held-out perplexity.
   """
+  if cfg.init_checkpoint:  # refused before anything is built (its architecture is checked where it is loaded)
+    check_checkpoint(cfg.init_checkpoint, "init_checkpoint")
   r = _Run(cfg, workdir, stop)
   phase = phase_at(r.phases, r.restored or 0)
   if phase is None:  # every phase already done: report what is on disk

@@ -3,14 +3,15 @@ and an evaluator (report sections 3-6). What experiments/rl_main.py runs.
 
   result = run(cfg, workdir, stop=lambda: False)    # cfg: rl_run_config.parse(...)
 
-In order: the compiled-program cache (`compilation_cache`, else $JAX_COMPILATION_CACHE_DIR, else
-`<workdir>/jax_cache`; inherited by the actors, so a restarted job skips its compiles); the SFT warm start when
-`sft.enabled` and no `init_checkpoint` (before any actor starts: they sample from what RL starts from; a job that
-already checkpointed RL resumes from its own state and needs no SFT); the local pool (`env_service.local`
-environment servers first, `c2jax.services.env_servers`, waited for until they listen; then `actors.num` actors
-and, with `eval.process`, the evaluator; no actors with `actors.external`); the trainer pinned to `trainer.cpus`;
-the trainer loop (`c2jax.services.rl_loop`). A stop request
-checkpoints and returns with `interrupted`; the same call resumes.
+In order: the checkpoints the config names, checked (`check_inputs`: a path that is not a checkpoint of the run's
+model is refused before anything starts); the compiled-program cache (`compilation_cache`, else
+$JAX_COMPILATION_CACHE_DIR, else `<workdir>/jax_cache`; inherited by the actors, so a restarted job skips its
+compiles); the SFT warm start when `sft.enabled` and no `init_checkpoint` (before any actor starts: they sample from
+what RL starts from; a job that already checkpointed RL resumes from its own state and needs no SFT); the local pool
+(`env_service.local` environment servers first, `c2jax.services.env_servers`, waited for until they listen; then
+`actors.num` actors and, with `eval.process`, the evaluator; no actors with `actors.external`); the trainer pinned
+to `trainer.cpus`; the trainer loop (`c2jax.services.rl_loop`). A stop request checkpoints and returns with
+`interrupted`; the same call resumes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Callable
 import jax
 
 from c2jax.actors import placement
+from c2jax.model.checkpoint import check_checkpoint
 from c2jax.services import env_servers
 from c2jax.services import rl_loop
 from c2jax.services import warm_start
@@ -53,9 +55,19 @@ def pool_members(cfg: RLRunConfig, workdir: str, config_path: str) -> dict[str, 
   return members
 
 
+def check_inputs(cfg: RLRunConfig) -> None:
+  """The checkpoints `cfg` names exist, are finished and hold the run's model (`check_checkpoint`: MissingInput or
+  MismatchedInput, one sentence): checked before the SFT, the environment servers or the actors start."""
+  if cfg.init_checkpoint:
+    check_checkpoint(cfg.init_checkpoint, "init_checkpoint", cfg.model_config)
+  elif cfg.sft.enabled and cfg.sft.base_checkpoint:  # each pretraining phase sets its own rope (as the SFT does)
+    check_checkpoint(cfg.sft.base_checkpoint, "sft.base_checkpoint", cfg.model_config, free=("param_dtype", "rope"))
+
+
 def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: False) -> dict:
   """Runs (or resumes) the job in `workdir`; returns the trainer's result (`interrupted` and `stage` when a stop
   request ended the SFT)."""
+  check_inputs(cfg)
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   # The config's directory, else the one jax's own variable names (one cache shared by every run that sets it: a test

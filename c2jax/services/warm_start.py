@@ -85,9 +85,7 @@ def checkpoint_fingerprint(directory: str) -> str:
   import jax
   from c2jax.model import checkpoint
   from c2jax.model.config import config_to_json_dict
-  if not os.path.exists(os.path.join(directory, checkpoint.CONFIG_FILE)):
-    raise ValueError(f"sft.base_checkpoint={directory!r} is not a finished model checkpoint (no model_config.json); "
-                     "point it at a pretraining run's models/<phase> or models/step_<N>.")
+  checkpoint.check_checkpoint(directory, "sft.base_checkpoint")  # MissingInput, one sentence
   params, model = checkpoint.load_checkpoint(directory)
   h = hashlib.sha256(json.dumps(config_to_json_dict(model), sort_keys=True).encode())
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:

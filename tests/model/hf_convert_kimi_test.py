@@ -339,6 +339,8 @@ class KimiReleaseTest(parameterized.TestCase):
     self.assertIn(f"{n_routed} dequantized from INT4 and 0 from FP8", text)
     self.assertIn(f"skipped {len(self.vision)} tensors of the MoonViT vision tower (vision_tower.*) and its "
                   "projector (mm_projector.*)", text)
+    for skipped in summary.skipped[:20]:  # named, with why, not only counted
+      self.assertIn(f"\n  skipped {skipped}\n", text)
     self.assertIn("stored as bfloat16, rounded to nearest even: the values compressed-tensors' own BF16 "
                   "decompression gives", text)
     # The experts are compressed-tensors' BF16 decompression, bit for bit.

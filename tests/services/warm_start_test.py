@@ -8,6 +8,7 @@ import tempfile
 from absl.testing import absltest
 import jax
 
+from c2jax.input_errors import MissingInput
 from c2jax.model.checkpoint import save_checkpoint
 from c2jax.model.params import abstract_params
 from c2jax.services import rl_run_config
@@ -94,7 +95,8 @@ class WarmStartTest(absltest.TestCase):
   def test_a_base_that_is_no_checkpoint_is_refused_in_one_sentence(self):
     cfg = _coding_config()
     cfg = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, base_checkpoint=tempfile.mkdtemp()))
-    with self.assertRaisesRegex(ValueError, r"sft.base_checkpoint=.* is not a finished model checkpoint"):
+    with self.assertRaisesRegex(MissingInput, r"^sft.base_checkpoint: .* is not a c2jax checkpoint: "
+                                               r"model_config.json is missing"):
       warm_start.cache_dir(cfg, warm_start.sft_config(cfg))
 
   def test_needs_a_coding_suite(self):

@@ -26,9 +26,9 @@ class GpuCheckInstallTest(absltest.TestCase):
     env = {**os.environ, "OUT": out, "GPU_CHECK_STAGES": "preflight,kernel_tests",
            "GPU_CHECK_XLA_CACHE": os.path.join(tmp, "xla")}
     env.pop("XLA_FLAGS", None)  # the stages run as on a GPU machine, not under the suite's 8 fake devices
-    run = lambda: subprocess.run(["bash", "tools/gpu_check.sh", "--cpu_smoke", "--venv", venv], cwd=_REPO, env=env,
-                                 capture_output=True, text=True, timeout=1200, check=False)
-    first = run()
+    run = lambda env: subprocess.run(["bash", "tools/gpu_check.sh", "--cpu_smoke", "--venv", venv], cwd=_REPO,
+                                     env=env, capture_output=True, text=True, timeout=1200, check=False)
+    first = run(env)
     self.assertEqual(first.returncode, 0, first.stdout[-3000:] + first.stderr[-3000:])
     self.assertIn(f"making {venv}", first.stdout)
 
@@ -51,7 +51,8 @@ class GpuCheckInstallTest(absltest.TestCase):
     self.assertGreater(kernels["passed"] + kernels["skipped"], 0)
     self.assertEqual(kernels["failed"] + kernels["errors"], 0)
 
-    second = run()
+    # The second call only has to show the venv reused: the machine check alone (the kernel tests ran above).
+    second = run({**env, "GPU_CHECK_STAGES": "preflight"})
     self.assertEqual(second.returncode, 0, second.stdout[-3000:])
     self.assertNotIn("making", second.stdout)
 
