@@ -50,13 +50,14 @@ FLAGS = ["--config.actors.episodes=multi_turn", "--config.actors.context=384", "
          "--config.sft.enabled=False", "--config.trainer.steps=2", "--config.trainer.groups_per_step=2",
          "--config.actors.group_size=2", "--config.actors.num=1", "--config.eval.tasks=1", "--config.eval.samples=2",
          "--config.eval.best_of=2", "--config.rl.pass_k=(1,2)", "--config.eval.process=False"]
-# This file's job, on configs/rl_long_horizon.py. An untrained model (no SFT): its turns are noise (96 bytes, rarely
-# ended by EOS), each answered by an observation and a notice (~110 tokens), so nothing here depends on what it
-# learns. Byte tokens: a random model ends a 160-token summary on EOS about half of the time (1 in 259 per token; the
-# config's BPE has 1024), so about half of the episodes chain. The first segment (a 292-token prompt) holds two model
-# turns with an observation between them (after one it is ~500 positions, below the trigger at 512; after two, past
-# it) and ends with a summary; a second segment resumes from it and its one model turn is the episode's last
-# (max_turns=3): an episode whose summary ends takes every turn, one whose summary runs past its budget is cut.
+# This file's job, on configs/rl_long_horizon.py. An untrained model (no SFT): its turns are noise (mostly cut at 96
+# bytes: EOS is 1 in 259), each answered by an observation and a notice (111 tokens), so nothing here depends on what
+# it learns. Byte tokens: a random model ends a 160-token summary on EOS about half of the time (the config's BPE has
+# 1024), so about half of the episodes chain. The first segment (a 292-token prompt) holds two model turns with an
+# observation between them (after one it holds at most 292 + 96 + 111 = 499 positions, below the trigger at 512;
+# after two, past it) and ends with a summary; a second segment resumes from it and its one model turn is the
+# episode's last (max_turns=3): an episode whose summary ends takes every turn, one whose summary runs past its
+# budget is cut (so a chain has at most 2 segments here).
 MAX_TURNS, STEPS, GROUPS_PER_STEP, GROUP, EVAL_TASKS, EVAL_SAMPLES = 3, 2, 2, 2, 2, 2
 CHAIN_FLAGS = [
     "--config.sft.enabled=False", f"--config.trainer.steps={STEPS}",
