@@ -2,6 +2,7 @@
 names the key and what it allows: no traceback, nothing started. So does an actor given a damaged data path (its
 buffer's run_config.json, the weight store's LATEST)."""
 
+import functools
 import os
 import pathlib
 import shutil
@@ -48,6 +49,14 @@ _CASES = [
      "sft.teacher: copies=4 must be >= 1 and flawed=9 in [0, copies]"),
     ("actor_process", "--config.sft.bogus=1", "sft has no key 'bogus'; its keys are base_checkpoint, batch_size,"),
 ]
+
+
+@functools.cache
+def _run_config_json() -> str:
+  """configs/rl_char_class.py's run config as rl_main stores it in the buffer (once: a test of a damaged LATEST
+  needs an intact run config beside it)."""
+  from c2jax.services import cli, rl_run_config
+  return rl_run_config.to_json(rl_run_config.parse(cli._load_config_file(str(_ROOT / "configs" / "rl_char_class.py"))))
 
 
 @pytest.mark.e2e
@@ -100,13 +109,8 @@ class EntryPointsTest(parameterized.TestCase):
     os.makedirs(buffer)
     os.makedirs(weights)
     if name != "run_config.json":  # the trainer's run config, as rl_main stores it in the buffer
-      config = subprocess.run(
-          [sys.executable, "-c", "import sys; sys.argv[1:] = []; from c2jax.services import cli, rl_run_config; "
-           f"spec = {str(_ROOT / 'configs' / 'rl_char_class.py')!r}; "
-           "print(rl_run_config.to_json(rl_run_config.parse(cli._load_config_file(spec))))"],
-          capture_output=True, text=True, env=_ENV, check=True, timeout=300).stdout
       with open(os.path.join(buffer, "run_config.json"), "w") as f:
-        f.write(config)
+        f.write(_run_config_json())
     with open(os.path.join(buffer if name == "run_config.json" else weights, name), "wb") as f:
       f.write(data)
     proc = subprocess.run([sys.executable, "-m", "c2jax.services.actor_process", f"--buffer={buffer}",

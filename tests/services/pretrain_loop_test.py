@@ -151,7 +151,9 @@ class BaseModelTest(absltest.TestCase):
   def test_continued_pretraining_starts_from_the_base_model(self):
     d = tempfile.mkdtemp()
     base = f"{self.dir}/models/step_2"
-    c = _bulk_config(steps=2, model_at=(0,))
+    # 4 steps, as the base run: the same schedule, so the base run's compiled step serves (what is checked is the
+    # continued run's start, step 0).
+    c = _bulk_config(steps=4, model_at=(0,))
     c.init_checkpoint = base
     _run(c, d)
     # Step 0 is the base's params: the same held-out CE as the base run at its step 2, the same weights.
