@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unittest
 
 from absl.testing import absltest
 import numpy as np
@@ -45,32 +46,38 @@ def _spec_cfg(cache: str):
   return rl_run_config.parse(c)
 
 
-def _record(test: absltest.TestCase, make_cfg: str, cache: str) -> str:
-  """Records the train traces of `make_cfg`(cache) in a process of its own, as a run records them (its programs
-  compile there, not in this one); returns the JSONL's path."""
-  code = (f"import sys; from tests.services.teacher_traces_test import {make_cfg}; from c2jax.services import "
-          f"teacher_traces; print(teacher_traces.ensure_traces({make_cfg}(sys.argv[1]), 'train'))")
+def _record(caches: dict[str, str]) -> dict[str, str]:
+  """Records the train traces of each `make_cfg`(cache) of `caches` (make_cfg name -> cache directory) in one process
+  of their own, as a run records them (their programs compile there, not in this one; one process for both saves a
+  start of python and jax); returns make_cfg name -> the JSONL's path."""
+  code = ("import json, sys; from tests.services import teacher_traces_test as t; from c2jax.services import "
+          "teacher_traces; print(json.dumps({name: teacher_traces.ensure_traces(getattr(t, name)(cache), 'train') "
+          "for name, cache in json.loads(sys.argv[1]).items()}))")
   env = dict(os.environ, PYTHONPATH=str(_ROOT))
   env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
-  proc = subprocess.run([sys.executable, "-c", code, cache], cwd=_ROOT, env=env, capture_output=True, text=True,
-                        timeout=900)
-  test.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-  return proc.stdout.strip().splitlines()[-1]
+  proc = subprocess.run([sys.executable, "-c", code, json.dumps(caches)], cwd=_ROOT, env=env, capture_output=True,
+                        text=True, timeout=900)
+  if proc.returncode != 0:
+    raise AssertionError(f"recording failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+  return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 class TeacherTracesTest(absltest.TestCase):
 
-  def setUp(self):
-    super().setUp()
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
     reason = sandbox_lib.unavailable_reason()
     if reason:
-      self.skipTest(reason)
+      raise unittest.SkipTest(reason)
+    cls.caches = {name: tempfile.mkdtemp() for name in ("_cfg", "_spec_cfg")}
+    for cache in cls.caches.values():
+      cls.addClassCleanup(shutil.rmtree, cache, ignore_errors=True)
+    cls.paths = _record(cls.caches)
 
   def test_spec_fixer_traces_train_the_recovery_not_the_mistake(self):
-    cache = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
-    cfg = _spec_cfg(cache)
-    path = _record(self, "_spec_cfg", cache)
+    cfg = _spec_cfg(self.caches["_spec_cfg"])
+    path = self.paths["_spec_cfg"]
     stats = json.load(open(f"{path}.stats.json"))
     # All kept: the careless copies' failing episodes too (the careless teachers' KEEPS_FAILURES).
     self.assertEqual((stats["episodes"], stats["kept"], stats["copies"], stats["flawed"]), (12, 12, 4, 2))
@@ -101,10 +108,8 @@ class TeacherTracesTest(absltest.TestCase):
     self.assertEqual(stats["kept_failing"], careless_wrong)
 
   def test_recorded_chains_are_the_sft_data(self):
-    cache = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
-    cfg = _cfg(cache)
-    path = _record(self, "_cfg", cache)
+    cfg = _cfg(self.caches["_cfg"])
+    path = self.paths["_cfg"]
     self.assertEqual(path, teacher_traces.traces_path(cfg, "train"))
     stats = json.load(open(f"{path}.stats.json"))
     self.assertEqual((stats["episodes"], stats["kept"]), (2, 2))

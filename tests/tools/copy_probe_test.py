@@ -6,8 +6,10 @@ and plots what it recorded.
 """
 
 import dataclasses
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,12 +29,45 @@ _SETTINGS = copy_probe.ProbeSettings(steps=3, eval_every=1, batch_size=2, seq_le
                                      schedule_steps=10, bias_update_rate=0.0)
 
 
+
+
+def _cli_argv(results: str) -> list[str]:
+  """The CLI's c2jax run with _SETTINGS as flags, its line appended to `results`."""
+  s = _SETTINGS
+  return [sys.executable, "tools/copy_probe.py", f"--steps={s.steps}", f"--eval_every={s.eval_every}",
+          f"--batch_size={s.batch_size}", f"--seq_len={s.seq_len}", f"--eval_rows={s.eval_rows}",
+          f"--warmup_steps={s.warmup_steps}", f"--schedule_steps={s.schedule_steps}",
+          f"--bias_update_rate={s.bias_update_rate}", f"--results={results}", "--label=smoke",
+          '--extra_overrides={"vocab_size": 260}']
+
+
+@functools.cache
+def _cli_run() -> tuple[str, dict]:
+  """The CLI's c2jax run of _SETTINGS, once for the tests that read it: the CLI's own test, and the c2jax curve that
+  transformers' DeepseekV3 must follow (the CLI's run is `run_probe`'s, which its line's settings show; one run of
+  c2jax saves compiling its step in this process too). Returns (the results file, the JSON last line)."""
+  tmp = tempfile.mkdtemp()
+  results = os.path.join(tmp, "runs.jsonl")
+  out = subprocess.run(_cli_argv(results), cwd=_REPO, capture_output=True, text=True, check=True).stdout
+  return results, json.loads(out.strip().splitlines()[-1])
+
+
 class CopyProbeTest(absltest.TestCase):
+
+  @classmethod
+  def tearDownClass(cls):
+    if _cli_run.cache_info().currsize:
+      shutil.rmtree(os.path.dirname(_cli_run()[0]), ignore_errors=True)
+      _cli_run.cache_clear()
+    super().tearDownClass()
 
   @pytest.mark.slow
   def test_deepseek_v3_in_transformers_follows_c2jax_step_for_step(self):
     cfg = copy_probe.model_config(extra={"vocab_size": 260})
-    ours = copy_probe.run_probe("c2jax", cfg, _SETTINGS)
+    ours = _cli_run()[1]
+    self.assertEqual(ours["settings"], json.loads(json.dumps(dataclasses.asdict(_SETTINGS))))
+    self.assertEqual((ours["impl"], ours["extra_overrides"], ours["model_overrides"]), ("c2jax", {"vocab_size": 260},
+                                                                                        None))
     theirs = copy_probe.run_probe("hf_deepseek_v3", cfg, _SETTINGS)
     self.assertEqual(ours["params"], theirs["params"])
     a = np.array([[p["first"], p["second"]] for p in ours["curve"]])
@@ -84,23 +119,18 @@ class CopyProbeTest(absltest.TestCase):
 
   @pytest.mark.slow
   def test_cli_json_line_results_and_plot(self):
-    with tempfile.TemporaryDirectory() as tmp:
-      results = os.path.join(tmp, "runs.jsonl")
-      argv = [sys.executable, "tools/copy_probe.py", "--steps=2", "--eval_every=1", "--batch_size=2", "--seq_len=128",
-              "--eval_rows=2", f"--results={results}", "--label=smoke", '--extra_overrides={"vocab_size": 260}']
-      out = subprocess.run(argv, cwd=_REPO, capture_output=True, text=True, check=True).stdout
-      line = json.loads(out.strip().splitlines()[-1])
-      self.assertEqual((line["label"], line["impl"], line["steps"], len(line["curve"])), ("smoke", "c2jax", 2, 3))
-      self.assertEqual(json.loads(open(results, encoding="utf-8").read()), line)
-      plotted = subprocess.run([sys.executable, "tools/copy_probe.py", f"--plot={results}"], cwd=_REPO,
-                               capture_output=True, text=True, check=True).stdout
-      png = json.loads(plotted.strip().splitlines()[-1])["png"]
-      with open(png, "rb") as f:
-        self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
-      bad = subprocess.run(argv[:2] + ['--extra_overrides={"vocab_size": 100}'], cwd=_REPO, capture_output=True,
-                           text=True, check=False)
-      self.assertNotEqual(bad.returncode, 0)
-      self.assertIn("vocab_size=100", bad.stderr)
+    results, line = _cli_run()
+    self.assertEqual((line["label"], line["impl"], line["steps"], len(line["curve"])), ("smoke", "c2jax", 3, 4))
+    self.assertEqual(json.loads(open(results, encoding="utf-8").read()), line)
+    plotted = subprocess.run([sys.executable, "tools/copy_probe.py", f"--plot={results}"], cwd=_REPO,
+                             capture_output=True, text=True, check=True).stdout
+    png = json.loads(plotted.strip().splitlines()[-1])["png"]
+    with open(png, "rb") as f:
+      self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+    bad = subprocess.run(_cli_argv(results)[:2] + ['--extra_overrides={"vocab_size": 100}'], cwd=_REPO,
+                         capture_output=True, text=True, check=False)
+    self.assertNotEqual(bad.returncode, 0)
+    self.assertIn("vocab_size=100", bad.stderr)
 
 
 if __name__ == "__main__":

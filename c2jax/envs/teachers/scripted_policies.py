@@ -62,16 +62,18 @@ class Policy(Protocol):
 POLICIES: Registry = Registry("scripted policy")
 
 
-def play(policy: Policy, task: CodingTask, config: EnvConfig) -> tuple[list[str], dict | None]:
+def play(policy: Policy, task: CodingTask, config: EnvConfig, graded: bool = True) -> tuple[list[str], dict | None]:
   """One episode of `policy` on `task` in CodingEnv (the real sandbox and grading): every observation, the first
-  included, and the reward terms, or None when the episode had not ended after `config.max_turns` steps."""
+  included, and the reward terms, or None when the episode had not ended after `config.max_turns` steps.
+  `graded=False` skips the grading (a judge's sandbox per episode) for a caller that wants only the observations:
+  the terms are then None too."""
   with CodingEnv(config) as env:
     observations = [env.reset(task)]
     for _ in range(config.max_turns):
       result = env.step(policy.act(task, observations))
       observations.append(result.observation)
       if result.done:
-        return observations, env.reward()
+        return observations, env.reward() if graded else None
   return observations, None
 
 

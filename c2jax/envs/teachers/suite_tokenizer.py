@@ -66,7 +66,8 @@ def teacher_name(suite: str) -> str:
 
 def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> list[str]:
   """Every observation after the first of the suite's teacher (`teacher_name`) on each train task, played through
-  CodingEnv with the real sandbox (help format "none", the environment's default budgets), in task order."""
+  CodingEnv with the real sandbox (help format "none", the environment's default budgets), in task order. The
+  episodes are not graded: their observations are the text, their reward is not."""
   # Imported here: the environment (sandboxes) is needed only for this text.
   from c2jax.envs.core.env import EnvConfig
   from c2jax.envs.tools.protocol import HelpDetail
@@ -75,8 +76,8 @@ def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> li
   config = EnvConfig(instructions=HelpDetail.NONE)
   tasks = demonstrations.suite_tasks(suite, "train", suite_options)
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    return [without_timings(o) for observations, _ in pool.map(lambda task: play(policy, task, config), tasks)
-            for o in observations[1:]]
+    played = pool.map(lambda task: play(policy, task, config, graded=False), tasks)
+    return [without_timings(o) for observations, _ in played for o in observations[1:]]
 
 
 # unittest's "Ran 3 tests in 0.004s": the one part of a test run's output that differs between two plays.

@@ -16,6 +16,7 @@ time (a todo_next_up repository that does nothing scored `passed == 1.0`). Now e
 has a twin (nothing is forgeable by leaving the pairs out), and a perturbed literal is as likely shorter as longer.
 """
 
+import functools
 import multiprocessing
 import random
 import unittest
@@ -190,29 +191,37 @@ SEEDS = range(16)
 
 def _cases():
   for task_name, task in _TASKS.items():
-    yield dict(testcase_name=task_name, task=task)
+    yield dict(testcase_name=task_name, name=task_name, task=task)
+
+
+@functools.cache
+def _honest(name: str, seed: int) -> dict[str, float]:
+  """The grade of `_TASKS[name]`'s starting repository under `seed`, graded once for the tests that compare with it
+  (a seeded grading is deterministic: the seed draws the canaries, names and ids)."""
+  task = _TASKS[name]()
+  return grading.grade(task, task.files, rng=random.Random(seed))
 
 
 @absltest.skipIf(_unavailable_reason() is not None, _unavailable_reason() or "")
 class TwinForgeryTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*_cases())
-  def test_failing_both_twins_earns_nothing(self, task):
+  def test_failing_both_twins_earns_nothing(self, name, task):
     # Deterministic: no canary passes, so nothing is detected; what it earns is the tests without a twin.
     task = task()
     for seed in SEEDS[:3]:
-      honest = grading.grade(task, task.files, rng=random.Random(seed))
+      honest = _honest(name, seed)
       terms = grading.grade(task, forged(task, "fail_both"), rng=random.Random(seed))
       self.assertEqual(terms["passed"], 0.0)
       self.assertLessEqual(terms["pass_fraction"], honest["pass_fraction"])
 
   @parameterized.named_parameters(*_cases())
   @pytest.mark.slow
-  def test_guessing_the_real_twin_by_length_is_a_coin_toss(self, task):
+  def test_guessing_the_real_twin_by_length_is_a_coin_toss(self, name, task):
     # A guess per pair: right with probability 1/2 now (it was always right on list literals), and a wrong guess
     # cancels a right one. All M guesses right (probability 2^-M) still score; over seeds it must stay rare.
     task = task()
-    honest = [grading.grade(task, task.files, rng=random.Random(seed)) for seed in SEEDS]
+    honest = [_honest(name, seed) for seed in SEEDS]
     terms = [grading.grade(task, forged(task, "by_length"), rng=random.Random(seed)) for seed in SEEDS]
     self.assertLessEqual(sum(t["passed"] for t in terms), 1.0)
     gain = sum(t["pass_fraction"] - h["pass_fraction"] for t, h in zip(terms, honest)) / len(SEEDS)
@@ -373,7 +382,7 @@ class ConsistentGuessTest(absltest.TestCase):
   def test_a_consistent_guesser_gains_nothing_in_credit(self):
     task = _realistic("todo_next_up")
     seeds = range(64)
-    honest = [grading.grade(task, task.files, rng=random.Random(seed)) for seed in seeds]
+    honest = [_honest("todo_next_up", seed) for seed in seeds]
     terms = [grading.grade(task, forged(task, "consistent"), rng=random.Random(seed)) for seed in seeds]
     self.assertEqual(sum(t["hack_attempts"] for t in terms), 0.0)  # undetected, as the docstring says
     pass_gain = sum(t["pass_fraction"] - h["pass_fraction"] for t, h in zip(terms, honest)) / len(seeds)
