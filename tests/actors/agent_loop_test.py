@@ -28,9 +28,7 @@ from c2jax.envs.token_tasks.char_class import CharClassSuite
 from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs.core import env as env_lib
 from c2jax.envs.teachers.scripted_policies import ExplorerPolicy
-from c2jax.model.losses import token_log_probs
 from c2jax.model.params import init_params
-from c2jax.model.transformer import forward
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import MeshConfig, make_mesh
 from tests import tiny
@@ -80,10 +78,7 @@ def _runner(agent: AgentConfig = AGENT) -> AgentRunner:
 
 
 def _forward_logprobs(params, tokens):
-  out = tiny.jit(forward, cfg=MODEL, with_mtp=False)(params, tokens[None])
-  lp = np.zeros(len(tokens), np.float32)
-  lp[1:] = np.asarray(token_log_probs(out.logits[:, :-1], tokens[None, 1:]))[0]
-  return lp, np.asarray(out.expert_ids)[:, 0]
+  return tiny.trainer_logprobs(MODEL, params, tokens)
 
 
 class AgentLoopTest(absltest.TestCase):
