@@ -7,6 +7,7 @@
   params = tiny.params()          # its params (seed 0), initialized once per process; copy before donating them
   f = tiny.jit(forward, cfg=tiny.MODEL, with_mtp=False)   # one jitted function per (function, static args)
   tiny.ENGINE, tiny.ENGINE_SAMPLING                # the agent engine's shapes and draw settings of every test
+  lp, ids = tiny.trainer_logprobs(cfg, params, tokens)  # the trainer's forward on one sequence, one program per bucket
   tiny.random_params(cfg, seed)   # numpy draws at scales where routing and norms matter (the HF parity tests)
 
 On 2 CPU cores a compile of the tiny model's value-and-grad costs ~15-20 s and a sampler config ~10 s, so a test
@@ -22,6 +23,7 @@ import math
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from c2jax.actors.engine import EngineConfig
@@ -30,6 +32,8 @@ from c2jax.model import hf_convert, presets
 from c2jax.model import params as params_lib
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params, init_params
+from c2jax.model.losses import token_log_probs
+from c2jax.model.transformer import forward
 
 MODEL: ModelConfig = presets.model_config("tiny", {"n_layers": 2, "num_mtp_layers": 0, "scan_unroll": 1})
 BYTES: ModelConfig = MODEL.replace(vocab_size=259)
@@ -59,6 +63,34 @@ def _jit(fn: Callable, static: tuple) -> Callable:
 def jit(fn: Callable, **static) -> Callable:
   """`jax.jit(functools.partial(fn, **static))`, one per (fn, static) in the process (static values hashable)."""
   return _jit(fn, tuple(sorted(static.items())))
+
+
+@functools.cache
+def _scored(cfg: ModelConfig) -> Callable:
+
+  def score(params, tokens):
+    out = forward(params, tokens[None], cfg=cfg, with_mtp=False)
+    lp = token_log_probs(out.logits[0, :-1], tokens[1:])
+    return jnp.concatenate([jnp.zeros((1,), jnp.float32), lp]), out.expert_ids[:, 0]
+
+  return jax.jit(score)
+
+
+def trainer_logprobs(cfg: ModelConfig, params: Params, tokens) -> tuple[np.ndarray, np.ndarray]:
+  """The trainer's forward (no MTP) on one sequence of n tokens: ([n] float32 each position's log-prob of its
+  token, 0 at position 0; [Lm, n, K] the routed experts of every position).
+
+  The sequence is padded to 256, 512, 1024, ... positions, as the trainer pads its rows, so that one program serves
+  every length of a bucket (a program per length costs a compile per trajectory): attention is causal and the MoE
+  dropless, so the padding changes no position before it.
+  """
+  tokens = np.asarray(tokens, np.int32)
+  n = len(tokens)
+  t = 256
+  while t < n:
+    t *= 2
+  lp, ids = _scored(cfg)(params, np.pad(tokens, (0, t - n)))
+  return np.asarray(lp)[:n], np.asarray(ids)[:, :n]
 
 
 def random_params(cfg: ModelConfig, seed: int = 0) -> Params:

@@ -38,7 +38,8 @@ not the context.
 
 Shapes: S slots, C = context positions per slot, c a chunk bucket (`EngineConfig.chunk_sizes`), V vocab, Lm MoE
 layers, K experts per token. One program per (chunk bucket, window) for append and force, one per window for
-decode (and each per number of rows, for calls on a subset of the slots).
+decode (and each per number of rows, for calls on a subset of the slots). The stop tokens are a traced argument,
+not a compile-time constant: samplings that differ only in them (chat formats' end-of-turn ids) share programs.
 """
 
 from __future__ import annotations
@@ -217,11 +218,23 @@ def _draw(logits, s: SlotState, k: jax.Array, mode: DrawMode):
   return token, logprob, forced
 
 
-def _turn_over(tokens, end, start, st: SlotState, was_forced, count, sampling: SamplingConfig) -> jax.Array:
-  """[S] the token at `end` ends its turn: a stop token or sequence of a sampled turn, or the last token of a
-  forced one (`count` tokens of the turn written so far)."""
-  sampled = ~was_forced & stop_hit(tokens, end, start, sampling)
+def _turn_over(tokens, end, start, st: SlotState, was_forced, count, sampling: SamplingConfig,
+               stop_tokens: jax.Array) -> jax.Array:
+  """[S] the token at `end` ends its turn: a stop token (of `stop_tokens`) or sequence of a sampled turn, or the
+  last token of a forced one (`count` tokens of the turn written so far)."""
+  sampled = ~was_forced & stop_hit(tokens, end, start, sampling, stop_tokens=stop_tokens)
   return sampled | (was_forced & (count >= st.forced_len))
+
+
+def _static(sampling: SamplingConfig) -> SamplingConfig:
+  """The compile-time part of `sampling` for the engine's programs: `SamplingConfig.structure` less the stop
+  tokens, which travel as a traced [n] array (`_stops`), so that samplings differing only in their stop tokens
+  (chat formats with different end-of-turn ids) share every program."""
+  return dataclasses.replace(sampling.structure(), stop_tokens=())
+
+
+def _stops(sampling: SamplingConfig) -> jax.Array:
+  return jnp.asarray(sampling.stop_tokens, jnp.int32).reshape(-1)
 
 
 def append(params: Params, state: SlotState, chunk: jax.Array, chunk_lengths: jax.Array, *, take_part: jax.Array,
@@ -267,8 +280,8 @@ def append(params: Params, state: SlotState, chunk: jax.Array, chunk_lengths: ja
   args = (jnp.asarray(chunk, jnp.int32), jnp.asarray(chunk_lengths, jnp.int32) * take_part,
           jnp.asarray(reset, bool) & take_part, jnp.asarray(draw, bool) & take_part, take_part,
           jnp.asarray(turn_end, jnp.int32), keys, forced, forced_len, jnp.where(take_part, keep, -1),
-          jnp.asarray(version, jnp.int32))
-  static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=window, layout=layout)
+          jnp.asarray(version, jnp.int32), _stops(sampling))
+  static = dict(cfg=cfg, sampling=_static(sampling), mode=sampling.mode, window=window, layout=layout)
   if rows is None:
     return _append(params, state, *args, **static)
   if layout is not None:
@@ -318,7 +331,7 @@ def _append(params, state: SlotState, *args, cfg, sampling, mode, window):
 
 
 def _append_body(params, state: SlotState, chunk, chunk_lengths, reset, draw_mask, take_part, turn_end, keys, forced,
-                 forced_len, keep, version, *, cfg, sampling, mode, window):
+                 forced_len, keep, version, stop_tokens, *, cfg, sampling, mode, window):
   s, c = chunk.shape
   context = state.tokens.shape[1]
   slots = jnp.arange(s)
@@ -350,7 +363,7 @@ def _append_body(params, state: SlotState, chunk, chunk_lengths, reset, draw_mas
   at = new_length[:, None]
   write = can_draw[:, None]
   tokens = _write(tokens, at, token[:, None], write)
-  hit = _turn_over(tokens, new_length, new_length, st, was_forced, 1, sampling)
+  hit = _turn_over(tokens, new_length, new_length, st, was_forced, 1, sampling, stop_tokens)
   return dataclasses.replace(
       st, cache=out.cache, tokens=tokens,
       logprobs=_write(st.logprobs, at, logprob[:, None], write),
@@ -372,8 +385,8 @@ def decode(params: Params, state: SlotState, *, steps: int, version: int | jax.A
   `rows`: [k] distinct slot indices holding every running turn (k < S, one program per k): only they are computed,
   so slots waiting for their tools cost nothing; None: all S slots.
   """
-  static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=window, layout=layout)
-  args = (jnp.asarray(steps, jnp.int32), jnp.asarray(version, jnp.int32))
+  static = dict(cfg=cfg, sampling=_static(sampling), mode=sampling.mode, window=window, layout=layout)
+  args = (jnp.asarray(steps, jnp.int32), jnp.asarray(version, jnp.int32), _stops(sampling))
   if rows is None:
     return _decode(params, state, *args, **static)
   if layout is not None:
@@ -381,7 +394,7 @@ def decode(params: Params, state: SlotState, *, steps: int, version: int | jax.A
   return _decode_rows(params, state, jnp.asarray(rows, jnp.int32), *args, **static)
 
 
-def _decode_step(params, st: SlotState, version, cfg: ModelConfig, sampling: SamplingConfig,
+def _decode_step(params, st: SlotState, version, stop_tokens, cfg: ModelConfig, sampling: SamplingConfig,
                  mode: DrawMode, window: int | None) -> SlotState:
   s, context = st.tokens.shape
   slots = jnp.arange(s)
@@ -394,7 +407,7 @@ def _decode_step(params, st: SlotState, version, cfg: ModelConfig, sampling: Sam
   at = st.length[:, None]
   write = run[:, None]
   tokens = _write(st.tokens, at, token[:, None], write)
-  hit = run & _turn_over(tokens, st.length, st.turn_start, st, was_forced, k + 1, sampling)
+  hit = run & _turn_over(tokens, st.length, st.turn_start, st, was_forced, k + 1, sampling, stop_tokens)
   length = st.length + run
   return dataclasses.replace(
       st, cache=out.cache, tokens=tokens,
@@ -407,17 +420,18 @@ def _decode_step(params, st: SlotState, version, cfg: ModelConfig, sampling: Sam
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "window", "layout"), donate_argnums=(1,))
 @_in_layout
-def _decode_rows(params, state, rows, steps, version, *, cfg, sampling, mode, window):
+def _decode_rows(params, state, rows, steps, version, stop_tokens, *, cfg, sampling, mode, window):
   """`_decode_loop` on the slots `rows` only: gathered, decoded, written back in place."""
-  sub = _decode_loop(params, _take_rows(state, rows), steps, version, cfg=cfg, sampling=sampling, mode=mode,
-                     window=window)
+  sub = _decode_loop(params, _take_rows(state, rows), steps, version, stop_tokens, cfg=cfg, sampling=sampling,
+                     mode=mode, window=window)
   return _put_rows(state, rows, sub)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sampling", "mode", "window", "layout"), donate_argnums=(1,))
 @_in_layout
-def _decode(params, state, steps, version, *, cfg, sampling, mode, window):
-  return _decode_loop(params, state, steps, version, cfg=cfg, sampling=sampling, mode=mode, window=window)
+def _decode(params, state, steps, version, stop_tokens, *, cfg, sampling, mode, window):
+  return _decode_loop(params, state, steps, version, stop_tokens, cfg=cfg, sampling=sampling, mode=mode,
+                      window=window)
 
 
 def force(params: Params, state: SlotState, *, chunk: int, version: int | jax.Array, cfg: ModelConfig,
@@ -437,7 +451,7 @@ def force(params: Params, state: SlotState, *, chunk: int, version: int | jax.Ar
   `chunk` (static, a bucket of `EngineConfig.chunk_sizes`) and `window` (static, above every position fed: the
   forced slots' lengths + chunk - 1) each compile once; `rows` and `layout` as for `decode`.
   """
-  static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=window, chunk=chunk,
+  static = dict(cfg=cfg, sampling=_static(sampling), mode=sampling.mode, window=window, chunk=chunk,
                 layout=layout)
   version = jnp.asarray(version, jnp.int32)
   if rows is None:
@@ -494,7 +508,7 @@ def _force_body(params, st: SlotState, version, *, cfg, sampling, mode, window, 
       drawn=st.drawn + n)
 
 
-def _decode_loop(params, state, steps, version, *, cfg, sampling, mode, window):
+def _decode_loop(params, state, steps, version, stop_tokens, *, cfg, sampling, mode, window):
 
   def cond(carry):
     i, st = carry
@@ -502,7 +516,7 @@ def _decode_loop(params, state, steps, version, *, cfg, sampling, mode, window):
 
   def body(carry):
     i, st = carry
-    return i + 1, _decode_step(params, st, version, cfg, sampling, mode, window)
+    return i + 1, _decode_step(params, st, version, stop_tokens, cfg, sampling, mode, window)
 
   _, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
   return state

@@ -164,14 +164,17 @@ def draw(logits: jax.Array, keys: jax.Array, step: jax.Array, temperature: jax.A
   return token, jnp.take_along_axis(log_dist, token[:, None], axis=-1)[:, 0]
 
 
-def stop_hit(tokens: jax.Array, end: jax.Array, start: jax.Array, sampling: SamplingConfig) -> jax.Array:
+def stop_hit(tokens: jax.Array, end: jax.Array, start: jax.Array, sampling: SamplingConfig,
+             stop_tokens: jax.Array | None = None) -> jax.Array:
   """Whether each row's generation stops at position `end`: tokens [B, T], end / start [B] (start: the first
   generated position) -> [B] bool. True when tokens[end] is a stop token, or tokens[.. end] ends with a stop
-  sequence lying at or after `start`."""
+  sequence lying at or after `start`. `stop_tokens` [n], where given, replaces `sampling.stop_tokens` (a traced
+  array: one compiled program for any stop tokens)."""
   b, t = tokens.shape
   rows = jnp.arange(b)
   last = tokens[rows, jnp.clip(end, 0, t - 1)]
-  hit = jnp.any(last[:, None] == jnp.asarray(sampling.stop_tokens, jnp.int32)[None, :], axis=-1)
+  stops = jnp.asarray(sampling.stop_tokens if stop_tokens is None else stop_tokens, jnp.int32).reshape(-1)
+  hit = jnp.any(last[:, None] == stops[None, :], axis=-1)
   for seq in sampling.stop_sequences:
     n = len(seq)
     idx = end[:, None] - (n - 1) + jnp.arange(n)[None, :]

@@ -17,8 +17,6 @@ import pytest
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, SummaryConfig
 from c2jax.actors.ledger import EpisodeEnd, Source, SummaryTokens
 from c2jax.envs.chat import self_summary
-from c2jax.model.losses import token_log_probs
-from c2jax.model.transformer import forward
 from tests import tiny
 from tests.actors.agent_loop_test import ENGINE, MODEL, SAMPLING, TOK, EchoEnv
 
@@ -47,10 +45,7 @@ def _runner(agent: AgentConfig = AGENT) -> AgentRunner:
 
 
 def _forward(params, tokens):
-  out = tiny.jit(forward, cfg=MODEL, with_mtp=False)(params, tokens[None])
-  lp = np.zeros(len(tokens), np.float32)
-  lp[1:] = np.asarray(token_log_probs(out.logits[:, :-1], tokens[None, 1:]))[0]
-  return lp, np.asarray(out.expert_ids)[:, 0]
+  return tiny.trainer_logprobs(MODEL, params, tokens)
 
 
 def _runs(segment):
