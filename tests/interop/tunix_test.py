@@ -74,11 +74,25 @@ def _forward():
   return jax.jit(functools.partial(forward, cfg=CFG, with_mtp=False))
 
 
+_REF_WIDTH = 16  # every reference row here (prompt + completion) is at most this long
+
+
+def _logits(params, row) -> jax.Array:
+  """c2jax's forward logits [len(row), V] of one unpadded row of ids.
+
+  The row runs right-padded to _REF_WIDTH, so that every row shares one compiled program: the model is causal
+  (tests/model/transformer_test.py) and its experts dropless, so tokens after the row change none of its logits.
+  """
+  row = [int(i) for i in row]
+  padded = jnp.asarray([row + [PAD] * (_REF_WIDTH - len(row))], jnp.int32)
+  return _forward()(params, padded).logits[0, :len(row)]
+
+
 def _even_mass(params) -> float:
   """Mean next-token probability of the even ids (the GRPO test's reward) after each prompt (c2jax's forward)."""
   masses = []
   for p in PROMPTS:
-    logits = _forward()(params, jnp.asarray([_ids(p)], jnp.int32)).logits[0, -1]
+    logits = _logits(params, _ids(p))[-1]
     masses.append(jax.nn.softmax(logits)[0::2].sum())
   return float(np.mean(masses))
 
@@ -107,7 +121,7 @@ class AdapterTest(absltest.TestCase):
       steps.append(logits)
     decoded = jnp.concatenate(steps, axis=1)  # [B, 1 + len(fed), V]: the last prompt token's, then each fed one's
     for b, p in enumerate(prompts):
-      want = _forward()(params, jnp.asarray([p + list(fed)])).logits[0]
+      want = _logits(params, p + list(fed))
       chex.assert_trees_all_close(prefill[b, p_len - len(p):], want[:len(p)], atol=1e-5, rtol=1e-5)
       chex.assert_trees_all_close(decoded[b], want[len(p) - 1:], atol=1e-5, rtol=1e-5)
 
@@ -129,8 +143,7 @@ class TunixInteropTest(parameterized.TestCase):
     logits, cache = nnx.jit(lambda m, *a: m(*a))(model, tokens, positions, None, mask)
     self.assertIsNone(cache)
     for b, (p, c) in enumerate(zip(prompts, completions)):
-      row = jnp.asarray([p + c], jnp.int32)
-      want = _forward()(params, row).logits[0]
+      want = _logits(params, p + c)
       got = logits[b, p_len - len(p):p_len + len(c)]
       chex.assert_trees_all_close(got, want, atol=1e-5, rtol=1e-5)
 
@@ -163,8 +176,7 @@ class TunixInteropTest(parameterized.TestCase):
       got = np.asarray(out.tokens[b]).tolist()
       self.assertEqual(got, want, f"row {b}")
       # Logit i of the output predicts token i; the forward over prompt + generated tokens gives the same.
-      seq = jnp.asarray([p + got], jnp.int32)
-      full = _forward()(params, seq).logits[0, len(p) - 1:len(p) - 1 + len(got)]
+      full = _logits(params, p + got)[len(p) - 1:len(p) - 1 + len(got)]
       chex.assert_trees_all_close(np.asarray(out.logits[b]), full, atol=1e-4, rtol=1e-4)
 
   @pytest.mark.slow

@@ -1,5 +1,7 @@
 """Model-level properties: causality, packing, routing replay, dispatch/remat equivalence, MTP wiring, counts."""
 
+import functools
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
@@ -17,21 +19,52 @@ from c2jax.model.transformer import forward
 from c2jax.model import presets
 
 
-def _setup(cfg=None, b=2, t=24, seed=0):
-  cfg = cfg or presets.tiny()
-  p = params_lib.init_params(cfg, jax.random.key(seed))
+# The tiny preset (1 dense + 2 MoE layers and an MTP module) with its MoE layers scanned one per iteration (the
+# preset unrolls them): scan_unroll never changes the math (ModelConfig), so every property here holds at any
+# unroll, and a rolled scan compiles one layer's body instead of two. Two MoE layers stay, so that a replayed id
+# reaching the wrong layer still shows.
+CFG = presets.tiny().replace(scan_unroll=1)
+
+
+@functools.cache
+def _params(seed=0):
+  """Made once per module (the tests only read them)."""
+  p = jax.jit(params_lib.init_params, static_argnums=0)(CFG, jax.random.key(seed))
   # Random router biases: zeros would leave near-ties that make the test insensitive to bias handling.
   p["moe_layers"]["moe"]["router_bias"] = 0.05 * jax.random.normal(jax.random.key(7),
                                                                    p["moe_layers"]["moe"]["router_bias"].shape)
-  toks = jax.random.randint(jax.random.key(seed + 1), (b, t), 0, cfg.vocab_size)
-  return cfg, p, toks
+  return p
+
+
+def _setup(b=2, t=24, seed=0):
+  toks = jax.random.randint(jax.random.key(seed + 1), (b, t), 0, CFG.vocab_size)
+  return CFG, _params(seed), toks
+
+
+@functools.cache
+def _forward(cfg=CFG):
+  """forward(p, tokens) with the MTP head, compiled once per config and shape for every test that runs it."""
+  return jax.jit(functools.partial(forward, cfg=cfg))
+
+
+@functools.cache
+def _value_and_grad(cfg, with_mtp):
+  """value_and_grad of the next-token loss (plus the MTP loss `with_mtp`) of `_setup()`'s tokens; one per config."""
+  _, _, toks = _setup()
+
+  def loss(p):
+    out = forward(p, toks, cfg=cfg, with_mtp=with_mtp)
+    ce = losses.next_token_loss(out.logits, toks).mean
+    return ce + losses.mtp_loss(out.mtp_logits, toks).mean if with_mtp else ce
+
+  return jax.jit(jax.value_and_grad(loss))
 
 
 class TransformerTest(parameterized.TestCase):
 
   def test_shapes(self):
     cfg, p, toks = _setup()
-    out = jax.jit(lambda p, t: forward(p, t, cfg=cfg))(p, toks)
+    out = _forward()(p, toks)
     chex.assert_shape(out.logits, (2, 24, cfg.vocab_size))
     chex.assert_shape(out.expert_ids, (cfg.n_moe_layers, 2, 24, cfg.num_experts_per_tok))
     chex.assert_shape(out.expert_load, (cfg.n_moe_layers, cfg.n_routed_experts))
@@ -40,7 +73,7 @@ class TransformerTest(parameterized.TestCase):
 
   def test_causal(self):
     cfg, p, toks = _setup()
-    f = jax.jit(lambda p, t: forward(p, t, cfg=cfg).logits)
+    f = lambda p, t: _forward()(p, t).logits
     changed = toks.at[:, 15:].set((toks[:, 15:] + 1) % cfg.vocab_size)
     a, b = f(p, toks), f(p, changed)
     chex.assert_trees_all_close(a[:, :15], b[:, :15], atol=1e-6)
@@ -62,7 +95,7 @@ class TransformerTest(parameterized.TestCase):
   def test_routing_replay(self):
     cfg, p, toks = _setup()
     f = jax.jit(lambda p, t, ids: forward(p, t, cfg=cfg, forced_expert_ids=ids))
-    out = jax.jit(lambda p, t: forward(p, t, cfg=cfg))(p, toks)
+    out = _forward()(p, toks)
     replay = f(p, toks, out.expert_ids)
     chex.assert_trees_all_close(replay.logits, out.logits, atol=1e-6)
     chex.assert_trees_all_equal(replay.expert_ids, out.expert_ids)
@@ -77,47 +110,42 @@ class TransformerTest(parameterized.TestCase):
   @parameterized.parameters(MoeDispatch.SLOTS, MoeDispatch.TILES, MoeDispatch.RAGGED)
   @pytest.mark.slow
   def test_dispatch_equals_dense_with_grads(self, dispatch):
-    cfg, p, toks = _setup()
-
-    def loss(p, c):
-      out = forward(p, toks, cfg=c)
-      return losses.next_token_loss(out.logits, toks).mean + losses.mtp_loss(out.mtp_logits, toks).mean
-
-    ref_l, ref_g = jax.jit(jax.value_and_grad(lambda p: loss(p, cfg.replace(moe_dispatch=MoeDispatch.DENSE))))(p)
-    l, g = jax.jit(jax.value_and_grad(lambda p: loss(p, cfg.replace(moe_dispatch=dispatch))))(p)
+    cfg, p, _ = _setup()
+    ref_l, ref_g = _value_and_grad(cfg.replace(moe_dispatch=MoeDispatch.DENSE), True)(p)  # compiled once
+    l, g = _value_and_grad(cfg.replace(moe_dispatch=dispatch), True)(p)
     chex.assert_trees_all_close(l, ref_l, atol=1e-6)
     chex.assert_trees_all_close(g, ref_g, atol=1e-6, rtol=1e-4)
 
   @parameterized.parameters(Remat.FULL, Remat.DOTS_SAVEABLE)
   @pytest.mark.slow
   def test_remat_same_grads(self, remat):
-    cfg, p, toks = _setup()
-
-    def loss(p, c):
-      return losses.next_token_loss(forward(p, toks, cfg=c, with_mtp=False).logits, toks).mean
-
-    g0 = jax.jit(jax.grad(lambda p: loss(p, cfg)))(p)
-    g1 = jax.jit(jax.grad(lambda p: loss(p, cfg.replace(remat=remat))))(p)
+    cfg, p, _ = _setup()
+    _, g0 = _value_and_grad(cfg, False)(p)  # compiled once for both policies
+    _, g1 = _value_and_grad(cfg.replace(remat=remat), False)(p)
     chex.assert_trees_all_close(g0, g1, atol=1e-6, rtol=1e-5)
 
   @pytest.mark.slow
   def test_mtp_module_by_hand(self):
     cfg, p, toks = _setup()
-    out = jax.jit(lambda p: forward(p, toks, cfg=cfg))(p)
+    out = _forward()(p, toks)
     from c2jax.model.transformer import block
-    m = jax.tree.map(lambda a: a[0], p["mtp"])
-    nxt = jnp.pad(toks[:, 1:], ((0, 0), (0, 1)))
-    x = jnp.concatenate([rms_norm(p["embed"][nxt], m["enorm"], cfg.rms_norm_eps),
-                         rms_norm(out.hidden, m["hnorm"], cfg.rms_norm_eps)], -1) @ m["eh_proj"]
-    pos = jnp.broadcast_to(jnp.arange(toks.shape[1]), toks.shape)
-    h, _ = block(m["block"], x, pos, None, cfg)
-    logits = rms_norm(h, m["final_norm"], cfg.rms_norm_eps) @ p["lm_head"]
-    chex.assert_trees_all_close(out.mtp_logits[0], logits, atol=1e-5)
+
+    @jax.jit  # one program, not one per op
+    def by_hand(p, hidden):
+      m = jax.tree.map(lambda a: a[0], p["mtp"])
+      nxt = jnp.pad(toks[:, 1:], ((0, 0), (0, 1)))
+      x = jnp.concatenate([rms_norm(p["embed"][nxt], m["enorm"], cfg.rms_norm_eps),
+                           rms_norm(hidden, m["hnorm"], cfg.rms_norm_eps)], -1) @ m["eh_proj"]
+      pos = jnp.broadcast_to(jnp.arange(toks.shape[1]), toks.shape)
+      h, _ = block(m["block"], x, pos, None, cfg)
+      return rms_norm(h, m["final_norm"], cfg.rms_norm_eps) @ p["lm_head"]
+
+    chex.assert_trees_all_close(out.mtp_logits[0], by_hand(p, out.hidden), atol=1e-5)
 
   @pytest.mark.slow
   def test_bf16_forward_close_to_f32(self):
     cfg, p, toks = _setup()
-    a = jax.jit(lambda p: forward(p, toks, cfg=cfg, with_mtp=False).logits)(p)
+    a = _forward()(p, toks).logits  # the MTP head leaves the logits as they are
     b = jax.jit(lambda p: forward(p, toks, cfg=cfg.replace(dtype="bfloat16"), with_mtp=False).logits)(p)
     self.assertEqual(b.dtype, jnp.float32)
     self.assertLess(float(jnp.abs(a - b).max() / jnp.abs(a).max()), 0.05)
@@ -134,13 +162,14 @@ class LossTest(absltest.TestCase):
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(logp[:, :-1], toks[:, 1:, None], -1)[..., 0]
     w = mask[:, 1:]
-    got = losses.next_token_loss(jnp.asarray(logits), jnp.asarray(toks), jnp.asarray(mask))
+    # Jitted: one program per loss instead of one per op.
+    got = jax.jit(losses.next_token_loss)(jnp.asarray(logits), jnp.asarray(toks), jnp.asarray(mask))
     np.testing.assert_allclose(float(got.sum), (nll * w).sum(), rtol=1e-5)
     self.assertEqual(float(got.weight), w.sum())
-    mt = losses.mtp_loss(jnp.asarray(logits)[None], jnp.asarray(toks), jnp.asarray(mask))
+    mt = jax.jit(losses.mtp_loss)(jnp.asarray(logits)[None], jnp.asarray(toks), jnp.asarray(mask))
     nll2 = -np.take_along_axis(logp[:, :-2], toks[:, 2:, None], -1)[..., 0]
     np.testing.assert_allclose(float(mt.sum), (nll2 * mask[:, 2:]).sum(), rtol=1e-5)
-    z = losses.z_loss(jnp.asarray(logits))
+    z = jax.jit(losses.z_loss)(jnp.asarray(logits))
     np.testing.assert_allclose(float(z.sum), (np.log(np.exp(logits).sum(-1)) ** 2).sum(), rtol=1e-5)
 
 

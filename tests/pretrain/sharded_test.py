@@ -142,7 +142,7 @@ class ShardedTrainerTest(absltest.TestCase):
     mesh = make_mesh(MeshConfig(fsdp=2, expert=2, context=2))
     trainer = make_trainer(cfg, hp, mesh, batch_size=B, seq_len=T)
     state = trainer.init(jax.random.key(0))
-    ref_state = init_state(cfg, hp, jax.random.key(0))
+    ref_state = jax.jit(functools.partial(init_state, cfg, hp))(jax.random.key(0))  # one program, not one per op
     # Built straight into its shards: experts split over `expert` and their D over `fsdp` x `context`.
     gate = state.params["moe_layers"]["moe"]["experts"]["gate"]
     self.assertEqual(gate.sharding.spec, trainer.state_shardings.params["moe_layers"]["moe"]["experts"]["gate"].spec)
