@@ -147,6 +147,36 @@ class EvalTest(absltest.TestCase):
     self.assertEqual(right["passed"], 1.0)
 
 
+def rl_config_on_humaneval():
+  """configs/rl_tiny.py (the agentic job) on humaneval: half the problems to train on, byte tokens, no SFT (its
+  teacher and BPE are tiny_spec's), episodes of two short turns."""
+  from c2jax.services import rl_run_config
+  from configs import rl_tiny
+  c = rl_tiny.get_config()
+  c.task.update(coding_suite="humaneval", tokenizer="byte", max_turns=2, suite_options={"train_fraction": 0.5})
+  c.model_overrides.vocab_size = 259
+  c.sft.enabled = False
+  c.actors.update(max_turns=2, max_new_tokens=32, max_episode_tokens=256, context=2048)
+  c.eval.update(tasks=2, samples=1, best_of=1)
+  return rl_run_config.parse(c)
+
+
+@absltest.skipIf(_NO_SANDBOX is not None, _NO_SANDBOX or "")
+class RLConfigTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_the_rl_jobs_held_out_evaluation_runs_on_it(self):
+    import jax
+    from c2jax.model.params import init_params
+    from c2jax.services.held_out import held_out_evaluation
+    cfg = rl_config_on_humaneval()
+    suite = cfg.task_suite()
+    self.assertEqual((suite.size("train"), suite.size("heldout")), (82, 82))
+    result = held_out_evaluation(cfg)(init_params(cfg.model_config, jax.random.key(0)))
+    # Two episodes of an untrained model, through the agent loop and graded: they run, and solve nothing.
+    self.assertEqual((result["tasks"], result["turns/mean"], result["pass@1"]), (2, 2.0, 0.0))
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 @absltest.skipIf(_NO_SANDBOX is not None, _NO_SANDBOX or "")
