@@ -12,7 +12,8 @@ Two input styles:
   Style.ASSERTS  a plain test file: top-level asserts (and top-level loops or blocks holding asserts) in file
                  order, and pytest-style `def test_x():` functions without parameters. Other top-level statements
                  (imports, assignments, helpers) stay module-level statements, run once when the module is
-                 imported: a value an assert reads is computed before any assert runs.
+                 imported: a value an assert reads is computed before any assert runs. An
+                 `if __name__ == "__main__":` block is dropped (it never runs on import).
 
 The output is one unittest module: `import unittest`, the candidate imported by name from the solution module
 (`from solution import has_close_elements`; in Style.CHECK bound to the check's parameter name too), the names the
@@ -228,6 +229,16 @@ def _has_assert(node: ast.AST) -> bool:
   return any(isinstance(n, ast.Assert) for n in ast.walk(node))
 
 
+def _is_main_block(stmt: ast.stmt) -> bool:
+  """`if __name__ == "__main__":` (either operand order)."""
+  if not (isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1
+          and isinstance(stmt.test.ops[0], ast.Eq)):
+    return False
+  pair = [stmt.test.left, stmt.test.comparators[0]]
+  return (any(isinstance(e, ast.Name) and e.id == "__name__" for e in pair)
+          and any(isinstance(e, ast.Constant) and e.value == "__main__" for e in pair))
+
+
 def _bound_names(stmts: list[ast.stmt]) -> set[str]:
   names = set()
   for node in ast.walk(ast.Module(body=stmts, type_ignores=[])):
@@ -343,6 +354,8 @@ def convert(source: str, style: Style, where: str, candidate: Candidate | None =
   else:
     loose: list[ast.stmt] = []
     for stmt in tree.body:
+      if _is_main_block(stmt):
+        continue  # never runs when the module is imported, which is how the judge runs it
       if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name.startswith("test"):
         a = stmt.args
         if a.args or a.posonlyargs or a.vararg or a.kwarg or a.kwonlyargs or stmt.decorator_list:

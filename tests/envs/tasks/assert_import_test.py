@@ -122,7 +122,8 @@ class RewriteFormsTest(parameterized.TestCase):
         "for x, y in CASES:\n    assert f(x) == y\n"
         "def test_zero():\n    assert f(0) == 0\n\n"
         "def _close(a, b):\n    assert abs(a - b) < 1e-9\n\n"
-        "def test_half():\n    _close(f(0.5), 1.0)\n",
+        "def test_half():\n    _close(f(0.5), 1.0)\n\n"
+        "if __name__ == '__main__':\n    test_zero()\n    assert f(2) == 4\n",
         ai.Style.ASSERTS, where="test_f.py")
     self.assertEqual(ai.count_tests(source), 3)
     tree = ast.parse(source)

@@ -147,6 +147,26 @@ class EvalTest(absltest.TestCase):
     self.assertEqual(right["passed"], 1.0)
 
 
+@absltest.skipIf(_NO_SANDBOX is not None, _NO_SANDBOX or "")
+class CheckpointPolicyTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_a_checkpoint_is_evaluated_through_the_agent_loop(self):
+    import jax
+    from c2jax.model.checkpoint import save_checkpoint
+    from c2jax.model.params import init_params
+    c = eval_humaneval.get_config()
+    model = suite_eval.parse(c).model_config
+    with tempfile.TemporaryDirectory() as d:
+      save_checkpoint(os.path.join(d, "ckpt"), init_params(model, jax.random.key(0)), model)
+      c.update(policy="checkpoint", checkpoint=os.path.join(d, "ckpt"), max_tasks=2)
+      c.sampling.update(max_new_tokens=16, max_episode_tokens=48)
+      summary = suite_eval.run(suite_eval.parse(c), os.path.join(d, "eval"))
+    # An untrained model: its episodes run and are graded; it solves nothing.
+    self.assertEqual((summary["num_tasks"], summary["episodes"], summary["errors"], summary["pass@1"]),
+                     (2, 2, 0, 0.0))
+
+
 def rl_config_on_humaneval():
   """configs/rl_tiny.py (the agentic job) on humaneval: half the problems to train on, byte tokens, no SFT (its
   teacher and BPE are tiny_spec's), episodes of two short turns."""

@@ -98,13 +98,20 @@ def problem_task(problem: dict, where: str) -> CodingTask:
   )
 
 
-@functools.lru_cache(maxsize=4)
 def load_problems(path: str) -> tuple[CodingTask, ...]:
   """The tasks of a problems file (JSON lines, gzipped when it ends in .gz), in file order; the first bad line
-  raises TaskFormatError naming it."""
+  raises TaskFormatError naming it. Cached by path, size and modification time: a rewritten file is read again."""
   file = pathlib.Path(path)
   if not file.is_file():
     raise TaskFormatError(f"The HumanEval problems file {file} does not exist.")
+  stat = file.stat()
+  return _load(str(file), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str, mtime_ns: int, size: int) -> tuple[CodingTask, ...]:
+  del mtime_ns, size  # the cache key
+  file = pathlib.Path(path)
   opener = gzip.open if file.suffix == ".gz" else open
   tasks, seen = [], set()
   with opener(file, "rt", encoding="utf-8") as f:
