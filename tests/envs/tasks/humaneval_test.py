@@ -160,7 +160,7 @@ class CheckpointPolicyTest(absltest.TestCase):
     with tempfile.TemporaryDirectory() as d:
       save_checkpoint(os.path.join(d, "ckpt"), init_params(model, jax.random.key(0)), model)
       c.update(policy="checkpoint", checkpoint=os.path.join(d, "ckpt"), max_tasks=2)
-      c.sampling.update(max_new_tokens=16, max_episode_tokens=48)
+      c.sampling.update(max_new_tokens=16, max_episode_tokens=48, slots=2, context=2048)
       summary = suite_eval.run(suite_eval.parse(c), os.path.join(d, "eval"))
     # An untrained model: its episodes run and are graded; it solves nothing.
     self.assertEqual((summary["num_tasks"], summary["episodes"], summary["errors"], summary["pass@1"]),
