@@ -62,6 +62,7 @@ from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import MeshRefusal, mesh_of
 from c2jax.pretrain.sharded import abstract_state, make_trainer
 from c2jax.pretrain.step import StepConfig, document_mask, init_state, train_step
+from c2jax.services import compile_cache
 from c2jax.services import loglinear
 from c2jax.services.pretrain_run_config import Phase, PretrainRunConfig, phase_at
 from c2jax.services.run_log import RunLog, read_records
@@ -360,6 +361,7 @@ def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lamb
   """
   if cfg.init_checkpoint:  # refused before anything is built (its architecture is checked where it is loaded)
     check_checkpoint(cfg.init_checkpoint, "init_checkpoint")
+  compile_cache.use()  # $JAX_COMPILATION_CACHE_DIR (an RL job's, for its SFT), else the user's cache
   r = _Run(cfg, workdir, stop)
   phase = phase_at(r.phases, r.restored or 0)
   if phase is None:  # every phase already done: report what is on disk

@@ -4,14 +4,14 @@ and an evaluator (report sections 3-6). What experiments/rl_main.py runs.
   result = run(cfg, workdir, stop=lambda: False)    # cfg: rl_run_config.parse(...)
 
 In order: the checkpoints the config names, checked (`check_inputs`: a path that is not a checkpoint of the run's
-model is refused before anything starts); the compiled-program cache (`compilation_cache`, else
-$JAX_COMPILATION_CACHE_DIR, else `<workdir>/jax_cache`; inherited by the actors, so a restarted job skips its
-compiles); the SFT warm start when `sft.enabled` and no `init_checkpoint` (before any actor starts: they sample from
-what RL starts from; a job that already checkpointed RL resumes from its own state and needs no SFT); the local pool
-(`env_service.local` environment servers first, `c2jax.services.env_servers`, waited for until they listen; then
-`actors.num` actors and, with `eval.process`, the evaluator; no actors with `actors.external`); the trainer pinned
-to `trainer.cpus`; the trainer loop (`c2jax.services.rl_loop`). A stop request checkpoints and returns with
-`interrupted`; the same call resumes.
+model is refused before anything starts); the compiled-program cache (`c2jax.services.compile_cache`:
+`compilation_cache`, else $JAX_COMPILATION_CACHE_DIR, else the user's cache; inherited by the actors, so a restarted
+job, or the next run of the same programs, skips its compiles); the SFT warm start when `sft.enabled` and no
+`init_checkpoint` (before any actor starts: they sample from what RL starts from; a job that already checkpointed RL
+resumes from its own state and needs no SFT); the local pool (`env_service.local` environment servers first,
+`c2jax.services.env_servers`, waited for until they listen; then `actors.num` actors and, with `eval.process`, the
+evaluator; no actors with `actors.external`); the trainer pinned to `trainer.cpus`; the trainer loop
+(`c2jax.services.rl_loop`). A stop request checkpoints and returns with `interrupted`; the same call resumes.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import jax
 
 from c2jax.actors import placement
 from c2jax.model.checkpoint import check_checkpoint
+from c2jax.services import compile_cache
 from c2jax.services import env_servers
 from c2jax.services import rl_loop
 from c2jax.services import warm_start
@@ -70,11 +71,7 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
   check_inputs(cfg)
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
-  # The config's directory, else the one jax's own variable names (one cache shared by every run that sets it: a test
-  # session's, a cluster's), else the run's own.
-  cache = cfg.compilation_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(workdir, "jax_cache")
-  jax.config.update("jax_compilation_cache_dir", cache)
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # inherited by the pool
+  compile_cache.use(cfg.compilation_cache)  # inherited by the pool
   rl_loop.check_mesh(cfg)  # a mesh that cannot take the batch: refused now, not after the SFT and the actors' start
   if cfg.sft.enabled and not cfg.init_checkpoint:
     init = started_from(workdir) or warm_start.sft_checkpoint(cfg, stop=stop)

@@ -236,8 +236,8 @@ class RLRunConfig:
       random init when `sft.enabled` is False.
     seed: seeds the init, the actors' task draws and sampling, and the evaluation.
     mesh: the trainer's device mesh, e.g. "fsdp:2,expert:2" (`c2jax.parallel.mesh`); empty: one device.
-    compilation_cache: directory of compiled programs (empty: $JAX_COMPILATION_CACHE_DIR if set, else
-      <workdir>/jax_cache), reused on restart.
+    compilation_cache: directory of compiled programs (empty: $JAX_COMPILATION_CACHE_DIR if set, else the user's
+      cache: `c2jax.services.compile_cache`), reused on restart and by later runs of the same programs.
     schedule: ASYNC or SYNC.
     buffer, weights: storage URLs (paths, s3://, gs://); empty: <workdir>/buffer and <workdir>/weights.
     env_service: where the episodes' environments run (in-process by default; multi-turn episodes only).

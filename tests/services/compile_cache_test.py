@@ -1,0 +1,69 @@
+"""The runs' compilation cache (`c2jax.services.compile_cache`): where it is (the config's, else
+$JAX_COMPILATION_CACHE_DIR, else the user's cache under $C2JAX_CACHE_DIR), and that a second process running the same
+program through it compiles nothing, while a changed program is compiled anew."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+from c2jax.services import compile_cache
+
+# A process that points jax at the cache as a run does, compiles one program (`SCALE` changes it) and prints how many
+# compiles the persistent cache answered and how many it did not.
+_PROBE = """
+import json, sys
+import jax, jax.numpy as jnp
+from c2jax.services import compile_cache
+hits, misses = [], []
+jax.monitoring.register_event_listener(
+    lambda event, **kw: (hits if event == "/jax/compilation_cache/cache_hits" else
+                         misses if event == "/jax/compilation_cache/cache_misses" else []).append(event))
+where = compile_cache.use()
+scale = float(sys.argv[1])
+f = jax.jit(lambda x: jnp.tanh(x @ x.T) * scale + jnp.cumsum(x, axis=0).sum())
+f(jnp.ones((64, 64))).block_until_ready()
+print(json.dumps({"where": where, "hits": len(hits), "misses": len(misses)}))
+"""
+
+
+class DirectoryTest(absltest.TestCase):
+
+  def test_the_config_then_jax_s_variable_then_the_user_s_cache(self):
+    with mock.patch.dict(os.environ, {"JAX_COMPILATION_CACHE_DIR": "/shared/jax", "C2JAX_CACHE_DIR": "/home/c"}):
+      self.assertEqual(compile_cache.directory("/run/cache"), "/run/cache")
+      self.assertEqual(compile_cache.directory(), "/shared/jax")
+      del os.environ["JAX_COMPILATION_CACHE_DIR"]
+      self.assertEqual(compile_cache.directory(), "/home/c/jax")
+
+
+class SecondRunTest(absltest.TestCase):
+
+  def test_a_second_process_compiles_nothing_a_changed_program_compiles(self):
+    home = tempfile.mkdtemp(prefix="c2jax-compile-cache-")
+    self.addCleanup(shutil.rmtree, home, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
+    env.update(C2JAX_CACHE_DIR=home, JAX_PLATFORMS="cpu",
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # this tiny program compiles in milliseconds
+
+    def probe(scale: float) -> dict:
+      out = subprocess.run([sys.executable, "-c", _PROBE, str(scale)], capture_output=True, text=True, env=env,
+                           timeout=300, check=True)
+      return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second, changed = probe(2.0), probe(2.0), probe(3.0)
+    self.assertEqual(first["where"], os.path.join(home, "jax"))
+    self.assertTrue(os.listdir(first["where"]))  # written under the user's cache
+    self.assertEqual((first["hits"], first["misses"] > 0), (0, True))
+    self.assertEqual((second["hits"] > 0, second["misses"]), (True, 0))  # nothing compiled again
+    self.assertGreater(changed["misses"], 0)  # another program (a constant changed): compiled, never the old one
+
+
+if __name__ == "__main__":
+  absltest.main()
