@@ -8,6 +8,7 @@ import tempfile
 
 from absl.testing import absltest
 
+from c2jax.envs.coding_rl import CodingTaskSuite
 from c2jax.envs.tasks import suites  # noqa: F401  (registers the suites)
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES, CodingTask, TaskFormatError, save_task, to_record
 from c2jax.envs.tasks.user_tasks import load_tasks
@@ -48,6 +49,10 @@ class UserTasksTest(absltest.TestCase):
     self.assertEqual((suite.tasks("train"), suite.tasks("heldout"), suite.size("heldout")),
                      (self.tasks, self.tasks, 2))
     self.assertEqual(CODING_SUITES.get("tasks").tasks("train"), [])  # registered with both splits empty
+    # The RL job's coding task names it by config (task.coding_suite, task.suite_options).
+    rl_suite = CodingTaskSuite(coding_suite="tasks", suite_options={"train": str(jsonl)})
+    self.assertEqual(rl_suite.size("train"), 2)
+    self.assertEqual(rl_suite.coding_task(rl_suite.task("train", 1)), self.tasks[1])
     write_jsonl(jsonl, [to_record(self.tasks[0])])  # a rewritten file is read again
     self.assertEqual(suite.tasks("train"), self.tasks[:1])
 
