@@ -187,7 +187,10 @@ class EntryPointsTest(parameterized.TestCase):
     work = self.tmp / "eval-interrupted"
     proc = subprocess.Popen([sys.executable, "experiments/eval_main.py", "--config=configs/eval_realistic.py",
                              "--config.policy=reference", "--config.samples=8", f"--workdir={work}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_ENV, cwd=str(_ROOT))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_ENV, cwd=str(_ROOT),
+                            # As from a terminal: a pytest-xdist worker ignores SIGINT, and its children would inherit
+                            # that (Python then installs no KeyboardInterrupt handler).
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     self.addCleanup(proc.kill)
     # The evaluation's progress bar is on: its episodes are running.
     err = ""
