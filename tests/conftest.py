@@ -13,6 +13,7 @@ After each module a fixture drops the jit caches and checks that the module left
 import atexit
 import gc
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -66,18 +67,27 @@ def _module_hygiene(request):
                 "(torch.set_flush_denormal(True)?): restore it, or set it only in a tool's own process.")
 
 
+# Seconds each file took in a suite run (tools/test_durations.py writes it); a file without an entry is estimated
+# from its markers. Only the order below depends on them.
+_DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_durations.json")
+_GUESS_S = {"e2e": 40.0, "mesh": 10.0, "slow": 10.0}  # seconds guessed for a file by its slowest marker; else 1
+
+
 def pytest_collection_modifyitems(config, items):
-  """Files holding e2e tests first, then those holding mesh or slow ones, then the rest, each file's tests in their
-  order: `--dist loadfile` hands whole files to the workers in this order, so the long files start early and the
-  suite ends on short files on both workers, not on one e2e file with the other worker idle."""
+  """The longest files first (by tests/file_durations.json, else by their markers), each file's tests in their
+  order: `--dist loadfile` hands whole files to the workers in this order, so the suite ends on short files on
+  every worker, not on one long file with the others idle (longest-first list scheduling)."""
   del config
+  try:
+    with open(_DURATIONS, encoding="utf-8") as f:
+      measured = json.load(f)
+  except (OSError, ValueError):  # no figures: the markers alone order the files
+    measured = {}
 
-  def rank(item) -> int:
-    return 0 if item.get_closest_marker("e2e") else 1 if item.get_closest_marker("mesh") or \
-        item.get_closest_marker("slow") else 2
-
-  first = {}
+  guess: dict[str, float] = {}
   for item in items:
     path = item.nodeid.split("::")[0]
-    first[path] = min(first.get(path, 2), rank(item))
-  items.sort(key=lambda item: first[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
+    marks = [s for m, s in _GUESS_S.items() if item.get_closest_marker(m)]
+    guess[path] = max(guess.get(path, 1.0), *marks) if marks else guess.get(path, 1.0)
+  seconds = {path: float(measured.get(path, g)) for path, g in guess.items()}
+  items.sort(key=lambda item: -seconds[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
