@@ -29,6 +29,7 @@ from c2jax.envs.core.env import EnvConfig
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.eval import harness
+from c2jax.sandbox import host_ast
 from c2jax.sandbox.sandbox import SandboxPool
 
 ASSERT_FIX = ("rewrite it with c2jax/envs/tasks/assert_import.py or as self.assertEqual and the like, since a plain "
@@ -75,10 +76,12 @@ def plain_asserts(task: CodingTask) -> list[Finding]:
     if not path.endswith(".py"):
       continue
     try:
-      tree = ast.parse(source, filename=path)
-    except SyntaxError as e:
-      findings.append(Finding(Problem.UNPARSABLE_TEST, f"hidden test {path} line {e.lineno} does not parse "
-                                                       f"({e.msg})"))
+      tree = host_ast.parse(source, filename=path)  # the host's one parser, under its lock (task files are input too)
+    except host_ast.Unparsable as e:
+      cause = e.__context__  # the parser's own error (host_ast raises from None: kept as the context)
+      where = f" line {cause.lineno}" if isinstance(cause, SyntaxError) and cause.lineno else ""
+      reason = cause.msg if isinstance(cause, SyntaxError) else str(e)
+      findings.append(Finding(Problem.UNPARSABLE_TEST, f"hidden test {path}{where} does not parse ({reason})"))
       continue
     places += [f"{path}:{n}" for n in sorted(node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assert))]
   if places:
