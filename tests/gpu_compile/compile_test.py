@@ -121,18 +121,19 @@ class ProgramCompileTest(parameterized.TestCase):
     cfg = tiny.BYTES.replace(platform=Platform.GPU)
     eng = tiny.ENGINE
     sampling = tiny.ENGINE_SAMPLING
-    static = dict(cfg=cfg, sampling=sampling.structure(), mode=sampling.mode, window=512)
+    static = dict(cfg=cfg, sampling=engine._static(sampling), mode=sampling.mode, window=512)
     params = jax.eval_shape(functools.partial(init_params, cfg), jax.random.key(0))
     state = jax.eval_shape(lambda: engine.init_state(cfg, eng, sampling))
     s, c, f = eng.slots, eng.chunk_sizes[1], eng.max_forced
     i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)
     flags = jax.ShapeDtypeStruct((s,), jnp.bool_)
+    stops = i32(len(sampling.stop_tokens))  # a traced argument of append and decode
     keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), s))
     programs = {
         "append": (functools.partial(engine._append_body, **static),
                    (params, state, i32(s, c), i32(s), flags, flags, flags, i32(s), keys, i32(s, f), i32(s), i32(s),
-                    i32())),
-        "decode": (functools.partial(engine._decode_loop, **static), (params, state, i32(), i32())),
+                    i32(), stops)),
+        "decode": (functools.partial(engine._decode_loop, **static), (params, state, i32(), i32(), stops)),
         "force": (functools.partial(engine._force_body, chunk=c, **static), (params, state, i32())),
     }
     for name, (fn, args) in programs.items():
