@@ -589,7 +589,7 @@ class AgentRunner:
 
   def _start(self, episodes: Sequence[Episode], weights: Callable[[], tuple[object, int]]) -> _Loop:
     """Checks the episodes' prompts against the slots' context and starts the tool workers: the loop's state."""
-    summary, context, native = self.agent.summary, self.engine.context, self.chat.native
+    summary, native = self.agent.summary, self.chat.native
     request_text = self.chat.format.summary_request(summary.max_tokens) if summary.enabled else ""
     request_ids = (self.chat.encode_markup(self.chat.format.continuation("", (), "", request=request_text)
                                            .notice_markup) if native else self.chat.encode_text(request_text))

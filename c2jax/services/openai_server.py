@@ -178,7 +178,7 @@ class ChatServer:
   def _serve(self) -> None:
     try:
       self.runner.run([], weights=self.weights, feed=self._feed, on_trajectory=self._done)
-    except Exception as e:  # noqa: BLE001  (every waiting request is answered with it, then it is raised again)
+    except Exception as e:  # every waiting request is answered with it, then it is raised again
       self.error = f"The engine stopped: {type(e).__name__}: {str(e)[:300]}"
       for ticket in self._tickets.values():
         ticket.sink(("done", Reply(np.zeros(0, np.int32), None, 0, 0, error=self.error)))
@@ -263,7 +263,7 @@ def make_app(server: ChatServer):
   from starlette.responses import JSONResponse, StreamingResponse
   from starlette.routing import Route
 
-  chat, limits = server.chat, server.limits
+  limits = server.limits
 
   async def models(request: Request):
     del request
@@ -283,60 +283,68 @@ def make_app(server: ChatServer):
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
     server.submit(req, conv, lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body.get("model") or
-            limits.model}
-    if not req.stream:
-      while True:
-        kind, value = await events.get()
-        if kind == "done":
-          break
-      if value.error:
-        return JSONResponse(error_body(value.error, 500), status_code=500)
-      message = cc.assistant_message(chat, value.ids, req.tools_on)
-      server.remember(message, value.ids)
-      return JSONResponse({**head, "object": "chat.completion", "system_fingerprint": f"c2jax-v{value.version}",
-                           "choices": [{"index": 0, "message": message, "logprobs": None,
-                                        "finish_reason": _finish_reason(value, message),
-                                        "token_ids": [int(i) for i in value.ids]}],
-                           "usage": _usage(value)})
-    return StreamingResponse(_stream(head, req, events), media_type="text/event-stream")
-
-  async def _stream(head: dict, req: cc.Request, events: asyncio.Queue):
-    def chunk(delta: dict, finish: str | None = None, **extra) -> str:
-      choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **extra}
-      return "data: " + json.dumps({**head, "object": "chat.completion.chunk", "choices": [choice]}) + "\n\n"
-
-    yield chunk({"role": "assistant", "content": ""})
-    sent = ""
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
+            "model": body.get("model") or limits.model}
+    if req.stream:
+      return StreamingResponse(_stream(server, head, req, events), media_type="text/event-stream")
     while True:
-      kind, value = await events.get()
+      kind, reply = await events.get()
       if kind == "done":
         break
-      content = _partial_content(chat, value, req.tools_on)
-      if content is not None and content.startswith(sent) and len(content) > len(sent):
-        yield chunk({"content": content[len(sent):]})
-        sent = content
-    if value.error:
-      yield "data: " + json.dumps(error_body(value.error, 500)) + "\n\n"
-      yield "data: [DONE]\n\n"
-      return
-    message = cc.assistant_message(chat, value.ids, req.tools_on)
-    server.remember(message, value.ids)
-    if message["content"].startswith(sent) and len(message["content"]) > len(sent):
-      yield chunk({"content": message["content"][len(sent):]})
-    if message.get("reasoning_content"):
-      yield chunk({"reasoning_content": message["reasoning_content"]})
-    for k, call in enumerate(message.get("tool_calls", [])):
-      yield chunk({"tool_calls": [{"index": k, **call}]})
-    head = {**head, "system_fingerprint": f"c2jax-v{value.version}"}
-    yield chunk({}, _finish_reason(value, message), token_ids=[int(i) for i in value.ids])
-    if req.include_usage:
-      yield "data: " + json.dumps({**head, "object": "chat.completion.chunk", "choices": [],
-                                   "usage": _usage(value)}) + "\n\n"
-    yield "data: [DONE]\n\n"
+    if reply.error:
+      return JSONResponse(error_body(reply.error, 500), status_code=500)
+    return JSONResponse(_completion(server, head, req, reply))
 
   return Starlette(routes=[Route("/v1/models", models, methods=["GET"]),
                            Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+def _completion(server: ChatServer, head: dict, req: cc.Request, reply: Reply) -> dict:
+  """A chat.completion of a finished reply."""
+  message = cc.assistant_message(server.chat, reply.ids, req.tools_on)
+  server.remember(message, reply.ids)
+  return {**head, "object": "chat.completion", "system_fingerprint": f"c2jax-v{reply.version}",
+          "choices": [{"index": 0, "message": message, "logprobs": None,
+                       "finish_reason": _finish_reason(reply, message), "token_ids": [int(i) for i in reply.ids]}],
+          "usage": _usage(reply)}
+
+
+async def _stream(server: ChatServer, head: dict, req: cc.Request, events: asyncio.Queue):
+  """The server-sent events of a streamed reply: its content as it is drawn (as far as its parse is settled), then
+  its reasoning and tool calls, the finish reason, usage if asked, [DONE]."""
+
+  def chunk(delta: dict, finish: str | None = None, **extra) -> str:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **extra}
+    return "data: " + json.dumps({**head, "object": "chat.completion.chunk", "choices": [choice]}) + "\n\n"
+
+  yield chunk({"role": "assistant", "content": ""})
+  sent = ""
+  while True:
+    kind, value = await events.get()
+    if kind == "done":
+      break
+    content = _partial_content(server.chat, value, req.tools_on)
+    if content is not None and content.startswith(sent) and len(content) > len(sent):
+      yield chunk({"content": content[len(sent):]})
+      sent = content
+  if value.error:
+    yield "data: " + json.dumps(error_body(value.error, 500)) + "\n\n"
+    yield "data: [DONE]\n\n"
+    return
+  message = cc.assistant_message(server.chat, value.ids, req.tools_on)
+  server.remember(message, value.ids)
+  if message["content"].startswith(sent) and len(message["content"]) > len(sent):
+    yield chunk({"content": message["content"][len(sent):]})
+  if message.get("reasoning_content"):
+    yield chunk({"reasoning_content": message["reasoning_content"]})
+  for k, call in enumerate(message.get("tool_calls", [])):
+    yield chunk({"tool_calls": [{"index": k, **call}]})
+  head = {**head, "system_fingerprint": f"c2jax-v{value.version}"}
+  yield chunk({}, _finish_reason(value, message), token_ids=[int(i) for i in value.ids])
+  if req.include_usage:
+    yield "data: " + json.dumps({**head, "object": "chat.completion.chunk", "choices": [],
+                                 "usage": _usage(value)}) + "\n\n"
+  yield "data: [DONE]\n\n"
 
 
 class Serving:

@@ -4,24 +4,29 @@ against the agent loop run directly (zero drift), streaming against non-streamin
 each alone, an in-flight weight reload from the weight store, and bad requests (400, one sentence)."""
 
 import concurrent.futures
+import dataclasses
 import tempfile
 
 from absl.testing import absltest
 import jax
-import numpy as np
 import openai
 import pytest
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import Source
+from c2jax.actors.sampling import SamplingConfig
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.envs.chat.chat_format import Continuation, ToolResult, chat_format
+from c2jax.data.tokenizer import make_tokenizer
+from c2jax.envs.chat.chat_format import SYSTEM_PROMPT, Continuation, ToolResult, chat_format
+from c2jax.envs.chat.tool_formats import tool_schemas
 from c2jax.envs.core.agent_env import TurnResult
 from c2jax.envs.tools import protocol
 from c2jax.rollouts.weight_store import WeightStore
 from c2jax.services import chat_completions as cc
 from c2jax.services import openai_server
 from tests import tiny
+from tests.data import chat_attacks
 
 MAX_TOKENS = 24
 LIMITS = cc.Limits(model="tiny", temperature=1.0, top_p=1.0, max_tokens=64, max_forced=tiny.ENGINE.max_forced,
@@ -31,12 +36,24 @@ AGENT = AgentConfig(max_turns=1000, max_turn_tokens=MAX_TOKENS, max_episode_toke
 USER = "Read a.py and fix the bug."
 
 
-def _runner() -> AgentRunner:
-  return AgentRunner(tiny.BYTES, tiny.ENGINE, tiny.ENGINE_SAMPLING, AGENT, ByteTokenizer())
+# A native format's prompt declares every tool (~1,800 tokens of the small BPEs): the engine of
+# tests/actors/agent_loop_chat_test.py, whose programs this one shares.
+NATIVE_ENGINE = EngineConfig(slots=2, context=4096, chunk_sizes=(16, 256, 1024), max_forced=512)
 
 
-def _serve(weights) -> tuple[openai_server.ChatServer, openai_server.Serving, openai.OpenAI]:
-  server = openai_server.ChatServer(_runner(), weights, LIMITS)
+def _runner(chat_format_name: str = "brief") -> AgentRunner:
+  if chat_format_name == "brief":
+    return AgentRunner(tiny.BYTES, tiny.ENGINE, tiny.ENGINE_SAMPLING, AGENT, ByteTokenizer())
+  return AgentRunner(tiny.MODEL, NATIVE_ENGINE, SamplingConfig(max_new_tokens=1, temperature=1.0), AGENT,
+                     make_tokenizer(chat_attacks.model_dir(chat_format_name)), chat_format=chat_format_name)
+
+
+def _serve(weights, chat_format_name: str = "brief") -> tuple[openai_server.ChatServer, openai_server.Serving,
+                                                               openai.OpenAI]:
+  runner = _runner(chat_format_name)
+  limits = LIMITS if chat_format_name == "brief" else dataclasses.replace(
+      LIMITS, max_forced=NATIVE_ENGINE.max_forced, context=NATIVE_ENGINE.context)
+  server = openai_server.ChatServer(runner, weights, limits)
   server.start()
   serving = openai_server.Serving(openai_server.make_app(server)).start()
   client = openai.OpenAI(base_url=serving.url, api_key="unused", max_retries=0, timeout=300)
@@ -44,10 +61,10 @@ def _serve(weights) -> tuple[openai_server.ChatServer, openai_server.Serving, op
 
 
 class _Scripted:
-  """The agent loop's side of the conversation: each turn's continuation as the brief format writes it."""
+  """The agent loop's side of the conversation: each turn's continuation as the chat format writes it."""
 
-  def __init__(self, steps):
-    self.steps, self.k = steps, 0
+  def __init__(self, steps, name: str = "brief"):
+    self.steps, self.k, self.name = steps, 0, name
 
   def reset(self):
     pass
@@ -58,7 +75,7 @@ class _Scripted:
     if k >= len(self.steps):
       return TurnResult(observation="", done=True, reason="finish")
     results, notice = self.steps[k]
-    cont = chat_format("brief").continuation(text, results, notice)
+    cont = chat_format(self.name).continuation(text, results, notice)
     return TurnResult(observation=cont.observation, notice=cont.notice,
                       continuation=Continuation(cont.observation_markup, cont.notice_markup))
 
@@ -142,11 +159,15 @@ class OpenAIServerTest(absltest.TestCase):
 
   def test_concurrent_clients_get_what_they_get_alone(self):
     asks = [([{"role": "user", "content": f"Task {i}: {USER}"}], 100 + i) for i in range(6)]  # 6 asks, 4 slots
+    stats = self.server.runner.stats
+    decodes = stats.decodes
     alone = [_ids(self._ask(m, seed=s)) for m, s in asks]
+    decodes, alone_decodes = stats.decodes, stats.decodes - decodes
     with concurrent.futures.ThreadPoolExecutor(len(asks)) as pool:
       together = list(pool.map(lambda a: _ids(self._ask(*a)), asks))
     self.assertEqual(together, alone)
     self.assertGreater(len({tuple(a) for a in alone}), 1)
+    self.assertLess(stats.decodes - decodes, alone_decodes)  # they were decoded together
 
   def test_bad_requests_are_400_with_one_sentence(self):
     user = [{"role": "user", "content": USER}]
@@ -166,30 +187,101 @@ class OpenAIServerTest(absltest.TestCase):
 
 @pytest.mark.e2e
 @pytest.mark.slow
+class NativeFormatTest(absltest.TestCase):
+
+  def test_deepseek_tool_calls_in_its_own_template_have_the_agent_loops_tokens(self):
+    name = "deepseek_v3"
+    fmt = chat_format(name)
+    params = tiny.params(tiny.MODEL)
+    server, serving, client = _serve(openai_server.Weights(params=params), name)
+    call = protocol.ToolCall(protocol.ToolName.READ_FILE, {"path": "a.py"})
+    first_text = fmt.tool_format.render((call,), first_index=0)
+    written = fmt.assistant_message(first_text)
+    result = "def f(x):\n  return x + 2\n"
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": USER},
+                {"role": "assistant", "content": written["content"], "tool_calls": written["tool_calls"]},
+                {"role": "tool", "content": result}]
+    replies = []
+    try:
+      for k in range(2):
+        answer = client.chat.completions.create(model="tiny", messages=messages, tools=tool_schemas(), seed=4,
+                                                max_tokens=MAX_TOKENS)
+        replies.append(_ids(answer))
+        message = answer.choices[0].message
+        messages += [{"role": "assistant", "content": message.content,
+                      **({"tool_calls": [c.model_dump() for c in message.tool_calls]} if message.tool_calls
+                         else {})},
+                     {"role": "user", "content": f"go on {k}"}]
+    finally:
+      serving.stop()
+      server.stop()
+    runner = _runner(name)
+    chat = runner.chat
+    first = chat.turn_ids(first_text)
+    steps = [((ToolResult(result, call=0, tool="read_file"),), ""), ((), "go on 0")]
+    episode = Episode(prompt=chat.prompt(USER), make_env=lambda: _Scripted(steps, name), key=4,
+                      script=lambda turn, obs: first if turn == 0 else None,
+                      turn_tokens=(len(first),) + (MAX_TOKENS,) * 2)
+    (traj,) = runner.run([episode], weights=lambda: (params, 0))
+    model = traj.source == int(Source.MODEL)
+    turns = [traj.tokens[model & (traj.turn == t)].tolist() for t in range(3)]
+    self.assertEqual(turns[0], first.tolist())
+    self.assertEqual(turns[1:], replies)  # zero drift in the model's own template
+    self.assertTrue(all(len(r) > 1 for r in replies))
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 class WeightReloadTest(absltest.TestCase):
 
   def test_a_new_version_is_picked_up_in_flight(self):
+    # A publisher writes version 2 while a reply is being decoded: the store is asked before every device call,
+    # and the third call of the reply (its second decode chunk) is where version 2 lands.
     url = tempfile.mkdtemp()
     store = WeightStore(url)
     old, new = tiny.params(tiny.BYTES), tiny.params(tiny.BYTES, seed=1)
     store.publish(1, jax.device_get(old))
-    server, serving, client = _serve(openai_server.Weights(store=WeightStore(url), poll_s=0.0))
+    polled = openai_server.Weights(store=WeightStore(url), poll_s=0.0)
+    calls = []
+
+    def weights():
+      calls.append(None)
+      if len(calls) == 3:
+        store.publish(2, jax.device_get(new))
+      return polled()
+
+    server, serving, client = _serve(weights)
+    messages = [{"role": "user", "content": USER}]
     try:
-      messages = [{"role": "user", "content": USER}]
-      ask = lambda: client.chat.completions.create(model="tiny", messages=messages, seed=3, max_tokens=MAX_TOKENS)
-      before = ask()
-      store.publish(2, jax.device_get(new))
-      after = ask()
+      chunks = list(client.chat.completions.create(model="tiny", messages=messages, seed=3, max_tokens=64,
+                                                   stream=True))
+      after = client.chat.completions.create(model="tiny", messages=messages, seed=3, max_tokens=64)
     finally:
       serving.stop()
       server.stop()
-    self.assertEqual((before.system_fingerprint, after.system_fingerprint), ("c2jax-v1", "c2jax-v2"))
-    episode = lambda: Episode(prompt=_runner().chat.prompt(USER), make_env=lambda: _Scripted([]), key=3,
-                              turn_tokens=(MAX_TOKENS,))
-    for answer, params in ((before, old), (after, new)):
-      (traj,) = _runner().run([episode()], weights=lambda p=params: (p, 0))
-      np.testing.assert_array_equal(traj.tokens[traj.source == int(Source.MODEL)], _ids(answer))
-    self.assertNotEqual(_ids(before), _ids(after))
+    last = [c for c in chunks if c.choices][-1]
+    during = last.choices[0].model_extra["token_ids"]
+    self.assertEqual((last.system_fingerprint, after.system_fingerprint), ("c2jax-v2", "c2jax-v2"))
+
+    def played(switch_at: int) -> list[int]:
+      """The agent loop's reply with version 1 for its first switch_at - 1 device calls, then version 2."""
+      n = []
+
+      def swap():
+        n.append(None)
+        return (old, 1) if len(n) < switch_at else (new, 2)
+
+      episode = Episode(prompt=_runner().chat.prompt(USER), make_env=lambda: _Scripted([]), key=3,
+                        turn_tokens=(64,))
+      (traj,) = _runner().run([episode], weights=swap)
+      model = traj.source == int(Source.MODEL)
+      self.assertEqual(traj.versions[model][-1], 1 if switch_at > len(n) else 2)
+      return traj.tokens[model].tolist()
+
+    self.assertEqual(during, played(3))  # the tokens after the reload follow the new params
+    self.assertEqual(_ids(after), played(1))
+    self.assertNotEqual(during, played(10**9))  # ... and differ from version 1's (the reload was mid-reply)
+    self.assertGreater(len(during), 1 + AGENT.chunk_steps)  # tokens were drawn after the swap (append + 1 chunk)
 
 
 if __name__ == "__main__":
