@@ -56,7 +56,7 @@ class Weights:
   """(params, version) for the engine thread: fixed params, or the newest version of a weight store.
 
   Args:
-    params: the params (version `version`) served until the store has a newer one.
+    params: the params served until the store has a version (then the store's newest, whatever its number).
     version: their version.
     store: a `c2jax.rollouts.weight_store.WeightStore` polled for newer versions, or None.
     poll_s: the least time between two polls of the store.
@@ -64,24 +64,24 @@ class Weights:
 
   def __init__(self, params: Any = None, version: int = 0, store: Any = None, poll_s: float = 1.0):
     self.params, self.version, self.store, self.poll_s = params, version, store, poll_s
+    self._host = None  # the store's version as loaded (host arrays): the base of the next delta
     self._polled = -float("inf")
     if params is None and store is None:
       raise ValueError("Weights need params or a weight store.")
-    if params is None:
-      self._poll(force=True)
-      if self.params is None:
-        raise ValueError(f"The weight store {store.url} has no published version yet; publish one, or give params.")
+    self._poll()
+    if self.params is None:
+      raise ValueError(f"The weight store {store.url} has no published version yet; publish one, or give params.")
 
-  def _poll(self, force: bool = False) -> None:
+  def _poll(self) -> None:
     now = time.monotonic()
-    if self.store is None or (not force and now - self._polled < self.poll_s):
+    if self.store is None or now - self._polled < self.poll_s:
       return
     self._polled = now
-    got = self.store.update(None if self.params is None else self.version,
-                            None if self.params is None else jax.device_get(self.params))
+    have = self.version if self._host is not None else None
+    got = self.store.update(have, self._host)
     if got is not None:
-      self.version, params = got
-      self.params = jax.device_put(params)
+      self.version, self._host = got
+      self.params = jax.device_put(self._host)
 
   def __call__(self) -> tuple[Any, int]:
     self._poll()
@@ -376,3 +376,81 @@ class Serving:
   def stop(self) -> None:
     self._server.should_exit = True
     self._thread.join()
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+  """What `experiments/serve_main.py` serves (its flags, one each).
+
+  Attributes:
+    checkpoint: a c2jax checkpoint directory: the model's architecture and its first params.
+    tokenizer: "byte", or a tokenizer.json / HF model directory (the model's own, for a native chat format).
+    chat_format: "brief", "deepseek_v3" or "kimi_k2" (`c2jax.envs.chat.chat_format.CHAT_FORMATS`).
+    weights: a weight store URL polled for newer versions every poll_s seconds ("" : the checkpoint's params).
+    model_name: the name /v1/models lists.
+    slots, context, max_forced: the engine's `EngineConfig` (S, C, F).
+    max_tokens: the longest reply, and a request's default.
+    temperature, top_p: the sampling of every slot.
+    chunk_steps: decode steps between two looks at the queue (new requests join, streams read their tokens).
+    seed: the generator of the seeds of requests that give none.
+  """
+
+  checkpoint: str
+  tokenizer: str = "byte"
+  chat_format: str = "brief"
+  weights: str = ""
+  poll_s: float = 5.0
+  model_name: str = "c2jax"
+  slots: int = 8
+  context: int = 4096
+  max_forced: int = 1024
+  max_tokens: int = 1024
+  temperature: float = 1.0
+  top_p: float = 1.0
+  chunk_steps: int = 16
+  seed: int = 0
+
+  def __post_init__(self):
+    from c2jax.envs.chat.chat_format import CHAT_FORMATS
+    if not self.checkpoint:
+      raise ValueError("--checkpoint is required: the c2jax checkpoint to serve (its architecture and params).")
+    if self.chat_format not in CHAT_FORMATS:
+      raise ValueError(f"--chat_format={self.chat_format!r} is not one of {', '.join(CHAT_FORMATS.names())}.")
+    if not 1 <= self.max_tokens < self.context:
+      raise ValueError(f"--max_tokens={self.max_tokens} must be from 1 to --context - 1 = {self.context - 1}.")
+    if not 1 <= self.max_forced <= self.context:
+      raise ValueError(f"--max_forced={self.max_forced} must be from 1 to --context={self.context}.")
+    if self.poll_s < 0 or self.temperature < 0 or not 0 < self.top_p <= 1:
+      raise ValueError(f"--poll_s={self.poll_s} and --temperature={self.temperature} must be >= 0 and "
+                       f"--top_p={self.top_p} in (0, 1].")
+
+
+def build(cfg: ServeConfig) -> ChatServer:
+  """The server of `cfg` (its engine thread not started): the checkpoint's model and params, the tokenizer, the
+  chat format, the weight store. Raises `c2jax.input_errors.InputError` (one sentence) on a path that does not exist
+  or a tokenizer larger than the model's vocabulary."""
+  from c2jax.actors.agent_loop import AgentConfig
+  from c2jax.actors.engine import EngineConfig
+  from c2jax.actors.sampling import SamplingConfig
+  from c2jax.data.tokenizer import make_tokenizer
+  from c2jax.input_errors import MismatchedInput
+  from c2jax.model.checkpoint import check_checkpoint, load_checkpoint
+  from c2jax.rollouts.weight_store import WeightStore
+
+  check_checkpoint(cfg.checkpoint, "--checkpoint")
+  tok = make_tokenizer(cfg.tokenizer)
+  params, model = load_checkpoint(cfg.checkpoint)
+  if tok.vocab_size > model.vocab_size:
+    raise MismatchedInput(f"--tokenizer={cfg.tokenizer!r} has {tok.vocab_size} tokens but the model only "
+                          f"{model.vocab_size}; give the model's own tokenizer.")
+  engine = EngineConfig(slots=cfg.slots, context=cfg.context, max_forced=cfg.max_forced)
+  sampling = SamplingConfig(max_new_tokens=1, temperature=cfg.temperature, top_p=cfg.top_p,
+                            stop_tokens=(tok.eos_id,))
+  # A request's budgets are its own (Episode.turn_tokens); the agent's must not bind.
+  agent = AgentConfig(max_turns=10**9, max_turn_tokens=cfg.max_tokens, max_episode_tokens=10**12,
+                      chunk_steps=cfg.chunk_steps, tool_workers=1)
+  runner = AgentRunner(model, engine, sampling, agent, tok, chat_format=cfg.chat_format)
+  weights = Weights(params=params, store=WeightStore(cfg.weights) if cfg.weights else None, poll_s=cfg.poll_s)
+  limits = cc.Limits(model=cfg.model_name, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                     max_forced=cfg.max_forced, context=cfg.context)
+  return ChatServer(runner, weights, limits, seed=cfg.seed)

@@ -16,6 +16,7 @@ from c2jax.envs.chat.tool_formats import tool_schemas
 from c2jax.envs.tools import protocol
 from c2jax.envs.tools.protocol import ToolCall, ToolName
 from c2jax.services import chat_completions as cc
+from c2jax.services import openai_server
 from tests.data import chat_attacks
 
 LIMITS = cc.Limits(model="m", temperature=1.0, top_p=1.0, max_tokens=64, max_forced=256, context=4096)
@@ -132,6 +133,22 @@ class RefusalTest(parameterized.TestCase):
                                 "temperature": 1, "tool_choice": "none"}, LIMITS)
     self.assertEqual((request.max_tokens, request.seed, request.stream, request.tools_on), (64, None, False, False))
     self.assertEqual(request.messages[0]["role"], "system")
+
+
+class ServeConfigTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      (dict(checkpoint=""), "--checkpoint"),
+      (dict(checkpoint="c", chat_format="chatml"), "--chat_format"),
+      (dict(checkpoint="c", max_tokens=0), "--max_tokens"),
+      (dict(checkpoint="c", max_tokens=4096, context=4096), "--max_tokens"),
+      (dict(checkpoint="c", max_forced=0), "--max_forced"),
+      (dict(checkpoint="c", top_p=0.0), "--top_p"),
+  )
+  def test_bad_flags_are_refused_in_one_sentence(self, kwargs, words):
+    with self.assertRaises(ValueError) as e:
+      openai_server.ServeConfig(**kwargs)
+    self.assertIn(words, str(e.exception))
 
 
 if __name__ == "__main__":

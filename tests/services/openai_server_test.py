@@ -5,7 +5,12 @@ each alone, an in-flight weight reload from the weight store, and bad requests (
 
 import concurrent.futures
 import dataclasses
+import os
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 
 from absl.testing import absltest
 import jax
@@ -22,6 +27,7 @@ from c2jax.envs.chat.chat_format import SYSTEM_PROMPT, Continuation, ToolResult,
 from c2jax.envs.chat.tool_formats import tool_schemas
 from c2jax.envs.core.agent_env import TurnResult
 from c2jax.envs.tools import protocol
+from c2jax.model.checkpoint import save_checkpoint
 from c2jax.rollouts.weight_store import WeightStore
 from c2jax.services import chat_completions as cc
 from c2jax.services import openai_server
@@ -34,6 +40,7 @@ LIMITS = cc.Limits(model="tiny", temperature=1.0, top_p=1.0, max_tokens=64, max_
 AGENT = AgentConfig(max_turns=1000, max_turn_tokens=MAX_TOKENS, max_episode_tokens=10**6, chunk_steps=8,
                     tool_workers=1)
 USER = "Read a.py and fix the bug."
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # A native format's prompt declares every tool (~1,800 tokens of the small BPEs): the engine of
@@ -282,6 +289,46 @@ class WeightReloadTest(absltest.TestCase):
     self.assertEqual(_ids(after), played(1))
     self.assertNotEqual(during, played(10**9))  # ... and differ from version 1's (the reload was mid-reply)
     self.assertGreater(len(during), 1 + AGENT.chunk_steps)  # tokens were drawn after the swap (append + 1 chunk)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+class ServeMainTest(absltest.TestCase):
+
+  def test_the_entry_point_serves_a_checkpoint(self):
+    directory = os.path.join(tempfile.mkdtemp(), "ckpt")
+    save_checkpoint(directory, tiny.params(tiny.BYTES), tiny.BYTES)
+    with socket.socket() as s:
+      s.bind(("127.0.0.1", 0))
+      port = s.getsockname()[1]
+    main = os.path.join(ROOT, "experiments", "serve_main.py")
+    proc = subprocess.Popen([sys.executable, main, f"--checkpoint={directory}", f"--port={port}", "--slots=4",
+                             "--context=1280", "--max_forced=256", "--max_tokens=16", "--model_name=tiny"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+      client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
+      deadline = time.monotonic() + 120
+      while True:
+        try:
+          self.assertEqual([m.id for m in client.models.list().data], ["tiny"])
+          break
+        except openai.APIConnectionError:
+          self.assertIsNone(proc.poll(), "serve_main.py exited before it answered")
+          self.assertLess(time.monotonic(), deadline, "serve_main.py did not answer within 120 s")
+          time.sleep(0.5)
+      answer = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": USER}], seed=2)
+      self.assertBetween(len(_ids(answer)), 1, 16)
+    finally:
+      proc.terminate()
+      proc.wait(timeout=60)
+
+  def test_a_path_that_does_not_exist_is_refused_in_one_sentence(self):
+    main = os.path.join(ROOT, "experiments", "serve_main.py")
+    out = subprocess.run([sys.executable, main, "--checkpoint=/nonexistent"], capture_output=True, text=True,
+                         timeout=120)
+    self.assertEqual(out.returncode, 2, out.stderr)
+    self.assertIn("does not exist", out.stderr)
+    self.assertNotIn("Traceback", out.stderr)
 
 
 if __name__ == "__main__":
