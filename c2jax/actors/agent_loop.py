@@ -21,7 +21,9 @@ next):
      it is;
   5. `_take_tool_results`: finished tool calls come back as observation tokens (or end the episode);
      `_take_gradings`: finished gradings become trajectories.
-When nothing can run on the device, the loop waits for the first tool worker to finish.
+When nothing can run on the device, the loop waits for the first tool worker to finish. With a `feed` the run is
+open-ended: new episodes join the queue at the top of every iteration (a server's requests, continuous batching;
+`c2jax.services.openai_server`), and each trajectory goes to `on_trajectory` as it is done.
 
 An environment that raises ends its episode alone (EpisodeEnd.ENV_ERROR, reward terms `ENV_ERROR_TERMS`). One lost
 with its host (`EnvLost`: a remote environment server that stopped answering) drops that attempt whole and runs the
