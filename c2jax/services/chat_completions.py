@@ -139,6 +139,10 @@ def parse_request(body: Any, limits: Limits) -> Request:
                      "for the model to answer.")
   if not any(m["role"] == "user" for m in msgs):
     raise BadRequest("messages need a user message.")
+  for i in range(1, len(msgs)):
+    if msgs[i]["role"] == msgs[i - 1]["role"] == "assistant":
+      raise BadRequest(f"messages[{i}] is a second assistant message in a row; put the user's or the tools' "
+                       "message between them (each assistant message is one turn of the model).")
   tools = body.get("tools") or []
   if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function" and
                                             isinstance(t.get("function"), dict) and

@@ -69,6 +69,18 @@ class RenderTest(parameterized.TestCase):
     conv = cc.render(cc.parse_request({"messages": messages, "tools": TOOLS}, LIMITS), chat, known)
     np.testing.assert_array_equal(conv.turns[1], drawn)
 
+  def test_a_conversation_the_template_rewrites_is_one_prompt(self):
+    # Kimi-K2's template drops the reasoning of turns before the last turn without calls: the first turn's reasoning
+    # is rendered while it is the last, and dropped once a turn without calls follows it.
+    chat = _chat("kimi_k2")
+    messages = _conversation("kimi_k2")
+    messages[2] = {**messages[2], "reasoning_content": "I should read it."}
+    self.assertEqual(chat.format.boundary(messages[:3], messages[:5]).value, "segment_break")
+    conv = cc.render(cc.parse_request({"messages": messages, "tools": TOOLS}, LIMITS), chat)
+    self.assertEqual((conv.turns, conv.continuations), ((), ()))
+    np.testing.assert_array_equal(conv.prompt,
+                                  chat.encode_markup(chat.format.render_markup(messages, True, TOOLS)))
+
   @parameterized.parameters("deepseek_v3", "kimi_k2")
   def test_a_reply_with_calls_is_openai_tool_calls(self, name):
     chat = _chat(name)
@@ -104,6 +116,8 @@ class RefusalTest(parameterized.TestCase):
       ({"messages": []}, "messages"),
       ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "text"),
       ({"messages": [{"role": "system", "content": "s"}]}, "user message"),
+      ({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+                     {"role": "assistant", "content": "b"}, {"role": "user", "content": "u"}]}, "in a row"),
       ({"messages": [{"role": "user", "content": "u"}], "n": 2}, "n=2"),
       ({"messages": [{"role": "user", "content": "u"}], "seed": -1}, "seed"),
       ({"messages": [{"role": "user", "content": "u"}], "top_p": 0.5}, "top_p"),
