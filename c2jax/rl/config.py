@@ -12,7 +12,7 @@ Report / paper symbol of each field:
   clip_eps_low/high    epsilon_low / epsilon_high of the clipped ratio (DAPO's clip-higher)
   tis_cap              C of truncated importance sampling min(rho, C)
   aggregation          how token losses are summed (`c2jax.rl.policy_loss.AGGREGATIONS`)
-  loss_constant        Dr. GRPO's normalizing constant (0: B x T of the batch)
+  loss_constant        Dr. GRPO's normalizing constant (0: N x T, the batch's sequences x T)
   kl_coef              beta; kl_estimator k in {k1, k2, k3} of log r, r = pi_ref / pi
   filter               the plausibility thresholds on pi_theta / mu (mu: the actor's sampling policy)
   reward               the reward terms' weights and the length penalty C_{k,q}
@@ -81,7 +81,7 @@ class RLConfig:
     clip_eps_low, clip_eps_high: the ppo_clip range [1 - low, 1 + high].
     tis_cap: the truncation of tis.
     aggregation: name in `AGGREGATIONS` (token_sum_constant, token_mean, seq_mean_token_mean).
-    loss_constant: C of token_sum_constant; 0 uses B x T of the batch.
+    loss_constant: C of token_sum_constant; 0 uses N x T (the batch's sequences times T: B x T when padded).
     sequence_unit: CHAIN or ROW, the unit of seq_mean_token_mean.
     overlong: KEEP or MASK truncated rollouts.
     kl_estimator: name in `KL_ESTIMATORS` (k1, k2, k3).

@@ -10,8 +10,9 @@ A token t is implausible when
   pi_theta(x_t) / mu(x_t) < min_ratio  or  > max_ratio      (the trainer / actor probability ratio), or
   pi_theta(x_t) < min_prob                                  (a token the trainer finds implausible outright)
 
-FilterMode.TOKEN drops those tokens; FilterMode.SEQUENCE drops whole rows in which more than
-`sequence_max_fraction` of the action tokens are implausible (0: any implausible token drops its row).
+FilterMode.TOKEN drops those tokens; FilterMode.SEQUENCE drops whole sequences in which more than
+`sequence_max_fraction` of the action tokens are implausible (0: any implausible token drops its sequence). A
+sequence is a row of a padded batch or a segment of a packed one (`c2jax.rl.batch`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class PlausibilityFilter:
       raise ValueError("min_prob and sequence_max_fraction must lie in [0, 1).")
 
 
-def plausible(logp: jax.Array, behaviour_logp: jax.Array, mask: jax.Array, f: PlausibilityFilter) -> jax.Array:
+def plausible(logp: jax.Array, behaviour_logp: jax.Array, mask: jax.Array, f: PlausibilityFilter,
+              sequence: jax.Array | None = None, n_seq: int = 0) -> jax.Array:
   """[B, T] float32 keep-weights in {0, 1} (1 off the mask: only action tokens are ever filtered).
 
   Args:
@@ -63,6 +65,9 @@ def plausible(logp: jax.Array, behaviour_logp: jax.Array, mask: jax.Array, f: Pl
     behaviour_logp: [B, T] actor sampling log-probs.
     mask: [B, T] action mask.
     f: the thresholds.
+    sequence: [B, T] each token's sequence in [0, n_seq), -1 on padding (`c2jax.rl.batch.sequence_index`); None:
+      one sequence per row. Only FilterMode.SEQUENCE reads it.
+    n_seq: the number of sequences `sequence` indexes.
   """
   if f.mode is FilterMode.NONE:
     return jnp.ones_like(mask)
@@ -75,6 +80,13 @@ def plausible(logp: jax.Array, behaviour_logp: jax.Array, mask: jax.Array, f: Pl
   bad = bad & (mask > 0)
   if f.mode is FilterMode.TOKEN:
     return 1.0 - bad.astype(jnp.float32)
-  fraction = jnp.sum(bad, axis=1) / jnp.maximum(jnp.sum(mask > 0, axis=1), 1)
-  drop_row = fraction > f.sequence_max_fraction
-  return jnp.broadcast_to(1.0 - drop_row[:, None].astype(jnp.float32), mask.shape)
+  if sequence is None:
+    b, t = mask.shape
+    sequence, n_seq = jnp.broadcast_to(jnp.arange(b)[:, None], (b, t)), b
+  inside = sequence >= 0
+  idx = jnp.maximum(sequence, 0).reshape(-1)
+  count = lambda x: jax.ops.segment_sum(jnp.where(inside, x, 0).astype(jnp.float32).reshape(-1), idx,
+                                        num_segments=n_seq)
+  fraction = count(bad) / jnp.maximum(count(mask > 0), 1.0)
+  drop = (fraction > f.sequence_max_fraction)[idx].reshape(mask.shape) & inside
+  return 1.0 - drop.astype(jnp.float32)

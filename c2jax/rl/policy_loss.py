@@ -13,14 +13,16 @@ behaviour policy, stamped on the batch) and the row's advantage A_i:
 
 Aggregation turns per-token losses into the scalar: loss = sum_{i,t} w_{i,t} l_{i,t} with weights
 
-  token_sum_constant    w = m / C           Dr. GRPO: C a constant (default B x T of the batch), so a token's
-                                            weight never depends on its sequence's length (the report's choice)
+  token_sum_constant    w = m / C           Dr. GRPO: C a constant (default N x T: the batch's sequences times
+                                            T, its padded layout's size in either layout), so a token's weight
+                                            never depends on its sequence's length (the report's choice)
   token_mean            w = m / sum(m)      DAPO: every token of the batch equal
   seq_mean_token_mean   w = m / |y_u| / U   GRPO: mean over the tokens of each unit u, then over the U units
 
-where m is the action mask. For `seq_mean_token_mean` a unit is a chain (a self-summary trajectory: its
-segments pooled, the chain counted once, as GRPO's 1/G sum over outputs) or a row (each segment its own
-sequence), see `SequenceUnit`.
+where m is the action mask. Each weight is m times a scale of its sequence, so an aggregation maps per-sequence token
+counts to per-sequence scales and never sees the batch's layout (padded or packed, `c2jax.rl.batch`). For
+`seq_mean_token_mean` a unit is a chain (a self-summary trajectory: its segments pooled, the chain counted once, as
+GRPO's 1/G sum over outputs) or a sequence (each segment its own), see `SequenceUnit`.
 
 Weights are computed once for the whole batch before it is split into micro-batches, so that the update does not
 depend on the micro-batch size (a known trap: normalizing inside each micro-batch changes token weights).
@@ -40,7 +42,8 @@ from c2jax.registry import Registry
 
 
 class SequenceUnit(enum.Enum):
-  """What a 'sequence' is for `seq_mean_token_mean`: a whole self-summary chain, or each of its rows."""
+  """What a 'sequence' is for `seq_mean_token_mean`: a whole self-summary chain, or each of its segments (ROW: one
+  row each in the padded layout)."""
 
   CHAIN = "chain"
   ROW = "row"
@@ -76,36 +79,35 @@ def truncated_importance_sampling(logp: jax.Array, behaviour_logp: jax.Array, ad
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Aggregation weights: (mask [B, T], unit_id [B], loss_constant) -> w [B, T]; see the module docstring.
+# Aggregation scales: (tokens [N] action tokens of each sequence in the loss, unit_id [N], constant C) -> scale [N];
+# a token's weight is w = m x the scale of its sequence. See the module docstring.
 # ------------------------------------------------------------------------------------------------------------------
 
 AGGREGATIONS: Registry[Callable[[jax.Array, jax.Array, float], jax.Array]] = Registry("loss aggregation")
 
 
 @AGGREGATIONS.register("token_sum_constant")
-def token_sum_constant(mask: jax.Array, unit_id: jax.Array, loss_constant: float) -> jax.Array:
-  """Dr. GRPO: sum over tokens / C, with C = loss_constant, or B x T of the batch when it is 0."""
+def token_sum_constant(tokens: jax.Array, unit_id: jax.Array, constant: float) -> jax.Array:
+  """Dr. GRPO: sum over tokens / C (the caller resolves C's default, N x T)."""
   del unit_id
-  c = loss_constant if loss_constant > 0 else float(mask.shape[0] * mask.shape[1])
-  return mask / c
+  return jnp.full(tokens.shape, 1.0 / constant, jnp.float32)
 
 
 @AGGREGATIONS.register("token_mean")
-def token_mean(mask: jax.Array, unit_id: jax.Array, loss_constant: float) -> jax.Array:
+def token_mean(tokens: jax.Array, unit_id: jax.Array, constant: float) -> jax.Array:
   """DAPO: mean over all action tokens of the batch."""
-  del unit_id, loss_constant
-  return mask / jnp.maximum(jnp.sum(mask), 1.0)
+  del unit_id, constant
+  return jnp.full(tokens.shape, 1.0, jnp.float32) / jnp.maximum(jnp.sum(tokens), 1.0)
 
 
 @AGGREGATIONS.register("seq_mean_token_mean")
-def seq_mean_token_mean(mask: jax.Array, unit_id: jax.Array, loss_constant: float) -> jax.Array:
+def seq_mean_token_mean(tokens: jax.Array, unit_id: jax.Array, constant: float) -> jax.Array:
   """GRPO: per-unit token mean, then the mean over units that have any action token."""
-  del loss_constant
-  row_tokens = jnp.sum(mask, axis=1)
+  del constant
   same = unit_id[:, None] == unit_id[None, :]
-  unit_tokens = jnp.sum(jnp.where(same, row_tokens[None, :], 0.0), axis=1)  # [B]: tokens of the row's unit
-  # Units with tokens, each counted once: a row contributes 1 / (rows of its unit that have tokens).
-  has = (row_tokens > 0).astype(jnp.float32)
-  unit_rows = jnp.sum(jnp.where(same, has[None, :], 0.0), axis=1)
-  n_units = jnp.sum(has / jnp.maximum(unit_rows, 1.0))
-  return mask / jnp.maximum(unit_tokens, 1.0)[:, None] / jnp.maximum(n_units, 1.0)
+  unit_tokens = jnp.sum(jnp.where(same, tokens[None, :], 0.0), axis=1)  # [N]: tokens of the sequence's unit
+  # Units with tokens, each counted once: a sequence contributes 1 / (sequences of its unit that have tokens).
+  has = (tokens > 0).astype(jnp.float32)
+  unit_seqs = jnp.sum(jnp.where(same, has[None, :], 0.0), axis=1)
+  n_units = jnp.sum(has / jnp.maximum(unit_seqs, 1.0))
+  return 1.0 / jnp.maximum(unit_tokens, 1.0) / jnp.maximum(n_units, 1.0)

@@ -20,13 +20,17 @@ defaults (dr_grpo, token_sum_constant) the update computes
 
   R_c  = sum_j w_j term_j(c) - lambda C_{k,q}(sum_s |y_{c,s}| / scale)    the chain's reward, on each of its rows
   A_c  = R_c - (1 / n_g) sum_{c' in g} R_{c'}                              n_g = chains in g, not rows
-  loss = -(1 / C) sum_c sum_s sum_t m_{c,s,t} min(rho A_c, clip(rho) A_c)  C = B x T, a constant
+  loss = -(1 / C) sum_c sum_s sum_t m_{c,s,t} min(rho A_c, clip(rho) A_c)  C = N x T, a constant
 
 so every token of every segment, summaries included (unless `SummaryTokens.MASKED` left them out of m), carries the
 chain's advantage; a chain with more segments weighs more by its tokens only, never by its count of rows, and the
 baseline is the mean over the group's episodes (tests/rl/summary_chain_test.py checks these against the actor's
 rows). Other estimators and aggregations replace A_c and 1 / C as `advantages` and `policy_loss` state, always over
 chains (`SequenceUnit.CHAIN`) or rows as configured.
+
+A sequence is a row of the padded layout or a segment of a packed row (`c2jax.rl.batch`); per-sequence terms (rewards,
+advantages, the length penalty, the KL in the reward, C) are computed on the [N] sequence fields and reach the
+tokens through `segment_ids`, so the two layouts give the same update.
 
 The step is a function of (state, batch) only: under a mesh (`c2jax.rl.sharded`) it runs unchanged with
 FSDP/EP/CP-sharded params and a batch sharded over rows and sequence.
@@ -172,15 +176,16 @@ def reference_log_probs(ref_params: Params, batch: Mapping, cfg: RLConfig) -> ja
 _MAX_LOG_RATIO = 20.0
 
 
-def _micro_loss(params: Params, mb: Mapping, cfg: RLConfig):
-  """Loss sum and metric sums of one micro-batch (everything pre-weighted for the whole batch).
+def _micro_loss(params: Params, mb: Mapping, cfg: RLConfig, n_seq: int):
+  """Loss sum and metric sums of one micro-batch (everything pre-weighted for the whole batch; `mb["sequence"]`
+  indexes the batch's n_seq sequences).
 
   Metric sums: diagnostics of the policies (entropy, KLs, ratio, filtered tokens) over all action tokens
   (`full_mask`), the clip fraction over the tokens in the loss (`mask`, after overlong / zero-variance masking).
   """
   view = policy_log_probs(params, mb, cfg)
   logp, mask, full_mask = view.logp, mb["mask"], mb["full_mask"]
-  keep = filters.plausible(logp, mb["behaviour_logprobs"], full_mask, cfg.filter)
+  keep = filters.plausible(logp, mb["behaviour_logprobs"], full_mask, cfg.filter, mb["sequence"], n_seq)
   in_loss = mask * keep
   # Tokens outside the loss get the trainer's own log-prob as behaviour (ratio 1), so that a -inf or NaN there
   # cannot reach the gradient through a zero weight.
@@ -188,7 +193,7 @@ def _micro_loss(params: Params, mb: Mapping, cfg: RLConfig):
   behaviour = jnp.where(in_loss > 0, mb["behaviour_logprobs"], sg_logp)
   behaviour = jnp.clip(behaviour, sg_logp - _MAX_LOG_RATIO, sg_logp + _MAX_LOG_RATIO)
   per_token, clipped = policy_loss_lib.POLICY_LOSSES.get(cfg.policy_loss)(
-      logp, behaviour, mb["advantage"][:, None], eps_low=cfg.clip_eps_low, eps_high=cfg.clip_eps_high,
+      logp, behaviour, mb["advantage"], eps_low=cfg.clip_eps_low, eps_high=cfg.clip_eps_high,
       tis_cap=cfg.tis_cap)
   w = mb["weight"] * keep
   loss = jnp.sum(w * per_token)
@@ -209,7 +214,11 @@ def _micro_loss(params: Params, mb: Mapping, cfg: RLConfig):
   sums["ratio_mean"] = jnp.sum(finite * jnp.exp(log_ratio))
   sums["entropy"] = jnp.sum(full_mask * view.entropy)
   sums["filtered_fraction"] = jnp.sum(full_mask * (1.0 - keep))
-  sums["filtered_rows"] = jnp.sum((jnp.sum(full_mask * (1.0 - keep), axis=1) > 0).astype(jnp.float32))
+  # Sequences with a filtered token (a sequence lies in one row, so in one micro-batch).
+  seq = mb["sequence"]  # indices into the whole batch's n_seq sequences
+  filtered = jax.ops.segment_sum(jnp.where(seq >= 0, full_mask * (1.0 - keep), 0.0).reshape(-1),
+                                 jnp.maximum(seq, 0).reshape(-1), num_segments=n_seq)
+  sums["filtered_rows"] = jnp.sum((filtered > 0).astype(jnp.float32))
   sums["clip_fraction"] = jnp.sum(in_loss * clipped)
   if cfg.routing_replay is RoutingReplay.OFF and "expert_ids" in mb and cfg.model.n_moe_layers:
     # Without replay: how often the trainer's routing matches the actor's (under replay it is the actor's).
@@ -218,9 +227,9 @@ def _micro_loss(params: Params, mb: Mapping, cfg: RLConfig):
   return loss, sums
 
 
-def _accumulate_grads(params: Params, micro: Mapping, cfg: RLConfig):
+def _accumulate_grads(params: Params, micro: Mapping, cfg: RLConfig, n_seq: int):
   """Sums loss, gradients and metric sums over the n stacked micro-batches (a scan: one compiled body)."""
-  grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+  grad_fn = jax.value_and_grad(functools.partial(_micro_loss, n_seq=n_seq), has_aux=True)
   n = cfg.micro_batches
   if n == 1:
     (loss, sums), grads = grad_fn(params, jax.tree.map(lambda x: x[0], micro), cfg)
@@ -243,19 +252,20 @@ def _accumulate_grads(params: Params, micro: Mapping, cfg: RLConfig):
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-  """The batch's per-row and per-token quantities that need no gradient (stages 1, 3, 4, 5), for the whole batch.
+  """The batch's per-sequence ([N]) and per-token ([B, T]) quantities that need no gradient (stages 1, 3, 4, 5), for
+  the whole batch (`c2jax.rl.batch`: N = B in the padded layout).
 
   Attributes:
-    reward: `RewardOutput` of each row's chain (total [B] and the weighted parts).
-    shaped_reward: [B] the reward the advantages see (minus beta x the chain's KL for KlPlacement.IN_REWARD).
-    advantage: [B] A_i (0 on padding rows); segments of one chain share their chain's.
+    reward: `RewardOutput` of each sequence's chain (total [N] and the weighted parts).
+    shaped_reward: [N] the reward the advantages see (minus beta x the chain's KL for KlPlacement.IN_REWARD).
+    advantage: [N] A_i (0 on padding sequences); segments of one chain share their chain's.
     weight: [B, T] w_{i,t}, the aggregation weight of each action token.
     mask: [B, T] the action tokens in the loss (after overlong and zero-variance masking).
-    full_mask: [B, T] all action tokens of real rows (for metrics).
-    first: [B] 1 on the first row of each chain (chain-level statistics count it once).
-    chain_tokens: [B] action tokens of the row's whole chain (the length-penalty x).
-    truncated: [B] 1 for overlong rows.
-    zero_variance: [B] 1 for rows of groups whose rewards are all equal.
+    full_mask: [B, T] all action tokens of real sequences (for metrics).
+    first: [N] 1 on the first sequence of each chain (chain-level statistics count it once).
+    chain_tokens: [N] action tokens of the sequence's whole chain (the length-penalty x).
+    truncated: [N] 1 for overlong sequences.
+    zero_variance: [N] 1 for sequences of groups whose rewards are all equal.
   """
 
   reward: rewards_lib.RewardOutput
@@ -282,14 +292,14 @@ def prepare(batch: Mapping, ref_logp: jax.Array | None, cfg: RLConfig) -> Prepar
     ref_logp: [B, T] log pi_ref of the tokens, or None when the KL is off.
     cfg: the RL config.
   """
-  b = batch["tokens"].shape[0]
+  n, t = batch["group_id"].shape[0], batch["tokens"].shape[1]
   valid = batch_lib.row_valid(batch)
   full_mask = batch_lib.action_mask(batch)
   # Overlong is a property of the chain: any truncated segment makes the whole chain truncated.
   truncated = (batch_lib.segment_sum_by(batch["chain_id"], batch["truncated"].astype(jnp.float32), valid) > 0)
   truncated = truncated.astype(jnp.float32) * valid
   _, first = batch_lib.chain_segments(batch["chain_id"], valid)
-  chain_tokens = batch_lib.segment_sum_by(batch["chain_id"], jnp.sum(full_mask, axis=1), valid)
+  chain_tokens = batch_lib.segment_sum_by(batch["chain_id"], batch_lib.per_sequence_sum(full_mask, batch), valid)
 
   # 1. Rewards of each chain (repeated on its rows).
   reward_out = rewards_lib.compose_rewards(batch["reward_terms"], chain_tokens, cfg.reward)
@@ -300,8 +310,9 @@ def prepare(batch: Mapping, ref_logp: jax.Array | None, cfg: RLConfig) -> Prepar
     if ref_logp is None:
       raise ValueError("The KL is in the reward (kl_placement=IN_REWARD) but prepare got no ref_logp; pass the "
                        "reference log-probs (reference_log_probs), or set kl_coef=0.")
-    row_kl = jnp.sum(full_mask * kl_lib.kl_estimate(cfg.kl_estimator, batch["behaviour_logprobs"], ref_logp), axis=1)
-    shaped = shaped - cfg.kl_coef * batch_lib.segment_sum_by(batch["chain_id"], row_kl, valid)
+    seq_kl = batch_lib.per_sequence_sum(
+        full_mask * kl_lib.kl_estimate(cfg.kl_estimator, batch["behaviour_logprobs"], ref_logp), batch)
+    shaped = shaped - cfg.kl_coef * batch_lib.segment_sum_by(batch["chain_id"], seq_kl, valid)
 
   # 4. Advantages over each group's chains. A group without signal is judged on the task's reward, before the KL
   # shaping (which would make every group's rewards differ by a little).
@@ -310,14 +321,18 @@ def prepare(batch: Mapping, ref_logp: jax.Array | None, cfg: RLConfig) -> Prepar
   zero_variance = advantages_lib.group_stats(reward_out.total, batch["group_id"], first).zero_variance
 
   # 5. Token weights for the whole batch.
-  mask = full_mask
+  keep = jnp.ones_like(valid)
   if cfg.overlong is Overlong.MASK:
-    mask = mask * (1.0 - truncated)[:, None]
+    keep = keep * (1.0 - truncated)
   if cfg.zero_variance_groups is ZeroVarianceGroups.DROP:
-    mask = mask * (1.0 - zero_variance)[:, None]
-  unit = batch["chain_id"] if cfg.sequence_unit is SequenceUnit.CHAIN else jnp.arange(b)
-  unit = jnp.where(valid > 0, unit, -1 - jnp.arange(b))  # padding rows never share a unit with real rows
-  weight = policy_loss_lib.AGGREGATIONS.get(cfg.aggregation)(mask, unit, cfg.loss_constant)
+    keep = keep * (1.0 - zero_variance)
+  mask = full_mask * batch_lib.to_tokens(keep, batch)
+  unit = batch["chain_id"] if cfg.sequence_unit is SequenceUnit.CHAIN else jnp.arange(n)
+  unit = jnp.where(valid > 0, unit, -1 - jnp.arange(n))  # padding sequences never share a unit with real ones
+  # C's default is the padded layout's size, N x T, in both layouts: packing must not change the update.
+  constant = cfg.loss_constant if cfg.loss_constant > 0 else float(n * t)
+  scale = policy_loss_lib.AGGREGATIONS.get(cfg.aggregation)(batch_lib.per_sequence_sum(mask, batch), unit, constant)
+  weight = mask * batch_lib.to_tokens(scale, batch)
   return Prepared(reward=reward_out, shaped_reward=shaped, advantage=adv, weight=weight, mask=mask,
                   full_mask=full_mask, first=first, chain_tokens=chain_tokens, truncated=truncated,
                   zero_variance=zero_variance)
@@ -331,7 +346,7 @@ def rl_gradients(params: Params, ref_params: Params | None, version: jax.Array, 
     params: the policy's params (differentiated).
     ref_params: the reference policy's params (None when the KL is off).
     version: int32 scalar, the trainer's policy version (for staleness).
-    batch: the RL batch (`c2jax.rl.batch`); B divisible by cfg.micro_batches.
+    batch: the RL batch (`c2jax.rl.batch`, padded or packed); B divisible by cfg.micro_batches.
     cfg: the RL config (static).
   Returns:
     (grads with params' structure and dtypes, metrics: dict of float32 scalars).
@@ -352,11 +367,12 @@ def rl_gradients(params: Params, ref_params: Params | None, version: jax.Array, 
 
   # 6. Loss and gradients, micro-batch by micro-batch.
   per_row = {**_model_inputs(batch), "behaviour_logprobs": batch["behaviour_logprobs"], "mask": prep.mask,
-             "full_mask": prep.full_mask, "weight": prep.weight, "advantage": prep.advantage}
+             "full_mask": prep.full_mask, "weight": prep.weight,
+             "advantage": batch_lib.to_tokens(prep.advantage, batch), "sequence": batch_lib.sequence_index(batch)}
   if ref_logp is not None:
     per_row["ref_logprobs"] = ref_logp
   micro = _split(per_row, cfg.micro_batches, _row_axes(per_row))
-  loss, sums, grads = _accumulate_grads(params, micro, cfg)
+  loss, sums, grads = _accumulate_grads(params, micro, cfg, batch["group_id"].shape[0])
   return grads, _metrics(cfg, batch, version, loss, sums, grads, prep)
 
 

@@ -116,16 +116,17 @@ class PolicyLossTest(parameterized.TestCase):
 
 
 class AggregationTest(absltest.TestCase):
-  # Rows 0 and 1 are segments of one chain (unit 5); row 2 is a chain alone; row 3 has no action tokens.
+  # Sequences (rows) 0 and 1 are segments of one chain (unit 5); 2 is a chain alone; 3 has no action tokens.
   mask = np.array([[0, 1, 1, 1, 0, 0],
                    [0, 1, 0, 0, 0, 0],
                    [0, 1, 1, 1, 1, 1],
                    [0, 0, 0, 0, 0, 0]], np.float32)
   unit = np.array([5, 5, 2, 8], np.int32)
 
-  def _w(self, name, unit=None, c=0.0):
-    return np.asarray(policy_loss.AGGREGATIONS.get(name)(jnp.asarray(self.mask), jnp.asarray(
-        self.unit if unit is None else unit), c))
+  def _w(self, name, unit=None, c=24.0):
+    scale = policy_loss.AGGREGATIONS.get(name)(jnp.asarray(self.mask.sum(1)), jnp.asarray(
+        self.unit if unit is None else unit), c)
+    return self.mask * np.asarray(scale)[:, None]
 
   def test_token_sum_constant(self):
     np.testing.assert_allclose(self._w("token_sum_constant"), self.mask / 24)
@@ -238,6 +239,13 @@ class FilterTest(absltest.TestCase):
                                    sequence_max_fraction=0.7)  # 2 of 3 filtered = 0.67 <= 0.7: kept
     keep = np.asarray(filters.plausible(jnp.asarray(logp), jnp.asarray(blogp), jnp.asarray(mask), f))
     np.testing.assert_array_equal(keep, np.ones((2, 4)))
+    # Packed rows: row 0 holds sequence 0 (1 of 2 action tokens filtered: kept at 0.6) and sequence 1 (its one
+    # action token filtered: dropped), where the whole row (2 of 3) would be dropped.
+    f = filters.PlausibilityFilter(mode=filters.FilterMode.SEQUENCE, min_ratio=0.5, max_ratio=1.9,
+                                   sequence_max_fraction=0.6)
+    seq = jnp.asarray([[0, 0, 1, 1], [2, 2, 2, -1]], jnp.int32)
+    keep = np.asarray(filters.plausible(jnp.asarray(logp), jnp.asarray(blogp), jnp.asarray(mask), f, seq, 3))
+    np.testing.assert_array_equal(keep, [[1, 1, 0, 0], [1, 1, 1, 1]])
     nan_row = np.where(np.arange(4) == 2, np.nan, blogp[1])[None].astype(np.float32)
     f = filters.PlausibilityFilter(mode=filters.FilterMode.TOKEN)
     keep = np.asarray(filters.plausible(jnp.asarray(blogp[1:]), jnp.asarray(nan_row), jnp.ones((1, 4)), f))
@@ -269,7 +277,19 @@ class BatchHelpersTest(absltest.TestCase):
       batch_lib.check_batch(b)
     b = batch_lib.example_batch()
     b["truncated"] = np.zeros((3,), np.float32)
-    with self.assertRaisesRegex(ValueError, r"truncated has shape \(3,\); expected \[B\] = \(4,\)"):
+    with self.assertRaisesRegex(ValueError, r"truncated has shape \(3,\); expected \[N\] = \(4,\)"):
+      batch_lib.check_batch(b)
+    b = batch_lib.example_batch()
+    b["positions"] = np.zeros((4, 8), np.int32)
+    for f in ("group_id", "chain_id", "truncated"):
+      b[f] = b[f][:3]
+    b["reward_terms"] = {"outcome": b["reward_terms"]["outcome"][:3]}
+    with self.assertRaisesRegex(ValueError, "3 sequences in 4 rows without segment_ids"):
+      batch_lib.check_batch(b)
+    b["segment_ids"] = np.zeros((4, 8), np.int32)
+    batch_lib.check_batch(b)  # packed: N sequences in B rows
+    del b["positions"]
+    with self.assertRaisesRegex(ValueError, "needs per-sequence positions"):
       batch_lib.check_batch(b)
 
 
