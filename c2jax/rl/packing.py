@@ -19,9 +19,17 @@ does not fit the rows it is given is refused in one sentence, never cut.
 
 from __future__ import annotations
 
+import enum
 from typing import Mapping, Sequence
 
 import numpy as np
+
+
+class RowLayout(enum.Enum):
+  """How a trainer lays its sequences out in rows (`c2jax.rl.batch`): one per row, or packed."""
+
+  PADDED = "padded"
+  PACKED = "packed"
 
 # Token fields [B, T] that move with their tokens (expert_ids [Lm, B, T, K] too, on its own axes).
 _MOVED = ("tokens", "loss_mask", "behaviour_logprobs", "policy_version")

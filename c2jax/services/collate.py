@@ -5,6 +5,8 @@ section 6: PipelineRL-style in-flight updates make tokens of one batch come from
   batch = groups_to_batch(groups, rows=64)           # [64, T] arrays, padding rows have group_id -1
   zeros = empty_batch(spec, rows=64)                 # the same shapes, all zeros (a multi-host broadcast template)
   lag = staleness(batch, trainer_version=step)       # per action token: trainer version - sampling version
+  lengths = sequence_lengths(groups, rows=64)        # [64] tokens of each row, 0 on padding rows
+  packed = lay_out(batch, lengths, buckets=(16, 32, 64))   # the same 64 sequences in 16 (or 32, 64) packed rows
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from c2jax.rl import batch as batch_lib
+from c2jax.rl import packing
 from c2jax.rollouts.buffer import Group
 from c2jax.rollouts.schema import BufferSpec
 
@@ -90,6 +93,27 @@ def groups_to_batch(groups: Sequence[Group], rows: int | None = None) -> dict:
   else:
     batch_lib.check_batch(batch)
   return batch
+
+
+def sequence_lengths(groups: Sequence[Group], rows: int | None = None) -> np.ndarray:
+  """[B] int32: the tokens of each row of `groups_to_batch(groups, rows)` (its prompt_length + length; 0 on padding
+  rows): where each sequence ends, which packing needs."""
+  parts = [np.asarray(g.data["prompt_length"], np.int64) + np.asarray(g.data["length"], np.int64) for g in groups]
+  lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+  n = lengths.shape[0]
+  b = n if rows is None else rows
+  if n > b:
+    raise ValueError(f"The {len(groups)} groups hold {n} rows, more than rows={rows}.")
+  return np.concatenate([lengths, np.zeros(b - n, np.int64)]).astype(np.int32)
+
+
+def lay_out(batch: dict, lengths: np.ndarray, buckets: Sequence[int] | None) -> dict:
+  """A padded batch as the trainer's layout: itself (buckets None), or packed (`c2jax.rl.packing`) into the smallest
+  of `buckets` rows its sequences fit in."""
+  if buckets is None:
+    return batch
+  return packing.pack_batch(batch, lengths, packing.pick_rows(lengths * (np.asarray(batch["group_id"]) >= 0),
+                                                              np.shape(batch["tokens"])[1], buckets))
 
 
 def staleness(batch_or_groups: dict | Sequence[Group], trainer_version: int) -> np.ndarray:

@@ -7,7 +7,8 @@ Each step (`_Trainer.step`):
   1. `take_batch`: `RolloutReader.take(groups_per_step)`, each committed group exactly once, whole (read in a
      background thread during the previous update, c2jax/rollouts/prefetch.py; the checkpointed cursor is that of
      the trained batches); a multi-host trainer broadcasts process 0's batch and its decision to stop or fail;
-  2. `update`: `update_step` on the collated batch (`c2jax.rl.update`; the recipe in `cfg.rl`);
+  2. `update`: `update_step` on the collated batch (`c2jax.rl.update`; the recipe in `cfg.rl`), a row per sequence or
+     packed (`trainer.rows`, `c2jax.rl.packing`: the same update with less padding);
   3. `publish`: the new weights (`WeightStore`: a delta on the previous version, a full snapshot every N), then the
      trainer's progress (`trainer.json`: version and groups consumed), which admission reads;
   4. `log_step`: metrics.jsonl, consumed.jsonl and TensorBoard (`c2jax.services.run_log`);
@@ -52,7 +53,8 @@ from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.model.checkpoint import load_checkpoint_for, save_checkpoint
 from c2jax.model.params import init_params
 from c2jax.parallel.mesh import MeshRefusal, mesh_of
-from c2jax.rl import sharded
+from c2jax.rl import packing, sharded
+from c2jax.rl.packing import RowLayout
 from c2jax.rl.update import init_state, update_step
 from c2jax.rollouts import admission
 from c2jax.rollouts.buffer import RolloutReader
@@ -60,7 +62,7 @@ from c2jax.rollouts.prefetch import Prefetcher
 from c2jax.rollouts.storage import Store
 from c2jax.rollouts.weight_store import WeightStore
 from c2jax.services import chain_metrics, rl_report
-from c2jax.services.collate import empty_batch, groups_to_batch
+from c2jax.services.collate import empty_batch, groups_to_batch, lay_out, sequence_lengths
 from c2jax.services.held_out import held_out_evaluation
 from c2jax.services.rl_run_config import RUN_CONFIG_KEY, RLRunConfig, to_json
 from c2jax.services.run_log import RunLog, read_history
@@ -113,6 +115,18 @@ def batch_rows(cfg: RLRunConfig) -> int:
   return cfg.trainer.groups_per_step * cfg.actor_config.max_group_rows
 
 
+def row_buckets(cfg: RLRunConfig) -> tuple[int, ...] | None:
+  """The packed row counts of the trainer's batches (`c2jax.rl.packing.row_buckets`); None for padded rows."""
+  if cfg.trainer.rows is RowLayout.PADDED:
+    return None
+  rows, micro = batch_rows(cfg), cfg.rl.micro_batches
+  first = cfg.trainer.packed_rows or -(-max(rows // 2, 1) // micro) * micro  # half, up to a multiple of micro
+  if first % micro:
+    raise ValueError(f"trainer.packed_rows={first} does not split into rl.micro_batches={micro}; use a multiple of "
+                     f"{micro}.")
+  return packing.row_buckets(min(first, rows), rows)
+
+
 def check_mesh(cfg: RLRunConfig) -> None:
   """Raises MeshRefusal when the trainer's mesh cannot take its batch: called before the SFT warm start and the
   actors start, not after them."""
@@ -120,7 +134,8 @@ def check_mesh(cfg: RLRunConfig) -> None:
   if mesh is not None:
     seq_len = buffer_spec(cfg.model_config, cfg.actor_config, tasks_lib.reward_terms(cfg.task_suite())).seq_len
     try:
-      sharded.check_mesh(cfg.rl, dict(mesh.shape), batch_rows(cfg), seq_len)
+      for rows in row_buckets(cfg) or (batch_rows(cfg),):
+        sharded.check_mesh(cfg.rl, dict(mesh.shape), rows, seq_len)
     except MeshRefusal as e:
       raise MeshRefusal(f"mesh={cfg.mesh!r}: {e}") from None
 
@@ -164,6 +179,7 @@ class _Trainer:
     self.spec = buffer_spec(cfg.model_config, actor_cfg, tasks_lib.reward_terms(cfg.task_suite()))
     self.gps = cfg.trainer.groups_per_step
     self.rows = batch_rows(cfg)
+    self.buckets = row_buckets(cfg)
     self.max_compactions = actor_cfg.max_group_rows // actor_cfg.group_size - 1
     self.primary = jax.process_index() == 0  # of a multi-host trainer: reads the buffer, publishes, logs
     if self.primary:
@@ -226,8 +242,9 @@ class _Trainer:
     self.ckpt.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(self.state),
                                                  extra=ocp.args.JsonSave(extra)))
 
-  def take_batch(self, prefetch_next: bool) -> tuple[dict, list, dict | None, float]:
-    """(host batch, groups, their cursor, seconds waited). Process 0 reads the buffer; the other processes of a
+  def take_batch(self, prefetch_next: bool) -> tuple[dict, np.ndarray, list, dict | None, float]:
+    """(padded host batch, its sequence lengths, groups, their cursor, seconds waited). Process 0 reads the buffer;
+    the other processes of a
     multi-host trainer receive the same batch and the same decision to stop (all must stop at the same step to save
     one checkpoint together). Raises `_Halt` on a stop request, and every process raises process 0's error."""
     t_wait = time.perf_counter()
@@ -244,8 +261,9 @@ class _Trainer:
               f"to {self.buffer_url}? Buffer: {status.committed} committed, {status.pending} begun, "
               f"{status.consumed} consumed (see tools/inspect_buffer.py).")
       batch = groups_to_batch(groups, rows=self.rows) if groups else empty_batch(self.spec, self.rows)
+      lengths = sequence_lengths(groups, self.rows)
     except Exception as e:  # noqa: BLE001  (re-raised below, on every process)
-      error, batch = e, empty_batch(self.spec, self.rows)
+      error, batch, lengths = e, empty_batch(self.spec, self.rows), np.zeros(self.rows, np.int32)
     halt = 2 if error is not None else int(self.primary and not groups)
     waited = time.perf_counter() - t_wait
     self.clock.waiting += waited
@@ -253,15 +271,15 @@ class _Trainer:
       # Every process gets the batch, and process 0's decision to stop or fail: the others would otherwise wait in
       # this broadcast forever while process 0 unwinds.
       from jax.experimental import multihost_utils
-      got = multihost_utils.broadcast_one_to_all({"batch": batch, "halt": np.int32(halt)})
-      batch, halt = jax.tree.map(np.asarray, got["batch"]), int(got["halt"])
+      got = multihost_utils.broadcast_one_to_all({"batch": batch, "lengths": lengths, "halt": np.int32(halt)})
+      batch, lengths, halt = jax.tree.map(np.asarray, got["batch"]), np.asarray(got["lengths"]), int(got["halt"])
     if halt == 2:
       raise error if error is not None else RuntimeError("process 0 of the trainer failed; see its log")
     if halt:
       raise _Halt
     if self.primary and prefetch_next:
       self.prefetch.start()  # the next batch, read while this one trains
-    return batch, groups, taken_cursor, waited
+    return batch, lengths, groups, taken_cursor, waited
 
   def update(self, batch: dict) -> dict:
     """One update_step on `batch`; returns its metrics as floats."""
@@ -282,10 +300,11 @@ class _Trainer:
 
   def step(self, step: int, bar: tqdm.tqdm) -> None:
     """Trains step `step` (0-based): take, update, publish, log, maybe checkpoint."""
-    batch, groups, taken_cursor, waited = self.take_batch(prefetch_next=step + 1 < self.cfg.trainer.steps)
+    batch, lengths, groups, taken_cursor, waited = self.take_batch(prefetch_next=step + 1 < self.cfg.trainer.steps)
     t_step = time.perf_counter()
     in_flight = _in_flight_rows(batch)
-    m = self.update(batch)
+    # Packed (trainer.rows) on every process alike, after the broadcast: the padded batch's shape is fixed.
+    m = self.update(lay_out(batch, lengths, self.buckets))
     if taken_cursor is not None:  # process 0's; the others never read the buffer
       self.trained_cursor = taken_cursor
     t_publish = time.perf_counter()

@@ -47,6 +47,7 @@ from c2jax.model import presets
 from c2jax.model.config import ModelConfig
 from c2jax.parallel.mesh import MeshConfig
 from c2jax.rl.config import RLConfig
+from c2jax.rl.packing import RowLayout
 from c2jax.rollouts.weight_store import WeightStoreConfig
 
 RUN_CONFIG_KEY = "run_config.json"  # in the buffer's root
@@ -97,6 +98,11 @@ class TrainerConfig:
     take_timeout_s: fail when no batch arrives for this long.
     poll_interval_s: how often the trainer looks for newly committed groups while it waits.
     cpus: Linux cpu-list ("0-1") the trainer is pinned to after the SFT (`c2jax.actors.placement`); empty: none.
+    rows: PADDED (a row per sequence) or PACKED (whole sequences first-fit into fewer rows, `c2jax.rl.packing`;
+      the same update to float tolerance, less padding to compute).
+    packed_rows: PACKED only: the row count a batch is packed into; a batch that needs more takes the next of
+      packed_rows x 2, x 4, ... and finally the padded row count (each a shape compiled once). 0: half the padded
+      rows. With rl.micro_batches > 1 it must divide into them.
   """
 
   steps: int = 40
@@ -106,8 +112,12 @@ class TrainerConfig:
   take_timeout_s: float = 900.0
   poll_interval_s: float = 0.02
   cpus: str = ""
+  rows: RowLayout = RowLayout.PADDED
+  packed_rows: int = 0
 
   def __post_init__(self):
+    if self.packed_rows < 0:
+      raise ValueError(f"packed_rows={self.packed_rows} must be >= 0 (0: half the padded rows).")
     for name in ("steps", "groups_per_step", "checkpoint_every", "keep_checkpoints"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name}={getattr(self, name)} must be >= 1.")

@@ -2,7 +2,6 @@
 packed batch equals the update on the same sequences padded (gradients and every metric), with self-summary chains,
 a truncated chain, routing replay and micro-batches. (The RL loss has no MTP term: `update.optimizer`.)"""
 
-import functools
 
 from absl.testing import absltest, parameterized
 import jax
@@ -14,8 +13,8 @@ from c2jax.model.losses import token_log_probs
 from c2jax.model.transformer import forward
 from c2jax.rl import batch as batch_lib
 from c2jax.rl import packing
-from c2jax.rl.filters import FilterMode, PlausibilityFilter
 from c2jax.rl.config import Overlong, RLConfig, RoutingReplay, ZeroVarianceGroups
+from c2jax.rl.filters import FilterMode, PlausibilityFilter
 from c2jax.rl.kl import KlPlacement
 from c2jax.rl.policy_loss import SequenceUnit
 from c2jax.rl.rewards import LengthPenaltyConfig, RewardConfig
