@@ -1,10 +1,12 @@
 """Throughput of synchronous RL vs asynchronous RL with in-flight weight updates on the same config, in one
-invocation (report section 6; PipelineRL reports about 2x).
+invocation (report section 6; PipelineRL reports about 2x); with `--compare=rows`, the RL update on padded vs packed
+rows.
 
   .venv/bin/python tools/bench_rl.py                                    # configs/rl_char_class.py, 20 steps x 3 repeats
   .venv/bin/python tools/bench_rl.py --steps=8 --repeats=1 --warmup=2 --set=actors.num=1   # a quick look
   .venv/bin/python tools/bench_rl.py --config=configs/rl_char_class.py --set=actors.max_lag=2 --keep
   .venv/bin/python tools/bench_rl.py --placement=shared                 # every process on every core
+  .venv/bin/python tools/bench_rl.py --compare=rows --repeats=5         # the update: padded vs packed rows (rl_tiny)
 
 Each repeat runs `experiments/rl_main.py` twice, one run at a time, interleaved (sync, async, sync, async, ...) so
 that a slow moment of a shared machine hurts both alike: `--config.schedule=sync` (max_lag 0, weights swapped only
@@ -27,7 +29,16 @@ and inference their own accelerators: synchronous RL then leaves each side idle 
 what asynchronous RL wins back. `shared` leaves every process on every core; on a machine with few cores the
 actors and the trainer then contend for the same CPU and the comparison mostly measures that contention.
 
-The last line printed is one JSON object with at least `ratio` and `trainer_wait_fraction`.
+Padded vs packed rows (`--compare=rows`, default config configs/rl_tiny.py: the main job's 32 rows of 1024). The
+update alone (`update_step`, jitted, on this process's first device; no actors), on synthetic batches of the run
+config's shape: sequence lengths drawn around --mean_length tokens (normal, sd --sd_length, clipped to [64, T]),
+a 64-token prompt, the rest actions, groups of actors.group_size, 0/1 outcomes, routed expert ids. The same batch is
+trained padded (a row per sequence) and packed (`trainer.rows=packed`: the smallest of the trainer's row buckets it
+fits), interleaved (padded, packed, padded, ...; a new batch per repeat), one untimed warm-up step each (the
+compile). Reported: median seconds per update each, trained tokens/s (action tokens / update time) and `ratio` =
+packed / padded tokens/s.
+
+The last line printed is one JSON object: `ratio` and `trainer_wait_fraction` (schedules), or `ratio` (rows).
 """
 
 from __future__ import annotations
@@ -43,6 +54,8 @@ import tempfile
 from typing import Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script from anywhere
+
+import numpy as np
 
 from c2jax.actors import placement as placement_lib
 from tools import sweep as sweep_lib
@@ -105,16 +118,95 @@ def plan(base, workdir: str | os.PathLike, *, steps: int, repeats: int,
   return sorted(runs, key=lambda r: (r.seed, list(SCHEDULES).index(r.cell)))
 
 
+def synthetic_batch(rows: int, seq_len: int, group_size: int, model, rng, *, mean_length: float, sd_length: float,
+                    prompt: int = 64) -> tuple[dict, np.ndarray]:
+  """(a padded RL host batch of `rows` x `seq_len`, its sequence lengths [rows]) for `--compare=rows`."""
+  lengths = np.clip(np.rint(rng.normal(mean_length, sd_length, rows)), max(prompt + 1, 64), seq_len).astype(np.int32)
+  idx = np.arange(seq_len)[None]
+  loss_mask = ((idx >= prompt) & (idx < lengths[:, None])).astype(np.float32)
+  batch = {"tokens": rng.integers(0, model.vocab_size, (rows, seq_len)).astype(np.int32), "loss_mask": loss_mask,
+           "behaviour_logprobs": (-rng.random((rows, seq_len)) * loss_mask).astype(np.float32),
+           "policy_version": np.zeros((rows, seq_len), np.int32),
+           "group_id": (np.arange(rows) // group_size).astype(np.int32), "chain_id": np.arange(rows, dtype=np.int32),
+           "reward_terms": {"outcome": rng.integers(0, 2, rows).astype(np.float32)},
+           "truncated": (lengths == seq_len).astype(np.float32)}
+  if model.n_moe_layers:
+    batch["expert_ids"] = np.stack([  # distinct experts per token, as a router's top-k
+        np.argsort(rng.random((rows, seq_len, model.n_routed_experts)), axis=-1)[..., :model.num_experts_per_tok]
+        for _ in range(model.n_moe_layers)]).astype(np.int32)
+  return batch, lengths
+
+
+def main_rows(f) -> None:
+  """`--compare=rows`: see the module docstring."""
+  import functools
+  import time
+
+  import jax
+
+  from c2jax.actors.actor import buffer_spec
+  from c2jax.envs.token_tasks import suite as tasks_lib
+  from c2jax.rl.update import init_state, update_step
+  from c2jax.services import rl_loop, rl_run_config
+  from c2jax.services.collate import lay_out
+
+  config = sweep_lib.load_config(f.config or "configs/rl_tiny.py")
+  config = sweep_lib.apply_overrides(config, {"trainer.rows": "packed", **sweep_lib.parse_set(f.set)})
+  cfg = rl_run_config.parse(config)
+  rl, model = cfg.rl, cfg.model_config
+  rows = rl_loop.batch_rows(cfg)
+  seq_len = buffer_spec(model, cfg.actor_config, tasks_lib.reward_terms(cfg.task_suite())).seq_len
+  buckets = rl_loop.row_buckets(cfg)
+  rng = np.random.default_rng(0)
+  step = jax.jit(functools.partial(update_step, cfg=rl), donate_argnums=0)
+  states = {k: jax.jit(functools.partial(init_state, rl))(jax.random.key(0)) for k in ("padded", "packed")}
+  times, tokens, packed_rows = {"padded": [], "packed": []}, {"padded": [], "packed": []}, []
+
+  def run(kind, batch):
+    t0 = time.perf_counter()
+    states[kind], metrics = step(states[kind], jax.device_put(batch))
+    n = float(jax.block_until_ready(metrics)["tokens"])
+    return time.perf_counter() - t0, n
+
+  for r in range(f.repeats + 1):  # repeat 0: the compiles, untimed
+    padded, lengths = synthetic_batch(rows, seq_len, cfg.actor_config.group_size, model, rng,
+                                      mean_length=f.mean_length, sd_length=f.sd_length)
+    packed = lay_out(padded, lengths, buckets)
+    for kind, batch in (("padded", padded), ("packed", packed)):
+      seconds, n = run(kind, batch)
+      if r:
+        times[kind].append(seconds)
+        tokens[kind].append(n)
+    if r:
+      packed_rows.append(int(packed["tokens"].shape[0]))
+      print(f"repeat {r}: padded {times['padded'][-1]:.2f} s, packed {times['packed'][-1]:.2f} s "
+            f"({packed_rows[-1]} rows), {int(lengths.sum())} tokens in {rows} sequences", flush=True)
+  med = {k: statistics.median(v) for k, v in times.items()}
+  tps = {k: statistics.median(n / s for n, s in zip(tokens[k], times[k])) for k in times}
+  out = {"ratio": tps["packed"] / tps["padded"], "padded_s": med["padded"], "packed_s": med["packed"],
+         "padded_tokens_per_s": tps["padded"], "packed_tokens_per_s": tps["packed"], "rows": rows,
+         "seq_len": seq_len, "packed_rows": statistics.median(packed_rows), "buckets": list(buckets),
+         "repeats": f.repeats, "mean_length": f.mean_length, "sd_length": f.sd_length,
+         "config": f.config or "configs/rl_tiny.py", "set": sweep_lib.parse_set(f.set),
+         "device": str(jax.devices()[0].device_kind)}
+  print(f"{f.repeats} repeats, medians: padded {med['padded']:.2f} s/update ({tps['padded']:.0f} tokens/s), packed "
+        f"{med['packed']:.2f} s/update ({tps['packed']:.0f} tokens/s): {out['ratio']:.2f}x")
+  print(json.dumps(out))
+
+
 def main(argv: list[str]) -> None:
   from absl import flags
 
   del argv
   f = flags.FLAGS
+  if f.compare == "rows":
+    return main_rows(f)
   if f.steps <= f.warmup:
     raise ValueError(f"--steps={f.steps} must exceed --warmup={f.warmup} (warm-up steps are not timed).")
   overrides = {**placement_overrides(Placement(f.placement)), **sweep_lib.parse_set(f.set)}
   workdir = pathlib.Path(f.workdir or tempfile.mkdtemp(prefix="bench_rl_"))
-  runs = plan(sweep_lib.load_config(f.config), workdir, steps=f.steps, repeats=f.repeats, overrides=overrides)
+  config = f.config or "configs/rl_char_class.py"
+  runs = plan(sweep_lib.load_config(config), workdir, steps=f.steps, repeats=f.repeats, overrides=overrides)
   statuses = sweep_lib.execute(runs, parallel=1)
   failed = [r for r in runs if statuses[r.name] is not sweep_lib.Status.DONE]
   if failed:
@@ -142,7 +234,7 @@ def main(argv: list[str]) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
   else:
     print(f"runs kept in {workdir}")
-  out.update({"steps": f.steps, "repeats": f.repeats, "warmup": f.warmup, "config": f.config,
+  out.update({"steps": f.steps, "repeats": f.repeats, "warmup": f.warmup, "config": config,
               "placement": f.placement, "set": overrides})
   print(json.dumps(out))
 
@@ -151,7 +243,12 @@ if __name__ == "__main__":
   from absl import app
   from absl import flags
 
-  flags.DEFINE_string("config", "configs/rl_char_class.py", "Run config (path[:arg]) both schedules start from.")
+  flags.DEFINE_enum("compare", "schedules", ["schedules", "rows"],
+                    "schedules: sync vs async runs; rows: the update on padded vs packed rows.")
+  flags.DEFINE_string("config", "", "Run config (path[:arg]); empty: configs/rl_char_class.py (schedules) or "
+                      "configs/rl_tiny.py (rows).")
+  flags.DEFINE_float("mean_length", 370.0, "rows: mean sequence length drawn (tokens).")
+  flags.DEFINE_float("sd_length", 130.0, "rows: standard deviation of the sequence lengths drawn.")
   flags.DEFINE_integer("steps", 20, "Trainer steps per run.")
   flags.DEFINE_integer("repeats", 3, "Interleaved (sync, async) pairs.")
   flags.DEFINE_integer("warmup", 3, "Leading steps of each run left out of the timing (start-up, compiles).")

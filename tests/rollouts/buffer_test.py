@@ -632,6 +632,24 @@ class CollateTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "5 rows"):
       collate.groups_to_batch(self.groups(), rows=4)
 
+  def test_packed_layout(self):
+    groups = self.groups()
+    g1 = groups[1].data
+    g1["length"] = np.array([3, 3], np.int32)  # short sequences: two of them share a row with a longer one
+    g1["loss_mask"][:, 2 + 3:] = 0.0
+    batch = collate.groups_to_batch(groups, rows=8)
+    lengths = collate.sequence_lengths(groups, rows=8)
+    np.testing.assert_array_equal(lengths, [9, 9, 9, 5, 5, 0, 0, 0])  # prompt_length + length; padding rows 0
+    self.assertIs(collate.lay_out(batch, lengths, None), batch)
+    packed = collate.lay_out(batch, lengths, buckets=(2, 4, 8))  # rows [9, 5], [9, 5], [9]: 3 fit in 4
+    batch_lib.check_batch(packed, SPEC.n_moe_layers, SPEC.experts_per_tok)
+    chex.assert_shape(packed["tokens"], (4, 16))
+    chex.assert_shape(packed["expert_ids"], (2, 4, 16, 2))
+    self.assertEqual(float(packed["loss_mask"].sum()), float(batch["loss_mask"].sum()))
+    np.testing.assert_array_equal(np.bincount(packed["segment_ids"][packed["segment_ids"] >= 0]), lengths[:5])
+    with self.assertRaisesRegex(ValueError, "more than the largest bucket 2"):
+      collate.lay_out(batch, lengths, buckets=(2,))
+
   def test_staleness(self):
     groups = self.groups()
     lag = collate.staleness(collate.groups_to_batch(groups, rows=8), trainer_version=5)
