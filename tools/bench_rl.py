@@ -118,9 +118,10 @@ def plan(base, workdir: str | os.PathLike, *, steps: int, repeats: int,
   return sorted(runs, key=lambda r: (r.seed, list(SCHEDULES).index(r.cell)))
 
 
-def synthetic_batch(rows: int, seq_len: int, group_size: int, model, rng, *, mean_length: float, sd_length: float,
-                    prompt: int = 64) -> tuple[dict, np.ndarray]:
-  """(a padded RL host batch of `rows` x `seq_len`, its sequence lengths [rows]) for `--compare=rows`."""
+def synthetic_batch(rows: int, seq_len: int, group_size: int, model, terms: Sequence[str], rng, *,
+                    mean_length: float, sd_length: float, prompt: int = 64) -> tuple[dict, np.ndarray]:
+  """(a padded RL host batch of `rows` x `seq_len`, its sequence lengths [rows]) for `--compare=rows`: the reward
+  terms `terms` are 0 but a 0/1 outcome."""
   lengths = np.clip(np.rint(rng.normal(mean_length, sd_length, rows)), max(prompt + 1, 64), seq_len).astype(np.int32)
   idx = np.arange(seq_len)[None]
   loss_mask = ((idx >= prompt) & (idx < lengths[:, None])).astype(np.float32)
@@ -128,7 +129,8 @@ def synthetic_batch(rows: int, seq_len: int, group_size: int, model, rng, *, mea
            "behaviour_logprobs": (-rng.random((rows, seq_len)) * loss_mask).astype(np.float32),
            "policy_version": np.zeros((rows, seq_len), np.int32),
            "group_id": (np.arange(rows) // group_size).astype(np.int32), "chain_id": np.arange(rows, dtype=np.int32),
-           "reward_terms": {"outcome": rng.integers(0, 2, rows).astype(np.float32)},
+           "reward_terms": {t: (rng.integers(0, 2, rows) if t == "outcome" else np.zeros(rows)).astype(np.float32)
+                            for t in terms},
            "truncated": (lengths == seq_len).astype(np.float32)}
   if model.n_moe_layers:
     batch["expert_ids"] = np.stack([  # distinct experts per token, as a router's top-k
@@ -155,7 +157,8 @@ def main_rows(f) -> None:
   cfg = rl_run_config.parse(config)
   rl, model = cfg.rl, cfg.model_config
   rows = rl_loop.batch_rows(cfg)
-  seq_len = buffer_spec(model, cfg.actor_config, tasks_lib.reward_terms(cfg.task_suite())).seq_len
+  terms = tasks_lib.reward_terms(cfg.task_suite())
+  seq_len = buffer_spec(model, cfg.actor_config, terms).seq_len
   buckets = rl_loop.row_buckets(cfg)
   rng = np.random.default_rng(0)
   step = jax.jit(functools.partial(update_step, cfg=rl), donate_argnums=0)
@@ -169,7 +172,7 @@ def main_rows(f) -> None:
     return time.perf_counter() - t0, n
 
   for r in range(f.repeats + 1):  # repeat 0: the compiles, untimed
-    padded, lengths = synthetic_batch(rows, seq_len, cfg.actor_config.group_size, model, rng,
+    padded, lengths = synthetic_batch(rows, seq_len, cfg.actor_config.group_size, model, terms, rng,
                                       mean_length=f.mean_length, sd_length=f.sd_length)
     packed = lay_out(padded, lengths, buckets)
     for kind, batch in (("padded", padded), ("packed", packed)):

@@ -7,8 +7,8 @@ sm_90a / sm_100a), and the SASS-level properties of the kernels hold:
   - every Pallas kernel compiles at its default tiles with no register spill (ptxas -v);
   - float32 (PLAIN) matmul kernels contain no TF32 instruction; the NVFP4 quantizers no approximate division;
   - the recipe's forward + VJP and the tiny model's LM train step (BF16 and NVFP4) compile, the GPU train step
-    calls the recipe's Triton kernels, and XLA:GPU's memory analysis is nonzero; so do the agent engine's append,
-    decode and forced-turn prefill;
+    calls the recipe's Triton kernels, and XLA:GPU's memory analysis is nonzero; so do the RL update on packed rows
+    and the agent engine's append, decode and forced-turn prefill;
   - planted faults fail: a kernel whose blocks need more shared memory than an H100 has does not compile, and a
     kernel at tiles that spill is reported as spilling.
 """
@@ -113,6 +113,26 @@ class ProgramCompileTest(parameterized.TestCase):
     else:
       self.assertContainsSubset(kernels, set(compiled.ptx))
 
+
+  def test_rl_update_on_packed_rows(self):
+    # The RL update (c2jax/rl/update.py) on a packed batch: 8 sequences in 4 rows, their [N] fields reaching the
+    # tokens through segment_ids (gathers and segment sums), routing replay, two micro-batches.
+    from c2jax.rl.config import RLConfig
+    from c2jax.rl.update import init_state as rl_init_state, update_step
+
+    model = tiny.MODEL.replace(platform=Platform.GPU, dtype="bfloat16")
+    cfg = RLConfig(model=model, micro_batches=2)
+    state = jax.eval_shape(functools.partial(rl_init_state, cfg), jax.random.key(0))
+    b, t, n = 4, 128, 8
+    sds = jax.ShapeDtypeStruct
+    batch = {"tokens": sds((b, t), jnp.int32), "loss_mask": sds((b, t), jnp.float32),
+             "behaviour_logprobs": sds((b, t), jnp.float32), "policy_version": sds((b, t), jnp.int32),
+             "positions": sds((b, t), jnp.int32), "segment_ids": sds((b, t), jnp.int32),
+             "expert_ids": sds((model.n_moe_layers, b, t, model.num_experts_per_tok), jnp.int32),
+             "group_id": sds((n,), jnp.int32), "chain_id": sds((n,), jnp.int32), "truncated": sds((n,), jnp.float32),
+             "reward_terms": {"outcome": sds((n,), jnp.float32)}}
+    compiled = _compile(functools.partial(update_step, cfg=cfg), state, batch)
+    self.assertGreater(compiled.executable.memory_analysis().temp_size_in_bytes, 0)
 
   def test_agent_engine_programs(self):
     # The agent loop's three device programs on its slots (c2jax/actors/engine.py): an append of a chunk, a decode
