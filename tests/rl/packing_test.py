@@ -1,7 +1,10 @@
 """Packed rows (c2jax/rl/packing.py): the packer moves every token and refuses what does not fit, and the update on a
 packed batch equals the update on the same sequences padded (gradients and every metric), with self-summary chains,
-a truncated chain, routing replay and micro-batches. (The RL loss has no MTP term: `update.optimizer`.)"""
+a truncated chain, routing replay and micro-batches, on one device and on 8. (The RL loss has no MTP term:
+`update.optimizer`.)"""
 
+
+import dataclasses
 
 from absl.testing import absltest, parameterized
 import jax
@@ -11,6 +14,7 @@ import pytest
 
 from c2jax.model.losses import token_log_probs
 from c2jax.model.transformer import forward
+from c2jax.parallel.mesh import MeshConfig, make_mesh
 from c2jax.rl import batch as batch_lib
 from c2jax.rl import packing
 from c2jax.rl.config import Overlong, RLConfig, RoutingReplay, ZeroVarianceGroups
@@ -18,6 +22,7 @@ from c2jax.rl.filters import FilterMode, PlausibilityFilter
 from c2jax.rl.kl import KlPlacement
 from c2jax.rl.policy_loss import SequenceUnit
 from c2jax.rl.rewards import LengthPenaltyConfig, RewardConfig
+from c2jax.rl.sharded import make_rl_trainer
 from c2jax.rl.update import rl_gradients
 from tests import tiny
 
@@ -115,6 +120,36 @@ class ParityTest(parameterized.TestCase):
     full = np.asarray(batch_lib.action_mask(packed))
     np.testing.assert_array_equal(batch_lib.per_sequence_sum(full, packed),
                                   batch_lib.per_sequence_sum(batch_lib.action_mask(padded), padded))
+
+
+class MeshTest(absltest.TestCase):
+
+  @pytest.mark.mesh
+  @pytest.mark.slow
+  def test_packed_update_on_8_devices_matches_padded_on_one(self):
+    # FSDP x EP x CP: the [N] sequence fields sharded over the batch axes like rows, gathered to the tokens. N = 12
+    # (two more padding sequences) and 8 packed rows divide over micro-batches x data shards = 2 x 4.
+    padded = _padded_batch()
+    extra = lambda x, fill: np.concatenate([x, np.full((2,) + x.shape[1:], fill, x.dtype)])
+    for f in ("tokens", "loss_mask", "behaviour_logprobs", "policy_version", "truncated"):
+      padded[f] = extra(padded[f], 0)
+    padded["group_id"], padded["chain_id"] = extra(padded["group_id"], -1), extra(padded["chain_id"], -1)
+    padded["reward_terms"] = {k: extra(v, 0) for k, v in padded["reward_terms"].items()}
+    padded["expert_ids"] = np.concatenate([padded["expert_ids"], padded["expert_ids"][:, :2]], axis=1)
+    packed = packing.pack_batch(padded, np.concatenate([LENGTHS, [0, 0]]), rows=8)
+    cfg = RLConfig(model=MODEL, **CONFIGS["dr_grpo"])
+    mesh = make_mesh(MeshConfig(fsdp=2, expert=2, context=2))
+    trainer = make_rl_trainer(cfg, mesh, batch_size=8, seq_len=T)
+    state = trainer.init(jax.random.key(0), jax.tree.map(jnp.copy, tiny.params(MODEL)))
+    state = dataclasses.replace(state, ref_params=jax.device_put(jax.tree.map(jnp.copy, tiny.params(MODEL, 1)),
+                                                                 trainer.state_shardings.ref_params))
+    state = dataclasses.replace(state, step=jax.device_put(jnp.int32(3), state.step.sharding))
+    _, metrics = trainer.step(state, trainer.put_batch(packed))
+    _, want = _grads("dr_grpo", padded)
+    self.assertEqual(sorted(metrics), sorted(want))
+    for k in want:
+      np.testing.assert_allclose(metrics[k], want[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    self.assertGreater(float(want["filtered_fraction"]), 0.0)
 
 
 class PackerTest(parameterized.TestCase):
