@@ -2,8 +2,9 @@
 configs/rl_long_horizon.py, shrunk), their environments on 2 environment servers that the job starts itself
 (`--config.env_service.local=2`): the trainer, an actor process and the held-out evaluation all run whole agent
 episodes through the agent loop, in real sandboxes behind the servers; the actors' groups hold a row per segment
-with the token ledger, the trainer trains on them, and the summary figures reach metrics.jsonl, TensorBoard and
-result.json (report sections 4 and 6).
+with the token ledger, the trainer trains on them packed (`trainer.rows=packed`: the actors' own rows, their chains
+and lengths, through the packer), and the summary figures reach metrics.jsonl, TensorBoard and result.json (report
+sections 4 and 6).
 
 One run serves every check (an RL job is the costliest thing the suite starts): the multi-turn trajectories (turns
 with observations between them, up to the turn budget); the chains of segments and their figures; that the servers
@@ -69,7 +70,7 @@ CHAIN_FLAGS = [
     "--config.actors.summary.trigger_tokens=512", "--config.actors.summary.max_tokens=160",
     "--config.actors.summary.max_segments=3", f"--config.eval.tasks={EVAL_TASKS}",
     f"--config.eval.samples={EVAL_SAMPLES}", "--config.eval.best_of=2", "--config.rl.pass_k=(1,2)",
-    "--config.eval.process=False", "--config.env_service.local=2"]
+    "--config.eval.process=False", "--config.env_service.local=2", "--config.trainer.rows=packed"]
 
 
 def _opened(log: str) -> int:

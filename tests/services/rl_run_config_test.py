@@ -13,6 +13,7 @@ from c2jax.envs.teachers import demonstrations
 from c2jax.sandbox import sandbox as sandbox_lib
 from c2jax.envs.teachers import suite_tokenizer
 from c2jax.parallel import mesh as mesh_lib
+from c2jax.rl.packing import RowLayout
 from c2jax.services import rl_loop
 from c2jax.services import rl_run_config
 from c2jax.services import teacher_traces
@@ -92,6 +93,7 @@ class RunConfigsTest(parameterized.TestCase):
       ("env_timeouts", {"actors": {"episodes": "multi_turn"}, "env_service": {"open_wait_s": 0}},
        "env_service: EnvServiceConfig.open_wait_s=0.0 must be > 0"),
       ("env_field", {"env_service": {"hosts": "h:1"}}, "env_service has no field 'hosts'"),
+      ("packed_rows", {"trainer": {"packed_rows": -1}}, "packed_rows=-1 must be >= 0"),
       ("env_single_turn", {"env_service": {"local": 2}},
        "env_service: environment servers run multi-turn episodes \\(actors.episodes=multi_turn\\)"),
   )
@@ -115,6 +117,26 @@ class RunConfigsTest(parameterized.TestCase):
       rl_loop.check_mesh(cfg)
     self.assertNotIn("\n", str(caught.exception))
     rl_loop.check_mesh(dataclasses.replace(cfg, mesh="fsdp:2,expert:2"))  # one that divides: no refusal
+
+  def test_packed_row_buckets(self):
+    cfg = rl_run_config.parse(rl_tiny.get_config("single_turn"))
+    self.assertIsNone(rl_loop.row_buckets(cfg))  # padded: one row per sequence
+    rows = rl_loop.batch_rows(cfg)
+    self.assertEqual(rows, 32)
+
+    def packed(rl=None, mesh="", **trainer):
+      return dataclasses.replace(cfg, mesh=mesh, rl=dataclasses.replace(cfg.rl, **(rl or {})),
+                                 trainer=dataclasses.replace(cfg.trainer, rows=RowLayout.PACKED, **trainer))
+
+    self.assertEqual(rl_loop.row_buckets(packed()), (16, 32))  # half the padded rows, then all of them
+    self.assertEqual(rl_loop.row_buckets(packed(packed_rows=6)), (6, 12, 24, 32))
+    self.assertEqual(rl_loop.row_buckets(packed(rl={"micro_batches": 4}, packed_rows=0)), (16, 32))
+    with self.assertRaisesRegex(ValueError, "packed_rows=6 does not split into rl.micro_batches=4; use a multiple"):
+      rl_loop.row_buckets(packed(rl={"micro_batches": 4}, packed_rows=6))
+    # Every packed row count must lay out on the trainer's mesh, checked before anything starts.
+    with self.assertRaisesRegex(mesh_lib.MeshRefusal, "Batch size 6 does not split"):
+      rl_loop.check_mesh(packed(mesh="fsdp:4", packed_rows=6))
+    rl_loop.check_mesh(packed(mesh="fsdp:4", packed_rows=8))
 
   @parameterized.named_parameters(
       ("comma_string", " envhost-1:7070, envhost-2:7070 ", ("envhost-1:7070", "envhost-2:7070")),
