@@ -9,7 +9,7 @@ once in its group's statistics however many segments it has, and every segment r
   grpo      (r_i - mean_g(r)) / (std_g(r) + eps)           GRPO (Shao et al. 2024), std with ddof=1 as in TRL
   rloo      r_i - mean_{g, j != i}(r_j) = n/(n-1) (r_i - mean_g(r))    RLOO (Ahmadian et al. 2024)
 
-Shapes: reward, group_id, weight, and the result are all [B] (rows).
+Shapes: reward, group_id, weight, and the result are all [N] (sequences: rows of a padded batch, c2jax/rl/batch.py).
 """
 
 from __future__ import annotations

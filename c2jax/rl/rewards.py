@@ -231,16 +231,17 @@ jax.tree_util.register_dataclass(RewardOutput, data_fields=["total", "parts", "r
 
 
 def compose_rewards(terms: Mapping[str, jax.Array], chain_lengths: jax.Array, cfg: RewardConfig) -> RewardOutput:
-  """Composes the per-row reward from the raw terms and the chain's length (report section 4).
+  """Composes the per-sequence reward from the raw terms and the chain's length (report section 4).
 
   Args:
-    terms: {name: [B]} raw signals of each row's chain (`batch["reward_terms"]`); names from `REWARD_TERMS`.
-    chain_lengths: [B] response tokens of each row's whole chain (all its self-summary segments), e.g.
-      `segment_sum_by(batch["chain_id"], action_mask(batch).sum(1), row_valid(batch))` from c2jax/rl/batch.py.
+    terms: {name: [N]} raw signals of each sequence's chain (`batch["reward_terms"]`); names from `REWARD_TERMS`.
+    chain_lengths: [N] response tokens of each sequence's whole chain (all its self-summary segments), e.g.
+      `segment_sum_by(batch["chain_id"], per_sequence_sum(action_mask(batch), batch), row_valid(batch))` from
+      c2jax/rl/batch.py.
     cfg: the reward config (static under jit).
 
   Returns:
-    RewardOutput with total, parts and raw, all [B] float32.
+    RewardOutput with total, parts and raw, all [N] float32.
 
   Raises:
     ValueError: for a term name not in `REWARD_TERMS`, a term with nonzero weight missing from `terms`, or
