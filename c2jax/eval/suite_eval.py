@@ -31,9 +31,14 @@ CHECKPOINT = "checkpoint"  # the model policy; every other name is a scripted po
 
 @dataclasses.dataclass(frozen=True)
 class EvalSamplingConfig:
-  """`sampling`: how the model policy runs its episodes through the agent loop (`c2jax.actors.agent_loop`): turns of
-  at most `max_new_tokens` byte tokens at `temperature`, `slots` episodes decoded together, each in a slot of
-  `context` positions (an episode that outgrows it ends, cut), `max_episode_tokens` model tokens per episode."""
+  """`sampling`: how the model policy runs its episodes through the agent loop (`c2jax.actors.agent_loop`).
+
+  Attributes:
+    max_new_tokens, temperature: turns of at most this many tokens, sampled at this temperature.
+    slots: episodes decoded together.
+    context: positions of each slot (an episode that outgrows it ends, cut).
+    max_episode_tokens: model tokens per episode.
+  """
 
   max_new_tokens: int = 256
   temperature: float = 1.0
@@ -57,6 +62,9 @@ class EvalRunConfig:
     env: the episode's budgets and sandbox limits (`c2jax.envs.core.env.EnvConfig`).
     checkpoint: the model policy's c2jax checkpoint; or watch_weights: a weight store whose every new version is
       evaluated (polled every `watch_poll_s`), with the architecture `model` / `model_overrides`.
+    watch_poll_s: seconds between looks for a new version of `watch_weights`.
+    model / model_overrides: the architecture of the `watch_weights` versions (a `c2jax.model.presets` name and
+      ModelConfig fields over it).
     sampling: how the model policy samples.
     tokenizer: the model policy's tokenizer: "byte", or a tokenizer.json / HF model directory (a converted
       model's own: `c2jax.data.tokenizer.make_tokenizer`). With env.chat_format "brief" its EOS ends a turn; a
