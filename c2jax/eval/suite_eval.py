@@ -149,8 +149,9 @@ def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directo
                        AgentConfig(max_turns=cfg.env.max_turns, max_turn_tokens=s.max_new_tokens,
                                    max_episode_tokens=s.max_episode_tokens, tool_workers=cfg.workers), tok,
                        chat_format=cfg.env.chat_format)
+  label = f"evaluate {cfg.suite} ({cfg.split})" + (f" v{version}" if cfg.watch_weights else "")
   report = harness.evaluate_model(tasks, runner, params, samples=cfg.samples, config=cfg.env,
-                                  ks=tuple(cfg.ks), seed=cfg.seed, version=version)
+                                  ks=tuple(cfg.ks), seed=cfg.seed, version=version, label=label)
   summary = harness.write_report(report, directory)
   print(report.markdown())
   return summary
@@ -165,17 +166,25 @@ def _report(cfg: EvalRunConfig, tasks, make_policy, directory: str) -> dict:
   return summary
 
 
+def check_inputs(cfg: EvalRunConfig) -> None:
+  """The paths a single evaluation of the model policy reads, checked (MissingInput, one sentence): before anything
+  is built, read or written."""
+  if cfg.policy == CHECKPOINT and not cfg.watch_weights:
+    from c2jax.data.tokenizer import make_tokenizer
+    from c2jax.model.checkpoint import check_checkpoint
+    if not cfg.checkpoint:
+      raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
+    check_checkpoint(cfg.checkpoint, "checkpoint")
+    make_tokenizer(cfg.tokenizer)
+
+
 def run(cfg: EvalRunConfig, workdir: str) -> dict:
   """Evaluates the policy of `cfg` once; returns the summary (also in workdir/report.json)."""
   if cfg.policy == CHECKPOINT:
     import jax
-    from c2jax.data.tokenizer import make_tokenizer
-    from c2jax.model.checkpoint import check_checkpoint, load_checkpoint
-    if not cfg.checkpoint:
-      raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
+    from c2jax.model.checkpoint import load_checkpoint
     # The paths first (MissingInput, one sentence), before the tasks are built and the params read.
-    check_checkpoint(cfg.checkpoint, "checkpoint")
-    make_tokenizer(cfg.tokenizer)
+    check_inputs(cfg)
     tasks = _tasks(cfg)
     params, model = load_checkpoint(cfg.checkpoint)
     summary = _model_report(cfg, tasks, jax.device_put(params), model, workdir)

@@ -197,6 +197,29 @@ def typed(parse: Callable[[Any], T], config: Any) -> T:
   return cfg
 
 
+def write_config(cfg: Any, workdir: str) -> str:
+  """The typed run config `cfg`, resolved (every field), as <workdir>/config.json (`typed_config.to_plain`: the
+  run config module's parse reads it back); returns its path."""
+  import json
+  from c2jax import typed_config
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "config.json")
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(json.dumps(typed_config.to_plain(cfg), indent=2) + "\n")
+  return path
+
+
+def outputs(workdir: str, entries: Sequence[tuple[str, str, str]]) -> str:
+  """The lines a job prints at its end about where its outputs are: one per (what, path under `workdir`, how to use
+  it, "{path}" standing for the path) whose path exists."""
+  rows = [(what, os.path.join(workdir, rel), use.format(path=os.path.join(workdir, rel))) for what, rel, use in entries
+          if os.path.exists(os.path.join(workdir, rel))]
+  width = max((len(what) for what, _, _ in rows), default=0)
+  lines = [f"outputs in {os.path.abspath(workdir)}:"]
+  lines += [f"  {what:<{width}}  {path}" + (f"  ({use})" if use else "") for what, path, use in rows]
+  return "\n".join(lines)
+
+
 def config_help(cfg: Any, source: str | None = None) -> str:
   """The lines `--config_help` prints for the typed run config `cfg` (read from the config file `source`)."""
   import json

@@ -204,9 +204,10 @@ class EntryPointsTest(parameterized.TestCase):
     self.assertEqual(proc.returncode, 130, err[-3000:])
     self.assertNotIn("Traceback", err)
     # (tqdm may close its bar after the line: the line is there, not necessarily last.)
-    self.assertIn(f"eval_main.py: interrupted; nothing was written to {work} (the report is written when the "
-                  "evaluation ends).\n", err)
+    self.assertIn(f"eval_main.py: interrupted; no report was written to {work}, only its config.json (the report "
+                  "is written when the evaluation ends).\n", err)
     self.assertFalse((work / "report.json").exists())
+    self.assertEqual(sorted(os.listdir(work)), ["config.json"])
 
 
 if __name__ == "__main__":
