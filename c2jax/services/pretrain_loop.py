@@ -306,7 +306,7 @@ class _Run:
     n = len(self.phases)
     bar.set_description(self.label if n == 1 else f"{self.label}: {phase.name} {phase.index + 1}/{n}")
     if int(self.state.step) < phase.end:
-      stages.note_once(("pretrain step", phase.model, phase.hp, phase.batch_size, phase.seq_len, self.mesh),
+      stages.note_once(("pretrain step", repr((phase.model, phase.hp, phase.batch_size, phase.seq_len, self.mesh))),
                        f"compiling the training step of phase {phase.name!r} (batch {phase.batch_size} x "
                        f"{phase.seq_len} tokens; first step, cached after)")
     # tokens/s over each logging window (the first window of a phase includes that phase's compile).

@@ -89,18 +89,18 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
   os.makedirs(workdir, exist_ok=True)
   compile_cache.use(cfg.compilation_cache)  # inherited by the pool
   rl_loop.check_mesh(cfg)  # a mesh that cannot take the batch: refused now, not after the SFT and the actors' start
-  steps = plan(cfg)
-  if SFT in steps.names:
+  job = plan(cfg)
+  if SFT in job.names:
     init = started_from(workdir)
     if init is not None:
-      for name in steps.names[:steps.names.index(SFT) + 1]:
-        steps.skip(name, f"RL resumes from its checkpoint (it started from {init})")
+      for name in job.names[:job.names.index(SFT) + 1]:
+        job.skip(name, f"RL resumes from its checkpoint (it started from {init})")
     else:
-      if TEACHER in steps.names:  # cached by their settings: recorded once, then read
-        with steps.stage(TEACHER, f"{cfg.sft.teacher.policy}, train and held-out tasks") as s:
+      if TEACHER in job.names:  # cached by their settings: recorded once, then read
+        with job.stage(TEACHER, f"{cfg.sft.teacher.policy}, train and held-out tasks") as s:
           for split in ("train", "heldout"):
             teacher_traces.ensure_traces(cfg, split, label=s.label)
-      with steps.stage(SFT, f"{cfg.sft.steps} steps; reused when the cache holds it") as s:
+      with job.stage(SFT, f"{cfg.sft.steps} steps; reused when the cache holds it") as s:
         init = warm_start.sft_checkpoint(cfg, stop=stop, label=s.label)
         s.interrupted = init is None
       if init is None:
@@ -124,4 +124,4 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
     stages.note(f"starting {', '.join(members)}; their logs: {os.path.join(workdir, 'logs')}")
   with pool:
     env_servers.wait_listening(env_servers.local_addresses(servers), pool.check)
-    return rl_loop.run(cfg, workdir, health_check=pool.check, stop=stop, plan=steps)
+    return rl_loop.run(cfg, workdir, health_check=pool.check, stop=stop, plan=job)
