@@ -33,6 +33,7 @@ contributes its rows of the global batch; process 0 writes the logs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -388,12 +389,18 @@ def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lamb
       _write_model(r.work / "models" / "step_0", r.state.params, phase.model)
   interrupted = False
   total = r.phases[-1].end
+  # Several phases are the run's stages ("stage 2/3: phase long_context"); one phase is the caller's stage.
+  plan = stages.Stages(tuple(f"phase {p.name}" for p in r.phases)) if len(r.phases) > 1 and r.primary else None
+  for done in r.phases[:phase.index] if plan else ():
+    plan.skip(f"phase {done.name}", "trained before this run resumed")
   with tqdm.tqdm(total=total, initial=start, desc=label, unit="step", disable=not r.primary) as bar:
     try:
       for current in r.phases[phase.index:]:
         phase = current  # the phase a stop checkpoints
         if int(r.state.step) < phase.end:
-          r.train_phase(phase, bar)
+          size = f"{phase.steps} steps of {phase.batch_size} x {phase.seq_len} tokens"
+          with plan.stage(f"phase {phase.name}", size) if plan else contextlib.nullcontext():
+            r.train_phase(phase, bar)
     except (_Interrupted, KeyboardInterrupt):
       interrupted = True
     finally:
