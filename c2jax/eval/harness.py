@@ -179,9 +179,9 @@ class Report:
 
 def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], *, samples: int = 1,
              workers: int = 2, config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,),
-             progress: bool = True) -> Report:
+             progress: bool = True, label: str = "eval") -> Report:
   """Runs `samples` episodes of every task, `workers` at a time; `make_policy(episode index)` gives each episode
-  its own policy (a model policy keeps per-episode state).
+  its own policy (a model policy keeps per-episode state). `label`: the progress bar's (with `progress`).
 
   Raises:
     SandboxUnavailable: bubblewrap cannot run here (queued episodes are dropped, not run to the same end).
@@ -195,7 +195,7 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
     futures = [pool.submit(run_episode, task, make_policy(i), s, config) for i, (task, s) in enumerate(jobs)]
     if progress:
       import tqdm
-      episodes = [f.result() for f in tqdm.tqdm(futures, desc="eval", unit="episode")]
+      episodes = [f.result() for f in tqdm.tqdm(futures, desc=label, unit="episode")]
     else:
       episodes = [f.result() for f in futures]
   return Report(episodes=episodes, samples=samples, ks=ks, seconds=time.perf_counter() - t0, workers=workers)

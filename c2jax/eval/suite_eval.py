@@ -131,6 +131,11 @@ def _tasks(cfg: EvalRunConfig):
   return tasks[:cfg.max_tasks] if cfg.max_tasks else tasks
 
 
+def _label(cfg: EvalRunConfig) -> str:
+  """The evaluation's progress bar label: what it evaluates, on which split."""
+  return f"evaluate {cfg.suite} ({cfg.split})"
+
+
 def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directory: str, version: int = 0) -> dict:
   """The model policy's report: every episode through the agent loop, with the run's tokenizer."""
   from c2jax.actors.agent_loop import AgentConfig, AgentRunner
@@ -149,7 +154,7 @@ def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directo
                        AgentConfig(max_turns=cfg.env.max_turns, max_turn_tokens=s.max_new_tokens,
                                    max_episode_tokens=s.max_episode_tokens, tool_workers=cfg.workers), tok,
                        chat_format=cfg.env.chat_format)
-  label = f"evaluate {cfg.suite} ({cfg.split})" + (f" v{version}" if cfg.watch_weights else "")
+  label = _label(cfg) + (f" v{version}" if cfg.watch_weights else "")
   report = harness.evaluate_model(tasks, runner, params, samples=cfg.samples, config=cfg.env,
                                   ks=tuple(cfg.ks), seed=cfg.seed, version=version, label=label)
   summary = harness.write_report(report, directory)
@@ -160,7 +165,7 @@ def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directo
 def _report(cfg: EvalRunConfig, tasks, make_policy, directory: str) -> dict:
   from c2jax.eval import harness
   report = harness.evaluate(tasks, make_policy, samples=cfg.samples, workers=cfg.workers, config=cfg.env,
-                            ks=tuple(cfg.ks))
+                            ks=tuple(cfg.ks), label=_label(cfg))
   summary = harness.write_report(report, directory)
   print(report.markdown())
   return summary

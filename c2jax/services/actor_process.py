@@ -111,7 +111,7 @@ def run_evaluator(cfg: RLRunConfig) -> dict:
       if version is None or (last is not None and version < last + cfg.eval.every_versions):
         time.sleep(1.0)
         continue
-      r = run_eval(jax.device_put(params))
+      r = run_eval(jax.device_put(params), label=f"evaluator: held-out evaluation of version {version}")
       r["version"], r["time"] = version, time.time()
       log.write("eval_during.jsonl", r)
       log.scalars("eval", {k: v for k, v in r.items() if k not in ("version", "time", "tasks", "samples")}, version)

@@ -195,9 +195,9 @@ class EntryPointsTest(parameterized.TestCase):
     # The evaluation's progress bar is on: its episodes are running.
     err = ""
     deadline = time.time() + 240
-    while "eval:" not in err and time.time() < deadline and proc.poll() is None:
+    while "evaluate realistic (heldout):" not in err and time.time() < deadline and proc.poll() is None:
       err += os.read(proc.stderr.fileno(), 4096).decode(errors="replace")
-    self.assertIn("eval:", err)
+    self.assertIn("evaluate realistic (heldout):", err)
     proc.send_signal(signal.SIGINT)
     out, rest = proc.communicate(timeout=120)
     err += rest
