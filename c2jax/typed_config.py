@@ -257,7 +257,6 @@ def _first_sentence(text: str) -> str:
   return re.split(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.;])\s+(?=[A-Z(`])", text.strip(), maxsplit=1)[0].rstrip("; ")
 
 
-@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
   """{field name: the first sentence of its entry} from the "Attributes:" sections of `cls`'s docstring and its
   bases' (an entry "a, b: text" documents both; "a: text; b: text" each)."""
@@ -322,7 +321,7 @@ def field_help(obj: Any, default: Any = NO_DEFAULT, prefix: str = "") -> list[Fi
   with its plain value, its default (that of `default`, a dataclass instance of the same type, else the field's own)
   and its doc: generated from the dataclasses, what an entry point's `--config_help` prints."""
   out = []
-  hints = _hints(type(obj))
+  hints = _hints(obj.__class__)  # (not type(obj): mypy finds type[Any] unhashable for the cache)
   docs = field_docs(type(obj))
   # A field without an entry of its own is described by its section's first line.
   own = (type(obj).__doc__ or "").strip()
