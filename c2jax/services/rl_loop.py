@@ -231,7 +231,8 @@ class _Trainer:
       self.weights.publish(self.version, self.params_host)
 
   def _eval_size(self) -> str:
-    return f"{self.cfg.eval.tasks} tasks x {self.cfg.eval.samples} samples"
+    tasks, samples = self.cfg.eval.tasks, self.cfg.eval.samples
+    return f"{tasks} task{'s' * (tasks != 1)} x {samples} sample{'s' * (samples != 1)}"
 
   def save(self, step: int) -> None:
     # The version of the saved state, from the state itself (not a variable that a Ctrl-C between two statements
@@ -414,7 +415,9 @@ def _behaviour_before_after(before: dict, after: dict) -> dict:
 def _steps_left(start: int, steps: int) -> str:
   if start >= steps:
     return f"all {steps} steps already trained"
-  return f"steps {start + 1}-{steps} of {steps}" if start else f"{steps} steps"
+  if not start:
+    return f"{steps} steps"
+  return f"step {steps} of {steps}" if start + 1 == steps else f"steps {start + 1}-{steps} of {steps}"
 
 
 def run(cfg: RLRunConfig, workdir: str, *, health_check: Callable[[], None] = lambda: None,
