@@ -9,6 +9,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from c2jax.services import rl_job
+from c2jax.services import rl_loop
 from c2jax.services import rl_run_config
 from c2jax.services import stages
 from configs import rl_tiny
@@ -59,6 +60,11 @@ class StagesTest(parameterized.TestCase):
   @parameterized.parameters((5, "5 s"), (184, "3 min 4 s"), (3720, "1 h 2 min"))
   def test_duration(self, seconds, text):
     self.assertEqual(stages.duration(seconds), text)
+
+  @parameterized.parameters((0, "40 steps"), (10, "steps 11-40 of 40"), (39, "step 40 of 40"),
+                            (40, "all 40 steps already trained"))
+  def test_the_rl_stages_detail_says_which_steps_this_run_trains(self, start, text):
+    self.assertEqual(rl_loop._steps_left(start, 40), text)
 
   def test_the_rl_jobs_plan(self):
     cfg = rl_run_config.parse(rl_tiny.get_config())  # SFT on a multi-turn teacher's recorded traces
