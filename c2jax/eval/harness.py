@@ -179,9 +179,9 @@ class Report:
 
 def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], *, samples: int = 1,
              workers: int = 2, config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,),
-             progress: bool = True) -> Report:
+             progress: bool = True, label: str = "eval") -> Report:
   """Runs `samples` episodes of every task, `workers` at a time; `make_policy(episode index)` gives each episode
-  its own policy (a model policy keeps per-episode state).
+  its own policy (a model policy keeps per-episode state). `label`: the progress bar's (with `progress`).
 
   Raises:
     SandboxUnavailable: bubblewrap cannot run here (queued episodes are dropped, not run to the same end).
@@ -195,7 +195,7 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
     futures = [pool.submit(run_episode, task, make_policy(i), s, config) for i, (task, s) in enumerate(jobs)]
     if progress:
       import tqdm
-      episodes = [f.result() for f in tqdm.tqdm(futures, desc="eval", unit="episode")]
+      episodes = [f.result() for f in tqdm.tqdm(futures, desc=label, unit="episode")]
     else:
       episodes = [f.result() for f in futures]
   return Report(episodes=episodes, samples=samples, ks=ks, seconds=time.perf_counter() - t0, workers=workers)
@@ -203,13 +203,14 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
 
 def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, samples: int = 1,
                    config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,), seed: int = 0,
-                   version: int = 0) -> Report:
+                   version: int = 0, label: str | None = "evaluate") -> Report:
   """Runs `samples` episodes of every task with the model `params` through `runner` (its slots are the episodes in
   flight, its tool workers the sandboxes); episode i draws with fold_in(key(seed), i).
 
   The prompt of an episode is the first observation of a fresh copy (what `CodingEnv.reset` returns) in the
   runner's chat format (`ChatTokens.prompt`: BOS + the text for brief, the model's template otherwise), tokenized
-  by the runner's tokenizer, the model's own; `config.chat_format` must be the runner's.
+  by the runner's tokenizer, the model's own; `config.chat_format` must be the runner's. `label`: the progress
+  bar's over the episodes (None: no bar).
   """
   if not tasks:
     raise ValueError("No tasks to evaluate (empty suite or split).")
@@ -224,7 +225,16 @@ def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, 
                            key=jax.random.fold_in(jax.random.key(seed), i), first_observation=texts[id(task)])
               for i, (task, _) in enumerate(jobs)]
   t0 = time.perf_counter()
-  trajectories = runner.run(episodes, weights=lambda: (params, version))
+  import tqdm
+  # A bar over the episodes: a checkpoint's evaluation runs minutes to hours on a CPU (its first minutes compile).
+  with tqdm.tqdm(total=len(episodes), desc=label, unit="episode", disable=label is None) as bar:
+    start = runner.stats.episodes  # the runner's counts add up over its runs
+
+    def progress():
+      bar.update(runner.stats.episodes - start - bar.n)
+
+    trajectories = runner.run(episodes, weights=lambda: (params, version), on_chunk=progress)
+    progress()
   out = []
   for (task, s), traj in zip(jobs, trajectories):
     category = getattr(task.category, "value", str(task.category))
