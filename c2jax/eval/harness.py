@@ -39,6 +39,35 @@ from c2jax.eval.metrics import best_of_k, pass_at_k
 
 
 @dataclasses.dataclass(frozen=True)
+class Complementary:
+  """One of CursorBench's complementary evaluations (report section 5) as a row of the evaluation table.
+
+  Attributes:
+    name: the row's name (and, for a suite of its own, the tasks' metadata "evaluation").
+    score: the term averaged into the score; "passed" marks an evaluation that is a suite of its own: the score is
+      the pass rate of the tasks tagged with `name`.
+    detail: terms averaged beside it.
+    measures: what the score means, in the table.
+  """
+
+  name: str
+  score: str
+  detail: tuple[str, ...]
+  measures: str
+
+
+COMPLEMENTARY = (
+    Complementary("code_quality", "quality_findings", ("complexity_findings", "quality_error"),
+                  "linter findings the diff introduced per episode, lower is better (EnvConfig.code_quality)"),
+    Complementary("instruction_following", "instructions_followed", ("constraint_violations", "passed"),
+                  "episodes that passed and kept every constraint the prompt stated"),
+    Complementary("intent", "passed", ("pass_fraction",),
+                  "under-specified tasks solved as their reasonable reading"),
+)
+COMPLEMENTARY_TERMS = ("quality_findings", "complexity_findings", "constraint_violations", "instructions_followed")
+
+
+@dataclasses.dataclass(frozen=True)
 class Episode:
   """One graded episode: the reward terms of `CodingEnv.reward` plus bookkeeping."""
 
@@ -49,6 +78,7 @@ class Episode:
   turns: int
   seconds: float
   error: str | None = None
+  evaluation: str = ""  # the complementary evaluation the task belongs to (its metadata "evaluation"), if any
 
   @property
   def passed(self) -> bool:
@@ -82,7 +112,7 @@ def run_episode(task: CodingTask, policy: Policy, sample: int, config: EnvConfig
     env.close()
   category = getattr(task.category, "value", str(task.category))
   return Episode(task_id=task.task_id, category=category, sample=sample, terms=terms, turns=turns,
-                 seconds=time.perf_counter() - t0, error=error)
+                 seconds=time.perf_counter() - t0, error=error, evaluation=task.metadata.get("evaluation", ""))
 
 
 @dataclasses.dataclass
@@ -111,7 +141,8 @@ class Report:
       row[f"pass@{k}"] = float(np.mean([pass_at_k(n, sum(e.passed for e in eps), k) for eps in by_task.values()]))
     row[f"best_of_{n}"] = float(np.mean([best_of_k([e.terms.get("pass_fraction", 0.0) for e in eps], n)
                                          for eps in by_task.values()]))
-    for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts"):
+    for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts",
+                *COMPLEMENTARY_TERMS):
       values = [e.terms[key] for e in episodes if key in e.terms]
       row[key] = float(np.mean(values)) if values else None
     row["errors"] = sum(e.error is not None for e in episodes)
@@ -123,6 +154,27 @@ class Report:
     row.update(samples=self.samples, episodes=len(self.episodes), seconds=self.seconds, workers=self.workers,
                tasks_per_s=len(self.episodes) / self.seconds if self.seconds else None)
     return row
+
+  def complementary(self) -> dict[str, dict]:
+    """CursorBench's complementary evaluations present in the episodes (`COMPLEMENTARY`): name -> {"episodes",
+    "score", and the terms behind it}. An evaluation is present when some episode carries its score's term, or
+    (a suite's own evaluation: intent) when some task is tagged with it."""
+    out = {}
+    for c in COMPLEMENTARY:
+      if c.score == "passed":  # the suite is the evaluation: its pass rate on the tasks tagged with its name
+        episodes = [e for e in self.episodes if e.evaluation == c.name]
+        values = [float(e.passed) for e in episodes]
+      else:
+        episodes = [e for e in self.episodes if c.score in e.terms]
+        values = [e.terms[c.score] for e in episodes]
+      if not episodes:
+        continue
+      row = {"episodes": len(episodes), "score": float(np.mean(values))}
+      for key in c.detail:
+        found = [e.terms[key] for e in episodes if key in e.terms]
+        row[key] = float(np.mean(found)) if found else None
+      out[c.name] = row
+    return out
 
   def by_category(self) -> dict[str, dict]:
     cats = sorted({e.category for e in self.episodes})
@@ -150,10 +202,18 @@ class Report:
       err = next((e.error for e in eps if e.error), "")
       lines.append(f"| {task_id} | {eps[0].category} | {passed}/{len(eps)} | {pf:.3f} | "
                    f"{fmt(float(np.mean(oe)) if oe else None)} | {err[:80]} |")
+    complementary = self.complementary()
+    if complementary:
+      lines += ["", "| evaluation | episodes | score | measures |", "|---|---|---|---|"]
+      for c in COMPLEMENTARY:
+        if c.name in complementary:
+          row = complementary[c.name]
+          measures = c.measures + "".join(f"; {k} {fmt(row[k])}" for k in c.detail)
+          lines.append(f"| {c.name} | {row['episodes']} | {fmt(row['score'])} | {measures} |")
     return "\n".join(lines)
 
   def to_json(self) -> dict:
-    return {"summary": self.summary, "by_category": self.by_category(),
+    return {"summary": self.summary, "by_category": self.by_category(), "complementary": self.complementary(),
             "episodes": [dataclasses.asdict(e) for e in self.episodes]}
 
   def plot(self, path: str) -> None:
@@ -229,7 +289,7 @@ def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, 
   for (task, s), traj in zip(jobs, trajectories):
     category = getattr(task.category, "value", str(task.category))
     out.append(Episode(task_id=task.task_id, category=category, sample=s, terms=dict(traj.reward_terms),
-                       turns=traj.turns, seconds=traj.tool_seconds))
+                       turns=traj.turns, seconds=traj.tool_seconds, evaluation=task.metadata.get("evaluation", "")))
   return Report(episodes=out, samples=samples, ks=ks, seconds=time.perf_counter() - t0,
                 workers=runner.engine.slots)
 

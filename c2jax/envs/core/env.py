@@ -52,6 +52,7 @@ from c2jax.envs.chat import chat_format as chat_format_lib
 from c2jax.envs.tools import bounded_search
 from c2jax.envs.tools import code_search
 from c2jax.envs.grading import grading
+from c2jax.envs.grading import quality
 from c2jax.envs.tools import protocol
 from c2jax.envs.tools import web_search
 from c2jax.envs.tasks.coding_tasks import CodingTask
@@ -83,6 +84,8 @@ class EnvConfig:
       chat formats leave it out (their templates declare the tools).
     chat_format: the name of the tool-call and chat format in `chat_format.CHAT_FORMATS`: "brief" (the raw
       `protocol.py` format, by default), "deepseek_v3" or "kimi_k2" (the models' own templates and tool calls).
+    code_quality: whether grading scores the code quality of the episode's diff (`quality.CodeQuality`: "ruff"
+      adds quality_findings and complexity_findings, at one more sandbox per grading).
   """
 
   max_turns: int = 8
@@ -99,6 +102,7 @@ class EnvConfig:
   grading_limits: SandboxLimits | None = None
   instructions: protocol.HelpDetail = protocol.HelpDetail.FULL
   chat_format: str = "brief"
+  code_quality: quality.CodeQuality = quality.CodeQuality.OFF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,7 +355,8 @@ class CodingEnv:
     else:
       terms = {k: float(v) for k, v in grading.grade(self._task, self._sandbox.files(),
                                                       sandbox_factory=self._sandbox_factory,
-                                                      limits=self.config.grading_limits).items()}
+                                                      limits=self.config.grading_limits,
+                                                      code_quality=self.config.code_quality).items()}
     terms["malformed_tool_calls"] = float(self._totals["malformed_tool_calls"])
     terms["incomplete_tool_calls"] = float(self._totals["incomplete_tool_calls"])
     terms["turns"] = float(self._turn)

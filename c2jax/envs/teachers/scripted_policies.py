@@ -8,6 +8,10 @@ honest (report section 5: an evaluation is only as good as its checks).
                  the SFT demonstrations' response (`c2jax.envs.teachers.demonstrations`);
   empty          finishes at once: must score 0% (every hidden test fails on a starting repository);
   delete_tests   deletes the repository's own test files and finishes: must not pass (the hidden tests judge).
+  sloppy         reference with lint findings and a too-complex function appended to its Python files: passes, but
+                 scores low on code quality (`EnvConfig.code_quality`);
+  shortcut       writes the task's shortcut (the instructions and intent suites'): passes while breaking a stated
+                 constraint, or solves the prompt's literal reading the hidden tests reject; must score low there;
   explorer       the reference solution over several turns, as an agent works: looks around (1-3 turns), writes the
                  solution, checks it (1-2 turns), finishes: 5-8 tool calls in 4-7 turns, fixed per task (the agent
                  loop's benchmark and tests force it through the engine).
@@ -43,6 +47,7 @@ import shlex
 from typing import Callable, ClassVar, Protocol, Sequence
 
 from c2jax.envs.chat import self_summary
+from c2jax.envs.tasks import shortcuts
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName, render
@@ -102,6 +107,63 @@ class EmptyPolicy:
 
   def act(self, task: CodingTask, observations: Sequence[str]) -> str:
     return _calls(ToolCall(ToolName.FINISH, {}))
+
+
+# What `sloppy` appends to each Python file of the reference solution: an import below the code (unused, and not at
+# the top), a function of 11 branches that prints (mccabe complexity over 10), a bare except, a comparison to None
+# by ==: findings a well-kept linter reports, in code the hidden tests never call.
+SLOPPY_CODE = """
+
+import os
+
+
+def _describe(x):
+    if x == None:
+        return 'none'
+    try:
+        n = int(x)
+    except:
+        n = 0
+    if n == 1: return 'one'
+    if n == 2: return 'two'
+    if n == 3: return 'three'
+    if n == 4: return 'four'
+    if n == 5: return 'five'
+    if n == 6: return 'six'
+    if n == 7: return 'seven'
+    if n == 8: return 'eight'
+    if n == 9: return 'nine'
+    print( 'many' )
+    return 'many'
+"""
+
+
+@POLICIES.register("sloppy")
+@dataclasses.dataclass(frozen=True)
+class SloppyPolicy:
+  """The reference solution with `SLOPPY_CODE` appended to each of its Python files, then finishes: as correct as
+  reference, but low on code quality (the scorer of `c2jax.envs.grading.quality` counts what it adds)."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    if task.solution is None:
+      raise ValueError(f"Task {task.task_id} has no reference solution for the sloppy policy to apply.")
+    calls = [ToolCall(ToolName.WRITE_FILE, {"path": path, "content": content + SLOPPY_CODE if path.endswith(".py")
+                                            else content})
+             for path, content in sorted(task.solution.items())]
+    calls += [ToolCall(ToolName.RUN, {"command": f"rm -f -- {shlex.quote(path)}"}) for path in task.solution_deletes]
+    return _calls(*calls, ToolCall(ToolName.FINISH, {}))
+
+
+@POLICIES.register("shortcut")
+@dataclasses.dataclass(frozen=True)
+class ShortcutPolicy:
+  """Writes the task's shortcut (`c2jax.envs.tasks.shortcuts`: a plausible submission its evaluation must score
+  low), then finishes."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    calls = [ToolCall(ToolName.WRITE_FILE, {"path": path, "content": content})
+             for path, content in sorted(shortcuts.shortcut(task).items())]
+    return _calls(*calls, ToolCall(ToolName.FINISH, {}))
 
 
 @POLICIES.register("delete_tests")
