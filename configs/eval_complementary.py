@@ -11,6 +11,9 @@ score.
   # intent: under-specified prompts whose hidden tests check the reasonable reading
   python experiments/eval_main.py --config=configs/eval_complementary.py:intent --config.policy=reference
   python experiments/eval_main.py --config=configs/eval_complementary.py:intent --config.policy=shortcut
+  # interruption handling: a user message between turns or cutting a turn; the final state depends on it
+  python experiments/eval_main.py --config=configs/eval_complementary.py:interruptions \
+      --config.policy=follows_interruptions        # or ignores_interruptions
   # a model: --config.policy=checkpoint --config.checkpoint=runs/sft/checkpoint (any of the three)
 """
 
@@ -23,6 +26,7 @@ EVALUATIONS = {
     "code_quality": ("realistic", "ruff"),
     "instructions": ("instructions", "off"),
     "intent": ("intent", "off"),
+    "interruptions": ("interruptions", "off"),
 }
 
 
@@ -34,7 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = suite_eval.defaults()
   c.suite = suite  # c2jax.envs.tasks.coding_tasks.CODING_SUITES
   c.split = "heldout"
-  c.policy = "reference"  # reference | empty | sloppy | shortcut (scripted) | checkpoint (a model)
+  # reference | empty | sloppy | shortcut | follows_interruptions | ignores_interruptions (scripted) | checkpoint
+  c.policy = "follows_interruptions" if name == "interruptions" else "reference"
   c.workers = 2  # episodes in flight (sandboxes)
   c.env.update(max_turns=8, max_tokens=8192, max_observation_bytes=8192, code_quality=code_quality)
   c.env.limits.update(wall_s=20.0, cpu_s=20, memory_mb=1024, max_procs=64)

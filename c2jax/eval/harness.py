@@ -31,6 +31,7 @@ import numpy as np
 from c2jax.actors.agent_loop import AgentRunner
 from c2jax.actors.agent_loop import Episode as AgentEpisode
 from c2jax.envs.core.agent_env import CodingAgentEnv
+from c2jax.envs.tasks import interruptions
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
@@ -63,6 +64,8 @@ COMPLEMENTARY = (
                   "episodes that passed and kept every constraint the prompt stated"),
     Complementary("intent", "passed", ("pass_fraction",),
                   "under-specified tasks solved as their reasonable reading"),
+    Complementary("interruption", "passed", ("interruption_delivered", "pass_fraction"),
+                  "tasks whose user changed the request mid-work, solved as changed"),
 )
 COMPLEMENTARY_TERMS = ("quality_findings", "complexity_findings", "constraint_violations", "instructions_followed")
 
@@ -99,7 +102,8 @@ def run_episode(task: CodingTask, policy: Policy, sample: int, config: EnvConfig
     observations = [env.reset(task)]
     done = False
     while not done:
-      result = env.step(policy.act(task, observations))
+      # A user interrupting this turn mid-way cuts it (`interruptions.cut_turn`), as the agent loop does a model's.
+      result = env.step(interruptions.cut_turn(task, turns + 1, policy.act(task, observations)))
       turns += 1
       observations.append(result.observation)
       done = result.done
@@ -261,15 +265,27 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
   return Report(episodes=episodes, samples=samples, ks=ks, seconds=time.perf_counter() - t0, workers=workers)
 
 
+def interrupted_turn_tokens(task: CodingTask, max_turn_tokens: int) -> tuple[int, ...]:
+  """The agent loop's budgets of an episode's first turns (`agent_loop.Episode.turn_tokens`) that cut the turn a
+  user interrupts mid-turn after the interruption's `cut_tokens` (`c2jax.envs.tasks.interruptions`): the engine's
+  running turn ends there, host-side, its complete tool calls run, and the environment appends the user's message.
+  () for a task without a mid-turn interruption (every turn has `max_turn_tokens`)."""
+  interruption = interruptions.task_interruption(task)
+  if interruption is None or interruption.cut_tokens is None:
+    return ()
+  return (max_turn_tokens,) * (interruption.turn - 1) + (min(interruption.cut_tokens, max_turn_tokens),)
+
+
 def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, samples: int = 1,
                    config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,), seed: int = 0,
                    version: int = 0) -> Report:
   """Runs `samples` episodes of every task with the model `params` through `runner` (its slots are the episodes in
   flight, its tool workers the sandboxes); episode i draws with fold_in(key(seed), i).
 
-  The prompt of an episode is the first observation of a fresh copy (what `CodingEnv.reset` returns) in the
-  runner's chat format (`ChatTokens.prompt`: BOS + the text for brief, the model's template otherwise), tokenized
-  by the runner's tokenizer, the model's own; `config.chat_format` must be the runner's.
+  A task whose user interrupts a turn mid-way has that turn cut (`interrupted_turn_tokens`). The prompt of an
+  episode is the first observation of a fresh copy (what `CodingEnv.reset` returns) in the runner's chat format
+  (`ChatTokens.prompt`: BOS + the text for brief, the model's template otherwise), tokenized by the runner's
+  tokenizer, the model's own; `config.chat_format` must be the runner's.
   """
   if not tasks:
     raise ValueError("No tasks to evaluate (empty suite or split).")
@@ -281,7 +297,8 @@ def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, 
   texts = {id(task): first_observation(task, config, sorted(task.files)) for task, _ in jobs}
   episodes = [AgentEpisode(prompt=runner.chat.prompt(texts[id(task)]),
                            make_env=functools.partial(CodingAgentEnv, task, config),
-                           key=jax.random.fold_in(jax.random.key(seed), i), first_observation=texts[id(task)])
+                           key=jax.random.fold_in(jax.random.key(seed), i), first_observation=texts[id(task)],
+                           turn_tokens=interrupted_turn_tokens(task, runner.agent.max_turn_tokens))
               for i, (task, _) in enumerate(jobs)]
   t0 = time.perf_counter()
   trajectories = runner.run(episodes, weights=lambda: (params, version))

@@ -2,21 +2,34 @@
 one that should score low does, through the evaluation harness (report.md's evaluation table, report.json's
 "complementary") and, for one, through the evaluation service eval_main.py runs."""
 
+import dataclasses
+import functools
 import json
 import os
 import shutil
 import tempfile
 
 from absl.testing import absltest
+import jax
+import numpy as np
+import pytest
 
 import c2jax.envs.tasks.suites  # noqa: F401  (registers the suites)
-from c2jax.envs.core.env import EnvConfig
+from c2jax.actors.agent_loop import AgentConfig, AgentRunner
+from c2jax.actors.agent_loop import Episode as AgentEpisode
+from c2jax.actors.ledger import Source
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.envs.core.agent_env import CodingAgentEnv
+from c2jax.envs.core.env import EnvConfig, first_observation
+from c2jax.envs.tasks import interruptions
+from c2jax.envs.tools.protocol import HelpDetail
 from c2jax.envs.grading.quality import CodeQuality
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
 from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.eval import harness, suite_eval
 from c2jax.sandbox import sandbox as sandbox_lib
 from configs import eval_complementary
+from tests import tiny
 
 
 def _evaluate(tasks, policy: str, config: EnvConfig = EnvConfig()) -> harness.Report:
@@ -75,6 +88,49 @@ class ComplementaryTest(absltest.TestCase):
         scores[policy] = json.load(f)["complementary"]["intent"]
     self.assertEqual(scores["reference"], {"episodes": 2, "score": 1.0, "pass_fraction": 1.0})
     self.assertEqual(scores["shortcut"]["score"], 0.0)
+
+  def test_interruption_handling_tells_the_listener_from_the_deaf(self):
+    tasks = CODING_SUITES.get("interruptions")().tasks("heldout")
+    # Both ways the message arrives: after the first turn ends, and cutting it mid-way.
+    self.assertEqual({interruptions.task_interruption(t).cut_tokens is None for t in tasks}, {True, False})
+    follows, ignores = _evaluate(tasks, "follows_interruptions"), _evaluate(tasks, "ignores_interruptions")
+    good, bad = follows.complementary()["interruption"], ignores.complementary()["interruption"]
+    self.assertEqual((good["score"], good["interruption_delivered"]), (1.0, 1.0))
+    # The deaf agent heard it too (the environment overruled its finish): it failed by ignoring it.
+    self.assertEqual((bad["score"], bad["interruption_delivered"]), (0.0, 1.0))
+    self.assertIn(f"| interruption | {len(tasks)} | 1.000 |", follows.markdown())
+    # The changed request's solution passes (the tasks are sound); the prompt's alone does not (the message decides).
+    self.assertEqual(_evaluate(tasks, "reference").summary["pass@1"], 1.0)
+
+  @pytest.mark.slow
+  def test_the_agent_loop_cuts_an_interrupted_turn_and_appends_the_message(self):
+    # The same episode twice, with the same key (the same draws): uncut, its first turn runs past the cut; cut,
+    # that turn ends exactly at the cut (a prefix of the uncut one), the episode goes on, and the user's message
+    # follows the cut turn's observation.
+    task = next(t for t in CODING_SUITES.get("interruptions")().tasks("heldout")
+                if interruptions.task_interruption(t).cut_tokens is not None)
+    interruption = interruptions.task_interruption(task)
+    agent = AgentConfig(max_turns=2, max_turn_tokens=4 * interruption.cut_tokens, max_episode_tokens=1024)
+    sampling = dataclasses.replace(tiny.ENGINE_SAMPLING, stop_tokens=(258,))  # no early stop at '>'
+    runner = AgentRunner(tiny.BYTES, tiny.ENGINE, sampling, agent, ByteTokenizer())
+    config = EnvConfig(max_turns=2, instructions=HelpDetail.NONE)
+    text = first_observation(task, config, sorted(task.files))
+    turn_tokens = harness.interrupted_turn_tokens(task, agent.max_turn_tokens)
+    self.assertEqual(turn_tokens, (interruption.cut_tokens,))
+    episodes = [AgentEpisode(prompt=runner.chat.prompt(text), make_env=functools.partial(CodingAgentEnv, task, config),
+                             key=jax.random.key(0), first_observation=text, turn_tokens=budgets)
+                for budgets in ((), turn_tokens)]
+    uncut, cut = runner.run(episodes, weights=lambda: (tiny.params(tiny.BYTES), 0))
+
+    def first_turn(traj):
+      return traj.tokens[(traj.source == Source.MODEL) & (traj.turn == 0)]
+
+    self.assertGreater(len(first_turn(uncut)), interruption.cut_tokens)
+    np.testing.assert_array_equal(first_turn(cut), first_turn(uncut)[:interruption.cut_tokens])
+    self.assertEqual(cut.turns, 2)
+    after = np.isin(cut.source, [Source.OBSERVATION, Source.NOTICE]) & (cut.turn == 0)
+    self.assertIn(interruptions.framed(interruption.message), ByteTokenizer().decode(cut.tokens[after]))
+    self.assertEqual(cut.reward_terms["interruption_delivered"], 1.0)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from c2jax.envs.grading import grading
 from c2jax.envs.grading import quality
 from c2jax.envs.tools import protocol
 from c2jax.envs.tools import web_search
+from c2jax.envs.tasks import interruptions
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.chat.chat_format import ToolResult, clip
 from c2jax.envs.tools.protocol import ToolCall, ToolName
@@ -265,7 +266,8 @@ class CodingEnv:
     self._turn = 0
     self._tokens = 0
     self._tool_s = 0.0
-    self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0}
+    self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0,
+                    "interruptions": 0}
     return first_observation(task, self.config, self._sandbox.list_files())
 
   def step(self, model_text: str) -> StepResult:  # noqa: C901
@@ -325,6 +327,11 @@ class CodingEnv:
                                 "no tool call found; write a <tool> block, or finish."))
     for key, value in step.items():
       self._totals[key] += value
+    interruption = interruptions.task_interruption(self._task)
+    interrupted = interruption is not None and interruption.turn == self._turn
+    if interrupted and self._done_reason == "finish":
+      # The user spoke while the agent worked: a finish in the interrupted turn is overruled, the episode goes on.
+      self._done, self._done_reason = False, ""
     if not self._done:
       if self._turn >= self.config.max_turns:
         self._done, self._done_reason = True, "turn_budget"
@@ -334,15 +341,21 @@ class CodingEnv:
         self._done, self._done_reason = True, "time_budget"
     footer = (f"[turn {self._turn} of {self.config.max_turns}; about {self._tokens} of {self.config.max_tokens} "
               f"tokens used{'; episode over: ' + self._done_reason if self._done else ''}]")
-    continuation = self._format.continuation(model_text, results, footer, max_bytes=self.config.max_observation_bytes)
+    request = ""
+    if interrupted and not self._done:
+      self._totals["interruptions"] += 1
+      request = interruption.message if self._format.native else interruptions.framed(interruption.message)
+    continuation = self._format.continuation(model_text, results, footer, max_bytes=self.config.max_observation_bytes,
+                                             request=request)
     return StepResult(continuation.text, self._done, self._info(step), notice=footer, continuation=continuation,
                       results=tuple(results))
 
   def reward(self) -> dict[str, float]:
     """The reward terms of the episode: `grading.grade` on the workdir's files (hidden tests added in a fresh
-    sandbox) plus "malformed_tool_calls", "incomplete_tool_calls" and "turns". Meant for after done (then cached);
-    before that it grades the repository as it stands. A workdir past its caps is not graded: "passed",
-    "pass_fraction" and "credited_fraction" are 0 and "workdir_limit" is 1."""
+    sandbox) plus "malformed_tool_calls", "incomplete_tool_calls", "turns" and, for a task with an interruption
+    (`c2jax.envs.tasks.interruptions`), "interruption_delivered" (1.0 once its user message reached the agent).
+    Meant for after done (then cached); before that it grades the repository as it stands. A workdir past its
+    caps is not graded: "passed", "pass_fraction" and "credited_fraction" are 0 and "workdir_limit" is 1."""
     if self._task is None:
       raise RuntimeError("Call reset(task) before reward().")
     if self._reward is not None:
@@ -359,6 +372,8 @@ class CodingEnv:
                                                       code_quality=self.config.code_quality).items()}
     terms["malformed_tool_calls"] = float(self._totals["malformed_tool_calls"])
     terms["incomplete_tool_calls"] = float(self._totals["incomplete_tool_calls"])
+    if interruptions.task_interruption(self._task) is not None:
+      terms["interruption_delivered"] = float(self._totals["interruptions"])
     terms["turns"] = float(self._turn)
     if self._done:
       self._reward = terms
