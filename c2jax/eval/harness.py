@@ -67,7 +67,9 @@ COMPLEMENTARY = (
     Complementary("interruption", "passed", ("interruption_delivered", "pass_fraction"),
                   "tasks whose user changed the request mid-work, solved as changed"),
 )
-COMPLEMENTARY_TERMS = ("quality_findings", "complexity_findings", "constraint_violations", "instructions_followed")
+# Averaged into the summary and the category rows too, where some episode has them.
+COMPLEMENTARY_TERMS = ("quality_findings", "complexity_findings", "constraint_violations", "instructions_followed",
+                       "interruption_delivered")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,10 +147,13 @@ class Report:
       row[f"pass@{k}"] = float(np.mean([pass_at_k(n, sum(e.passed for e in eps), k) for eps in by_task.values()]))
     row[f"best_of_{n}"] = float(np.mean([best_of_k([e.terms.get("pass_fraction", 0.0) for e in eps], n)
                                          for eps in by_task.values()]))
-    for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts",
-                *COMPLEMENTARY_TERMS):
+    for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts"):
       values = [e.terms[key] for e in episodes if key in e.terms]
       row[key] = float(np.mean(values)) if values else None
+    for key in COMPLEMENTARY_TERMS:  # only where some episode was scored for it
+      values = [e.terms[key] for e in episodes if key in e.terms]
+      if values:
+        row[key] = float(np.mean(values))
     row["errors"] = sum(e.error is not None for e in episodes)
     return row
 

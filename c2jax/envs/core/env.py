@@ -26,6 +26,10 @@ timeout is cut to what is left; when none is left the turn's remaining calls do 
 `max_workdir_entries`, measured after every call that can write: past either the episode ends ("workdir_limit")
 and scores 0 without grading, since grading would read the whole repository into host memory.
 
+A task with an interruption (`c2jax.envs.tasks.interruptions`: a user message while the agent works) gets the
+message after the interrupted turn's tool results, as a user turn of the chat format; a finish in that turn is
+overruled and the episode goes on (a spent budget still ends it, the message undelivered).
+
 Tools run against a `Sandbox` holding a fresh copy of the task's starting files (hidden tests are never in it):
 read_file, write_file and edit work on the workdir from the host side (the sandbox confines paths to it); run is a
 shell command in the container; grep is a Python regex over the workdir's text files, evaluated inside the
