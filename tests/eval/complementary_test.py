@@ -21,7 +21,7 @@ from c2jax.actors.ledger import Source
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs.core.agent_env import CodingAgentEnv
 from c2jax.envs.core.env import EnvConfig, first_observation
-from c2jax.envs.tasks import interruptions
+from c2jax.envs.tasks import coding_tasks, interruptions
 from c2jax.envs.tools.protocol import HelpDetail
 from c2jax.envs.grading.quality import CodeQuality
 from c2jax.envs.tasks.coding_tasks import CODING_SUITES
@@ -30,6 +30,7 @@ from c2jax.eval import harness, suite_eval
 from c2jax.sandbox import sandbox as sandbox_lib
 from configs import eval_complementary
 from tests import tiny
+from tools import validate_tasks
 
 
 def _evaluate(tasks, policy: str, config: EnvConfig = EnvConfig()) -> harness.Report:
@@ -131,6 +132,20 @@ class ComplementaryTest(absltest.TestCase):
     after = np.isin(cut.source, [Source.OBSERVATION, Source.NOTICE]) & (cut.turn == 0)
     self.assertIn(interruptions.framed(interruption.message), ByteTokenizer().decode(cut.tokens[after]))
     self.assertEqual(cut.reward_terms["interruption_delivered"], 1.0)
+
+  @pytest.mark.slow
+  def test_every_task_of_the_three_suites_is_sound(self):
+    # Through tools/validate_tasks.py on their records: each reference passes, each starting repository fails, and
+    # the metadata holding constraints, interruptions and shortcuts survives a JSONL round trip.
+    tasks = [t for name in ("instructions", "intent", "interruptions")
+             for t in CODING_SUITES.get(name)().tasks("heldout")]
+    self.assertGreaterEqual(len(tasks), 16)
+    out = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+    path = os.path.join(out, "tasks.jsonl")
+    with open(path, "w") as f:
+      f.writelines(json.dumps(coding_tasks.to_record(t)) + "\n" for t in tasks)
+    self.assertEqual(validate_tasks.run(path, workers=2, progress=False), 0)
 
 
 if __name__ == "__main__":
