@@ -270,24 +270,13 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
   return Report(episodes=episodes, samples=samples, ks=ks, seconds=time.perf_counter() - t0, workers=workers)
 
 
-def interrupted_turn_tokens(task: CodingTask, max_turn_tokens: int) -> tuple[int, ...]:
-  """The agent loop's budgets of an episode's first turns (`agent_loop.Episode.turn_tokens`) that cut the turn a
-  user interrupts mid-turn after the interruption's `cut_tokens` (`c2jax.envs.tasks.interruptions`): the engine's
-  running turn ends there, host-side, its complete tool calls run, and the environment appends the user's message.
-  () for a task without a mid-turn interruption (every turn has `max_turn_tokens`)."""
-  interruption = interruptions.task_interruption(task)
-  if interruption is None or interruption.cut_tokens is None:
-    return ()
-  return (max_turn_tokens,) * (interruption.turn - 1) + (min(interruption.cut_tokens, max_turn_tokens),)
-
-
 def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, samples: int = 1,
                    config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,), seed: int = 0,
                    version: int = 0) -> Report:
   """Runs `samples` episodes of every task with the model `params` through `runner` (its slots are the episodes in
   flight, its tool workers the sandboxes); episode i draws with fold_in(key(seed), i).
 
-  A task whose user interrupts a turn mid-way has that turn cut (`interrupted_turn_tokens`). The prompt of an
+  A task whose user interrupts a turn mid-way has that turn cut (`interruptions.turn_tokens`). The prompt of an
   episode is the first observation of a fresh copy (what `CodingEnv.reset` returns) in the runner's chat format
   (`ChatTokens.prompt`: BOS + the text for brief, the model's template otherwise), tokenized by the runner's
   tokenizer, the model's own; `config.chat_format` must be the runner's.
@@ -303,7 +292,7 @@ def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, 
   episodes = [AgentEpisode(prompt=runner.chat.prompt(texts[id(task)]),
                            make_env=functools.partial(CodingAgentEnv, task, config),
                            key=jax.random.fold_in(jax.random.key(seed), i), first_observation=texts[id(task)],
-                           turn_tokens=interrupted_turn_tokens(task, runner.agent.max_turn_tokens))
+                           turn_tokens=interruptions.turn_tokens(task, runner.agent.max_turn_tokens))
               for i, (task, _) in enumerate(jobs)]
   t0 = time.perf_counter()
   trajectories = runner.run(episodes, weights=lambda: (params, version))

@@ -116,7 +116,7 @@ class ComplementaryTest(absltest.TestCase):
     runner = AgentRunner(tiny.BYTES, tiny.ENGINE, sampling, agent, ByteTokenizer())
     config = EnvConfig(max_turns=2, instructions=HelpDetail.NONE)
     text = first_observation(task, config, sorted(task.files))
-    turn_tokens = harness.interrupted_turn_tokens(task, agent.max_turn_tokens)
+    turn_tokens = interruptions.turn_tokens(task, agent.max_turn_tokens)
     self.assertEqual(turn_tokens, (interruption.cut_tokens,))
     episodes = [AgentEpisode(prompt=runner.chat.prompt(text), make_env=functools.partial(CodingAgentEnv, task, config),
                              key=jax.random.key(0), first_observation=text, turn_tokens=budgets)

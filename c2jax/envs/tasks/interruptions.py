@@ -3,6 +3,7 @@ report section 5): its format, kept in the task's metadata "interruption" as a J
 
   interruption = task_interruption(task)       # Interruption(turn=1, message="...", cut_tokens=None) or None
   text = cut_turn(task, turn, text)            # a scripted driver's cut of the interrupted turn
+  budgets = turn_tokens(task, 256)             # the agent loop's: Episode(turn_tokens=budgets)
 
   {"turn": 1, "message": "Change of plan: ..."}                    between turns: after the agent's turn 1 ends
   {"turn": 1, "message": "Change of plan: ...", "cut_tokens": 40}  mid-turn: turn 1 is cut after 40 tokens
@@ -12,10 +13,11 @@ user turn of its chat format, after that turn's tool results: in place of the ne
 template, framed by `USER_OPEN` / `USER_CLOSE` after the budget line for brief. A finish called in that turn is
 overruled (the user spoke before the agent was done) and the episode goes on; a spent budget still ends it, and the
 message is then never delivered. Mid-turn, the driver cuts the running turn first: the agent loop ends turn `turn`
-after `cut_tokens` tokens as a per-turn budget (`c2jax.actors.agent_loop.Episode.turn_tokens`, set by
-`c2jax.eval.harness.evaluate_model`), a scripted driver after `cut_tokens` bytes of its text (`cut_turn`: the byte
-tokens of the brief format); the tool calls complete before the cut run, the rest of the turn is lost, then the
-message follows. A turn that ends by itself before the cut is not cut.
+after `cut_tokens` tokens as a per-turn budget (`c2jax.actors.agent_loop.Episode.turn_tokens` from `turn_tokens`,
+set by the evaluation harness, `policy_eval.evaluate_episodes` and the RL actors), a scripted driver after
+`cut_tokens` bytes of its text (`cut_turn`: the byte tokens of the brief format); the tool calls complete before
+the cut run, the rest of the turn is lost, then the message follows. A turn that ends by itself before the cut is
+not cut.
 """
 
 from __future__ import annotations
@@ -84,3 +86,15 @@ def cut_turn(task: CodingTask, turn: int, text: str) -> str:
   if interruption is None or interruption.cut_tokens is None or interruption.turn != turn:
     return text
   return text.encode("utf-8")[:interruption.cut_tokens].decode("utf-8", errors="ignore")
+
+
+def turn_tokens(task: CodingTask, max_turn_tokens: int) -> tuple[int, ...]:
+  """The agent loop's budgets of an episode's first turns (`agent_loop.Episode.turn_tokens`) that cut the turn a
+  user interrupts mid-turn after `cut_tokens`: the engine's running turn ends there, host-side, its complete tool
+  calls run, and the environment appends the user's message. () without a mid-turn interruption (every turn has
+  `max_turn_tokens`)."""
+  interruption = task_interruption(task)
+  if interruption is None or interruption.cut_tokens is None:
+    return ()
+  return (max_turn_tokens,) * (interruption.turn - 1) + (min(interruption.cut_tokens, max_turn_tokens),)
+
