@@ -49,6 +49,12 @@ class FormatTest(parameterized.TestCase):
     self.assertEqual(interruptions.cut_turn(mid, 1, text), text)
     self.assertEqual(interruptions.cut_turn(_task(Interruption(2, _MESSAGE)), 2, text), text)
 
+  def test_turn_tokens_cut_the_interrupted_turn_for_the_agent_loop(self):
+    self.assertEqual(interruptions.turn_tokens(_task(Interruption(3, _MESSAGE, cut_tokens=40)), 256), (256, 256, 40))
+    self.assertEqual(interruptions.turn_tokens(_task(Interruption(1, _MESSAGE, cut_tokens=400)), 256), (256,))
+    self.assertEqual(interruptions.turn_tokens(_task(Interruption(1, _MESSAGE)), 256), ())
+    self.assertEqual(interruptions.turn_tokens(_task(None), 256), ())
+
 
 class DeliveryTest(parameterized.TestCase):
 
