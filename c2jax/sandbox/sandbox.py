@@ -700,10 +700,11 @@ class Sandbox:
     check_available()
     self._setup(files, limits, _check_tools(tools or {}))
 
-  def _setup(self, files: Mapping[str, str | bytes], limits: SandboxLimits, tools: Mapping[str, str] = {}) -> None:
+  def _setup(self, files: Mapping[str, str | bytes], limits: SandboxLimits,
+             tools: Mapping[str, str] | None = None) -> None:
     rels = {path: _relative(path) for path in files}  # refuse bad paths before anything touches the disk
     self.limits = limits
-    self._tools = dict(tools)
+    self._tools = dict(tools or {})
     self._user = _host_user()
     self._mounted = False
     self._closed = True  # until the root exists: close() then has nothing to delete

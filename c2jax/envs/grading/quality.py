@@ -33,7 +33,7 @@ import json
 import os
 import shutil
 import sys
-from typing import Callable, Mapping
+from typing import AbstractSet, Callable, Mapping
 
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPathError
@@ -75,7 +75,7 @@ def ruff_command() -> str:
           f"--config 'lint.mccabe.max-complexity = {MAX_COMPLEXITY}' {_BEFORE} {_AFTER}")
 
 
-def changed_python(task: CodingTask, files: Mapping[str, str], owned: set[str]) -> list[str]:
+def changed_python(task: CodingTask, files: Mapping[str, str], owned: AbstractSet[str]) -> list[str]:
   """The Python paths the submission changed or added (not the grader's `owned` paths), sorted."""
   return sorted(p for p, c in files.items() if p.endswith(".py") and p not in owned and task.files.get(p) != c)
 
@@ -103,7 +103,8 @@ def introduced(counts: Mapping[str, collections.Counter]) -> collections.Counter
   return out
 
 
-def quality_terms(task: CodingTask, files: Mapping[str, str], quality: CodeQuality, *, owned: set[str] = frozenset(),
+def quality_terms(task: CodingTask, files: Mapping[str, str], quality: CodeQuality, *,
+                  owned: AbstractSet[str] = frozenset(),
                   sandbox_factory: Callable = Sandbox, limits: SandboxLimits = QUALITY_LIMITS) -> dict[str, float]:
   """The module docstring's terms for the submission `files` (empty when `quality` is OFF). `sandbox_factory` is
   called as (files, limits, tools={"ruff": path})."""
