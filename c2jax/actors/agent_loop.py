@@ -116,7 +116,10 @@ class Episode:
     first_observation: the prompt's user message; a native chat format re-renders the prompt from it when a
       self-summary starts a new segment (brief appends the framed summary and needs none).
     turn_tokens: the budgets of the first turns, turn i's at [i] (a served request: its forced history turns'
-      lengths, then its max_tokens); `AgentConfig.max_turn_tokens` for the turns past them.
+      lengths, then its max_tokens; a user interrupting turn i mid-way: its cut, after which the environment appends
+      the user's message, `c2jax.envs.tasks.interruptions.turn_tokens`); `AgentConfig.max_turn_tokens` for the
+      turns past them. A turn that reaches its budget ends there, the episode goes on (unless a budget of the
+      episode is spent).
     on_tokens: (turn, ids) called after every device call that advanced one of the episode's turns, with the
       turn's ids so far (a served request streams them); None: not called.
   """

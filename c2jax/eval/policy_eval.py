@@ -17,6 +17,7 @@ from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.agent_loop import AgentRunner, Episode
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.service.factory import EnvFactory, InProcessEnvs
+from c2jax.envs.tasks import interruptions
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.token_tasks.suite import TokenTaskSuite
 from c2jax.eval.metrics import summary
@@ -69,8 +70,13 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TokenTaskSu
   """
   chosen = [suite.task(split, i) for i in range(tasks)]
   envs = envs if envs is not None else InProcessEnvs(suite)
+  coding_task = getattr(suite, "coding_task", None)
+  # A coding task whose user interrupts a turn mid-way has that turn cut (`interruptions.turn_tokens`).
+  budgets = [interruptions.turn_tokens(coding_task(task), runner.agent.max_turn_tokens) if coding_task else ()
+             for task in chosen]
   episodes = [Episode(prompt=task.prompt, make_env=envs(task, split, t),
-                      key=jax.random.fold_in(jax.random.key(seed), t * samples + i), first_observation=task.text)
+                      key=jax.random.fold_in(jax.random.key(seed), t * samples + i), first_observation=task.text,
+                      turn_tokens=budgets[t])
               for t, task in enumerate(chosen) for i in range(samples)]
   # A progress bar: an evaluation of hundreds of episodes takes minutes on a CPU.
   desc = label or f"evaluate v{version} ({split})"
