@@ -450,6 +450,8 @@ def run(cfg: RLRunConfig, workdir: str, *, health_check: Callable[[], None] = la
     logging.warning("stopped at step %d; the same command resumes from the checkpoint", int(t.state.step))
   elif t.primary:
     result.update(t.finish())
+    # Every stage of the job that ran in this process (the teacher's traces and the SFT before this loop included).
+    result["stage_seconds"] = {name: round(s, 2) for name, s in t.plan.seconds.items()}
     (t.work / "result.json").write_text(json.dumps(result, indent=2))
   t.log.close()
   return result

@@ -61,9 +61,12 @@ class StageRun:
 
 @dataclasses.dataclass(frozen=True)
 class Stages:
-  """The stages of a job in order (names as a user reads them: "SFT", "held-out evaluation before RL")."""
+  """The stages of a job in order (names as a user reads them: "SFT", "held-out evaluation before RL"), and the
+  seconds each stage that ran in this process took (`seconds`, filled as stages end; a job's result reports them:
+  tools/bench_main_job.py reads them)."""
 
   names: tuple[str, ...]
+  seconds: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)
 
   @classmethod
   def of(cls, plan: Stages | None, *names: str) -> Stages:
@@ -90,7 +93,8 @@ class Stages:
       yield run
       finished = not run.interrupted
     finally:
-      took = duration(time.perf_counter() - t0)
+      self.seconds[name] = time.perf_counter() - t0
+      took = duration(self.seconds[name])
       note(f"stage {self.place(name)}: {name} " + (f"done in {took}" if finished else f"stopped after {took}"))
 
   def skip(self, name: str, why: str) -> None:

@@ -157,6 +157,10 @@ class MultiTurnRLTest(absltest.TestCase):
       self.assertRegex(err, rf"stage {i}/3: {name} done in \d+")
     self.assertIn(f"stage 2/3: RL ({STEPS} steps)", err)
     self.assertIn("RL 2/3", err)  # the trainer's progress bar
+    # The result reports each stage's seconds (tools/bench_main_job.py reads them).
+    seconds = self.result["stage_seconds"]
+    self.assertEqual(sorted(seconds), sorted(("held-out evaluation before RL", "RL", "held-out evaluation after RL")))
+    self.assertTrue(all(s > 0 for s in seconds.values()), seconds)
     engine = err.index("compiling the agent engine's programs")
     self.assertLess(starts[0], engine)
     self.assertLess(engine, starts[1])

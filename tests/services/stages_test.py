@@ -45,6 +45,10 @@ class StagesTest(parameterized.TestCase):
 
     self.assertRegex(_printed(failed), r"stage 2/2: RL stopped after")
     self.assertEqual(_printed(lambda: plan.skip("SFT", "cached")), "stage 1/2: SFT: cached\n")
+    # Each stage's seconds, the last run of a name kept (a job's result reports them); a skip records none.
+    self.assertEqual(sorted(plan.seconds), ["RL", "SFT"])
+    self.assertTrue(all(0 <= s < 60 for s in plan.seconds.values()), plan.seconds)
+    self.assertEqual(plan, stages.Stages(("SFT", "RL")))  # the seconds are a record, not part of the plan
 
   def test_a_loop_outside_its_job_is_its_own_plan(self):
     job = stages.Stages(("SFT", "a", "b"))
