@@ -67,9 +67,14 @@ setup(
             "starlette==1.10.0",
             "uvicorn==0.55.0",
             "openai==3.63.0",
+            # The TensorBoard viewer (`make` installs it): the tests read a run's events with its own reader.
+            "tensorboard==2.21.0",
         ],
         # The OpenAI-compatible endpoint (experiments/serve_main.py, c2jax/services/openai_server.py).
         "serve": ["starlette==1.10.0", "uvicorn==0.55.0"],
+        # The viewer alone (`tensorboard --logdir=runs/...`): c2jax writes events with tensorboardX, a writer only.
+        # ~33 MB installed (tensorboard, its data server, Markdown), a few seconds from a wheel cache.
+        "tensorboard": ["tensorboard==2.21.0"],
         # The same peer alone, for a user who plugs c2jax's model into tunix (docs/usage.md, "Flax NNX and tunix").
         "tunix": ["google-tunix==0.1.5"],
     },

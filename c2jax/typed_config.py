@@ -3,6 +3,7 @@ JSON a trainer stores for its actors) and the typed configs the code takes.
 
   cfg = from_plain(RLConfig(model=model), c.rl, "rl")     # every field converted to its declared type
   plain = to_plain(cfg)                                   # back: enums by value, tuples as lists, pairs as dicts
+  field_help(cfg)                                         # every leaf: key, value, default, its docstring sentence
 
 Defaults live in the dataclasses, once: `from_plain` starts from a default instance and replaces only the fields
 the data names, so a section that omits a field gets the dataclass's value. The conversion follows each field's
@@ -32,6 +33,7 @@ import dataclasses
 import enum
 import functools
 import numbers
+import re
 import types
 import typing
 from typing import Any, Mapping, TypeVar
@@ -240,3 +242,113 @@ def to_config_dict(obj: Any):
   command-line override (`--config.rl.pass_k='(1, 4, 8)'`), which ml_collections refuses for lists."""
   import ml_collections  # only run configs need it
   return ml_collections.ConfigDict(_tuples(to_plain(obj)))
+
+
+_NAMES = r"[a-z_][a-z0-9_]*(?:\s*[,/]\s*[a-z_][a-z0-9_]*)*"  # "a", "a, b", "a / b"
+_ENTRY = re.compile(rf"^(\s*)({_NAMES}):\s+(.*)$")
+_INNER_ENTRY = re.compile(rf"(?:;|\.)\s+(?:or\s+)?({_NAMES}):\s+")  # "a: text; b: text", "a: text. b / c: text"
+
+
+def _names(group: str) -> list[str]:
+  return [n.strip() for n in re.split(r"[,/]", group)]
+
+
+def _first_sentence(text: str) -> str:
+  return re.split(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.;])\s+(?=[A-Z(`])", text.strip(), maxsplit=1)[0].rstrip("; ")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+  """{field name: the first sentence of its entry} from the "Attributes:" sections of `cls`'s docstring and its
+  bases' (an entry "a, b: text" documents both; "a: text; b: text" each)."""
+  docs: dict[str, str] = {}
+  names = {f.name for f in dataclasses.fields(cls)}
+  for klass in reversed(cls.__mro__):
+    text = (klass.__dict__.get("__doc__") or "").expandtabs()
+    lines = text.splitlines()
+    try:
+      start = next(i for i, line in enumerate(lines) if line.strip() == "Attributes:")
+    except StopIteration:
+      continue
+    entries: list[list[str]] = []  # [names, text]
+    indent = None
+    for line in lines[start + 1:]:
+      if not line.strip():
+        if entries:
+          break
+        continue
+      m = _ENTRY.match(line)
+      if m and (indent is None or len(m.group(1)) == indent):
+        indent = len(m.group(1))
+        entries.append([m.group(2), m.group(3)])
+      elif entries:
+        entries[-1][1] += " " + line.strip()
+    for head, body in entries:
+      # Several fields in one entry ("a: text; b: text"): split where a field's name follows a semicolon or a stop.
+      cuts = [m for m in _INNER_ENTRY.finditer(body) if all(n in names for n in _names(m.group(1)))]
+      groups = [head] + [m.group(1) for m in cuts]
+      starts = [0] + [m.end() for m in cuts]
+      ends = [m.start() + 1 for m in cuts] + [len(body)]
+      for group, a, b in zip(groups, starts, ends):
+        for name in _names(group):
+          docs[name] = _first_sentence(body[a:b])
+  return docs
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldHelp:
+  """One leaf of a run config: its dotted key, its value, the dataclass's default (`NO_DEFAULT` when the field has
+  none of its own, e.g. inside a free-form mapping) and the first sentence of its docstring entry."""
+
+  key: str
+  value: Any
+  default: Any
+  doc: str
+
+
+NO_DEFAULT = object()
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+  if field.default is not dataclasses.MISSING:
+    return field.default
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  return NO_DEFAULT
+
+
+def field_help(obj: Any, default: Any = NO_DEFAULT, prefix: str = "") -> list[FieldHelp]:
+  """Every leaf field of the dataclass `obj` (sections recursively, mappings by their keys), in declaration order,
+  with its plain value, its default (that of `default`, a dataclass instance of the same type, else the field's own)
+  and its doc: generated from the dataclasses, what an entry point's `--config_help` prints."""
+  out = []
+  hints = _hints(obj.__class__)  # (not type(obj): mypy finds type[Any] unhashable for the cache)
+  docs = field_docs(type(obj))
+  # A field without an entry of its own is described by its section's first line.
+  own = (type(obj).__doc__ or "").strip()
+  generated = own.startswith(f"{type(obj).__name__}(")  # dataclasses' stand-in for a missing docstring
+  summary = "" if generated or not own else _first_sentence(own.splitlines()[0])
+  for f in plain_fields(obj):
+    key = f"{prefix}.{f.name}" if prefix else f.name
+    value = getattr(obj, f.name)
+    if default is not NO_DEFAULT and dataclasses.is_dataclass(default):
+      base = getattr(default, f.name)
+    else:
+      base = _field_default(f)
+    doc = docs.get(f.name) or summary
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+      out.extend(field_help(value, base if type(base) is type(value) else NO_DEFAULT, key))
+      continue
+    if isinstance(value, Mapping) and value and all(dataclasses.is_dataclass(v) for v in value.values()):
+      bases = base if isinstance(base, Mapping) else {}
+      for k, v in value.items():  # e.g. phases.<name>: a section per key
+        out.extend(field_help(v, bases.get(k, NO_DEFAULT), f"{key}.{k}"))
+      continue
+    plain = to_plain(value, hints[f.name])
+    plain_base = NO_DEFAULT if base is NO_DEFAULT else to_plain(base, hints[f.name])
+    if isinstance(plain, Mapping) and plain:
+      bases = plain_base if isinstance(plain_base, Mapping) else {}
+      for k, v in flatten(plain, key).items():
+        out.append(FieldHelp(k, v, flatten(bases, key).get(k, NO_DEFAULT), doc))
+      continue
+    out.append(FieldHelp(key, plain, plain_base, doc))
+  return out

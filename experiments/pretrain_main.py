@@ -5,7 +5,9 @@
 
 Ctrl-C (or SIGTERM from a scheduler) finishes the current step, checkpoints and exits with code 130; the same
 command resumes exactly where it stopped. The final model is `<workdir>/models/<last phase>`. A config key that does
-not exist or a bad value is refused in one sentence (exit code 2).
+not exist or a bad value is refused in one sentence (exit code 2). The progress bar names the phase ("pretrain: bulk
+1/3"); at the end the run prints where its outputs are, then its result as JSON on the last line. `--config_help`
+lists every field of the run config.
 """
 
 import json
@@ -16,6 +18,7 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)  # run from a checkout
 
+import jax
 from absl import app
 from absl import flags
 from absl import logging
@@ -29,6 +32,17 @@ _CONFIG = cli.define_config_file(os.path.join(_ROOT, "configs", "pretrain_tiny.p
 _WORKDIR = flags.DEFINE_string("workdir", "runs/pretrain", "Where logs, TensorBoard and checkpoints go.")
 
 _stop_requests = 0
+
+# (what, path in the workdir, how to use it) of the run's outputs, printed at its end (those that exist).
+_OUTPUTS = (
+    ("models", "models", "one per phase: models/<phase>, RL's init_checkpoint or sft.base_checkpoint"),
+    ("checkpoints", "checkpoints", "the train state: the same command resumes from it"),
+    ("config", "config.json", "the resolved run config"),
+    ("metrics", "metrics.jsonl", "one line per log_every steps"),
+    ("evaluations", "eval.jsonl", "held-out perplexity: tools/fit_loglinear.py"),
+    ("TensorBoard", "tb", "tensorboard --logdir={path}"),
+    ("report", "result.json", "the result below"),
+)
 
 
 def _request_stop(signum, frame):
@@ -50,6 +64,8 @@ def main(argv):
   signal.signal(signal.SIGTERM, _request_stop)
   with cli.refusals():  # a mesh that the devices, the model or a phase's batch cannot take: one sentence
     result = pretrain_loop.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
+  if jax.process_index() == 0:
+    print(cli.outputs(_WORKDIR.value, _OUTPUTS), flush=True)
   print(json.dumps(result))
   if result.get("interrupted"):
     sys.exit(130)  # so that schedulers (Slurm --requeue, Kubernetes) see an unfinished run

@@ -12,8 +12,9 @@ chunks. SIGINT (Ctrl-C) and SIGTERM (preemption, scancel, pod eviction) finish t
 the pool and exit with code 130; the same command resumes (the trainer from its orbax checkpoint and buffer cursor;
 actors re-run the groups they had begun; a finished run trains nothing and only evaluates again). Repeated signals
 change nothing (schedulers often send two); SIGKILL stops at once and loses only the steps since the last
-checkpoint. A config key that does not exist or a bad value is refused in one sentence (exit code 2). Prints the
-result as JSON on the last line.
+checkpoint. A config key that does not exist or a bad value is refused in one sentence (exit code 2). Each stage
+is announced with its place ("stage 2/5: SFT"; `c2jax.services.rl_job.plan`); at the end the job prints where its
+outputs are, then the result as JSON on the last line. `--config_help` lists every field of the run config.
 """
 
 import json
@@ -44,6 +45,19 @@ _RESULT_FILE = flags.DEFINE_string("result_file", "", "Also write the JSON resul
 
 _stop_requests = 0
 
+# (what, path in the workdir, how to use it) of the job's outputs, printed at its end (those that exist).
+_OUTPUTS = (
+    ("model", "model", "the trained policy: eval_main's --config.checkpoint, export_hf's --checkpoint"),
+    ("checkpoints", "checkpoints", "the trainer's state: the same command resumes from it"),
+    ("config", "config.json", "the resolved run config"),
+    ("metrics", "metrics.jsonl", "one line per step"),
+    ("evaluations", "eval.jsonl", "held-out before and after RL"),
+    ("TensorBoard", "tb", "tensorboard --logdir={path}"),
+    ("report", "result.json", "the result below"),
+    ("plot", "training.png", ""),
+    ("logs", "logs", "the actors' and the evaluator's"),
+)
+
 
 def _request_stop(signum, frame):
   del frame
@@ -65,6 +79,8 @@ def main(argv):
     result = rl_job.run(cfg, _WORKDIR.value, stop=lambda: _stop_requests > 0)
   if "pass_at_1_after" in result:
     print("\n" + rl_report.summary_table(result) + "\n", flush=True)
+  if jax.process_index() == 0:
+    print(cli.outputs(_WORKDIR.value, _OUTPUTS), flush=True)
   line = json.dumps(result)
   if _RESULT_FILE.value and jax.process_index() == 0:
     tmp = _RESULT_FILE.value + ".tmp"

@@ -17,6 +17,7 @@ from c2jax.eval import suite_eval
 from c2jax.model import presets
 from c2jax.services import pretrain_run_config
 from c2jax.services import rl_run_config
+from configs import eval_complementary
 from configs import eval_humaneval
 from configs import eval_realistic
 from configs import pretrain_tiny
@@ -49,8 +50,8 @@ def _pretrain(module, arg: str | None = None) -> list[str]:
   return lines
 
 
-def _eval(module) -> list[str]:
-  cfg = suite_eval.parse(module.get_config())
+def _eval(module, arg: str | None = None) -> list[str]:
+  cfg = suite_eval.parse(module.get_config(arg))
   return _lines(typed_config.to_plain(cfg)) + _lines(typed_config.to_plain(cfg.model_config), "resolved.model.")
 
 
@@ -64,6 +65,8 @@ SNAPSHOTS = {
     "configs/rl_long_horizon.py": lambda: _rl(rl_long_horizon),
     "configs/eval_realistic.py": lambda: _eval(eval_realistic),
     "configs/eval_humaneval.py": lambda: _eval(eval_humaneval),
+    **{f"configs/eval_complementary.py:{arg}": (lambda arg=arg: _eval(eval_complementary, arg))
+       for arg in eval_complementary.EVALUATIONS},
     **{f"preset {name}": (lambda name=name: _lines(typed_config.to_plain(presets.MODEL_PRESETS.get(name)())))
        for name in presets.MODEL_PRESETS.names()},
 }

@@ -101,5 +101,54 @@ class TypedConfigTest(parameterized.TestCase):
     self.assertEqual(flat["extra"], {})
 
 
+
+@dataclasses.dataclass(frozen=True)
+class Documented:
+  """A section without an entry for `other`.
+
+  Attributes:
+    a, b: two fields at once (e.g. both numbers). Not part of the first sentence.
+    c: one field; d / e: two more in the same entry, over
+      two lines.
+    inner: a nested section.
+  """
+
+  a: int = 1
+  b: int = 2
+  c: str = "x"
+  d: float = 0.5
+  e: bool = False
+  other: int = 0
+  inner: Inner = Inner()
+  phases: Mapping[str, Inner] = dataclasses.field(default_factory=lambda: {"p": Inner(rate=0.25)})
+  extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class FieldHelpTest(absltest.TestCase):
+  """What `--config_help` prints comes from the dataclasses: each field's first docstring sentence, value and
+  default."""
+
+  def test_docs_of_shared_and_semicolon_entries(self):
+    docs = typed_config.field_docs(Documented)
+    self.assertEqual(docs["a"], "two fields at once (e.g. both numbers).")
+    self.assertEqual(docs["b"], docs["a"])
+    self.assertEqual(docs["c"], "one field")
+    self.assertEqual(docs["d"], "two more in the same entry, over two lines.")
+    self.assertEqual(docs["e"], docs["d"])
+    self.assertNotIn("other", docs)
+
+  def test_every_leaf_with_value_default_and_doc(self):
+    cfg = dataclasses.replace(Documented(), a=7, inner=Inner(color=Color.BLUE), extra={"k": {"j": 3}})
+    got = {h.key: h for h in typed_config.field_help(cfg)}
+    self.assertEqual(list(got), ["a", "b", "c", "d", "e", "other", "inner.rate", "inner.color", "phases.p.rate",
+                                 "phases.p.color", "extra.k.j"])
+    self.assertEqual((got["a"].value, got["a"].default), (7, 1))
+    self.assertEqual((got["inner.color"].value, got["inner.color"].default), ("blue", "red"))
+    self.assertEqual((got["phases.p.rate"].value, got["phases.p.rate"].default), (0.25, 0.25))
+    self.assertIs(got["extra.k.j"].default, typed_config.NO_DEFAULT)
+    self.assertEqual(got["other"].doc, "A section without an entry for `other`.")  # the section's first line
+    self.assertEqual(got["inner.rate"].doc, "")  # Inner has no docstring of its own
+
+
 if __name__ == "__main__":
   absltest.main()

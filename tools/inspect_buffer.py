@@ -6,9 +6,9 @@
 
 Reports, per shard and in total: committed groups and rows (head.json), pending tickets, the trainer's consumed
 groups and version (trainer.json, when the trainer has published), and the groups the scan skipped (corrupt data
-or commit records) or shards it skipped (schema). Then a histogram of per-token staleness over the action tokens
-(loss_mask 1) of the groups not yet consumed: lag = trainer version (trainer.json; 0 before the trainer starts) -
-the token's policy version.
+or commit records) or shards it skipped (schema), the first of them named with why. Then a histogram of per-token
+staleness over the action tokens (loss_mask 1) of the groups not yet consumed: lag = trainer version (trainer.json;
+0 before the trainer starts) - the token's policy version.
 Samples are decoded with the byte tokenizer (c2jax/data/byte_tokenizer.py) when every id fits its vocabulary, else
 shown as ids; `--tokenizer=run` decodes with the run's own (the task suite's tokenizer in the buffer's
 run_config.json), `--tokenizer=<path>` with a tokenizer.json. Multi-turn rows (buffers with a token ledger) are
@@ -204,6 +204,7 @@ def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
       "staleness": {"trainer_version": version, "tokens": tokens,
                     "mean": (sum(k * n for k, n in hist.items()) / tokens) if tokens else None,
                     "max": max(hist) if hist else None, "histogram": {str(k): n for k, n in sorted(hist.items())}},
+      "skipped": reader.skipped,  # the first ones, named with why
       "problems": problems, "ok": not problems,
   }
   lines = [f"buffer {url}: {len(ids)} shards, {summary['committed_groups']} committed groups "
@@ -217,7 +218,11 @@ def inspect(url: str, samples: int, max_groups: int) -> tuple[dict, list[str]]:
     lines.append(f"  shard {s['shard']:<24} {s['committed']:>8} groups {s['rows']:>9} rows {s['pending']:>4} pending")
   lines.append(f"scanned {scanned} groups ({stats['rows_read']} rows, {stats['bytes_read'] / 1e6:.2f} MB stored): "
                f"{stats['corrupt_groups']} corrupt, {stats['lost_groups']} lost, {stats['skipped_shards']} shards "
-               "skipped")
+               "skipped" + (":" if reader.skipped else ""))
+  skipped_count = stats["corrupt_groups"] + stats["lost_groups"] + stats["skipped_shards"]
+  lines += [f"  skipped {what}" for what in reader.skipped]
+  if skipped_count > len(reader.skipped):
+    lines.append(f"  ... and {skipped_count - len(reader.skipped)} more (the readers' warnings name each)")
   lines.append(f"staleness of the {tokens} action tokens waiting for the trainer (trainer version - token version; "
                "training-time staleness is metrics.jsonl's staleness/*):")
   lines += histogram_lines(hist)

@@ -53,6 +53,7 @@ from c2jax.actors.engine import EngineConfig
 from c2jax.actors.ledger import EpisodeEnd, SummaryTokens, Trajectory
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.service.factory import EnvFactory, InProcessEnvs
+from c2jax.envs.tasks import interruptions
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.token_tasks.suite import TokenTask, TokenTaskSuite
 from c2jax.model.config import ModelConfig
@@ -439,9 +440,14 @@ class Actor:
 
     g = self.cfg.group_size
     where = list(where) if where is not None else [(None, None)] * len(tasks)
+    coding_task = getattr(self.suite, "coding_task", None)
+    max_turn_tokens = self.runner().agent.max_turn_tokens
+    # A coding task whose user interrupts a turn mid-way has that turn cut (`interruptions.turn_tokens`).
+    budgets = [interruptions.turn_tokens(coding_task(task), max_turn_tokens) if coding_task else () for task in tasks]
     episodes = [Episode(prompt=task.prompt, make_env=self.envs(task, split, index),
-                        key=jax.random.fold_in(jax.random.key(seed), i), first_observation=task.text)
-                for task, seed, (split, index) in zip(tasks, seeds, where) for i in range(g)]
+                        key=jax.random.fold_in(jax.random.key(seed), i), first_observation=task.text,
+                        turn_tokens=turns)
+                for task, seed, (split, index), turns in zip(tasks, seeds, where, budgets) for i in range(g)]
     trajectories = self.runner().run(episodes, weights=weights,
                                      on_chunk=lambda: self.writer.heartbeat(self.cfg.pending_lease_s / 4))
     self.stats.env_reruns = self.runner().stats.env_reruns  # the runner's count is over all of its runs

@@ -69,11 +69,13 @@ import concurrent.futures
 import dataclasses
 import enum
 import functools
+import sys
 import time
 from typing import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
+import tqdm
 
 from c2jax.actors import engine as engine_lib
 from c2jax.actors import placement
@@ -114,7 +116,10 @@ class Episode:
     first_observation: the prompt's user message; a native chat format re-renders the prompt from it when a
       self-summary starts a new segment (brief appends the framed summary and needs none).
     turn_tokens: the budgets of the first turns, turn i's at [i] (a served request: its forced history turns'
-      lengths, then its max_tokens); `AgentConfig.max_turn_tokens` for the turns past them.
+      lengths, then its max_tokens; a user interrupting turn i mid-way: its cut, after which the environment appends
+      the user's message, `c2jax.envs.tasks.interruptions.turn_tokens`); `AgentConfig.max_turn_tokens` for the
+      turns past them. A turn that reaches its budget ends there, the episode goes on (unless a budget of the
+      episode is spent).
     on_tokens: (turn, ids) called after every device call that advanced one of the episode's turns, with the
       turn's ids so far (a served request streams them); None: not called.
   """
@@ -431,6 +436,9 @@ def _slot_rows(state: engine_lib.SlotState, slot):
   return take(state.tokens), take(state.logprobs), take(state.versions), take(state.expert_ids, 1)
 
 
+_COMPILES_ANNOUNCED: set[str] = set()  # (model, engine shapes) whose first run this process announced
+
+
 class AgentRunner:
   """Runs episodes through the engine's slots (see the module docstring); one runner per model and shapes.
 
@@ -562,6 +570,13 @@ class AgentRunner:
         stays None (a server's loop keeps none of them).
     """
     t_run = time.perf_counter()
+    # The engine's programs compile on the first run of a model and shapes in a process (minutes on a CPU, with
+    # nothing else to show): said once, above any progress bar, so that the wait does not look like a hang.
+    key = repr((self.model, self.engine, self.layout is None))
+    if key not in _COMPILES_ANNOUNCED:
+      _COMPILES_ANNOUNCED.add(key)
+      tqdm.tqdm.write(f"compiling the agent engine's programs ({self.engine.slots} slots x {self.engine.context} "
+                      "positions; first call, cached after)", file=sys.stderr)
     loop = self._start(episodes, weights)
     loop.on_trajectory = on_trajectory
     try:

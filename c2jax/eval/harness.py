@@ -31,11 +31,45 @@ import numpy as np
 from c2jax.actors.agent_loop import AgentRunner
 from c2jax.actors.agent_loop import Episode as AgentEpisode
 from c2jax.envs.core.agent_env import CodingAgentEnv
+from c2jax.envs.tasks import interruptions
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig, first_observation
 from c2jax.sandbox.sandbox import SandboxPool, SandboxUnavailable
 from c2jax.envs.teachers.scripted_policies import Policy
 from c2jax.eval.metrics import best_of_k, pass_at_k
+
+
+@dataclasses.dataclass(frozen=True)
+class Complementary:
+  """One of CursorBench's complementary evaluations (report section 5) as a row of the evaluation table.
+
+  Attributes:
+    name: the row's name (and, for a suite of its own, the tasks' metadata "evaluation").
+    score: the term averaged into the score; "passed" marks an evaluation that is a suite of its own: the score is
+      the pass rate of the tasks tagged with `name`.
+    detail: terms averaged beside it.
+    measures: what the score means, in the table.
+  """
+
+  name: str
+  score: str
+  detail: tuple[str, ...]
+  measures: str
+
+
+COMPLEMENTARY = (
+    Complementary("code_quality", "quality_findings", ("complexity_findings", "quality_error"),
+                  "linter findings the diff introduced per episode, lower is better (EnvConfig.code_quality)"),
+    Complementary("instruction_following", "instructions_followed", ("constraint_violations", "passed"),
+                  "episodes that passed and kept every constraint the prompt stated"),
+    Complementary("intent", "passed", ("pass_fraction",),
+                  "under-specified tasks solved as their reasonable reading"),
+    Complementary("interruption", "passed", ("interruption_delivered", "pass_fraction"),
+                  "tasks whose user changed the request mid-work, solved as changed"),
+)
+# Averaged into the summary and the category rows too, where some episode has them.
+COMPLEMENTARY_TERMS = ("quality_findings", "complexity_findings", "constraint_violations", "instructions_followed",
+                       "interruption_delivered")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +83,7 @@ class Episode:
   turns: int
   seconds: float
   error: str | None = None
+  evaluation: str = ""  # the complementary evaluation the task belongs to (its metadata "evaluation"), if any
 
   @property
   def passed(self) -> bool:
@@ -69,7 +104,8 @@ def run_episode(task: CodingTask, policy: Policy, sample: int, config: EnvConfig
     observations = [env.reset(task)]
     done = False
     while not done:
-      result = env.step(policy.act(task, observations))
+      # A user interrupting this turn mid-way cuts it (`interruptions.cut_turn`), as the agent loop does a model's.
+      result = env.step(interruptions.cut_turn(task, turns + 1, policy.act(task, observations)))
       turns += 1
       observations.append(result.observation)
       done = result.done
@@ -82,7 +118,7 @@ def run_episode(task: CodingTask, policy: Policy, sample: int, config: EnvConfig
     env.close()
   category = getattr(task.category, "value", str(task.category))
   return Episode(task_id=task.task_id, category=category, sample=sample, terms=terms, turns=turns,
-                 seconds=time.perf_counter() - t0, error=error)
+                 seconds=time.perf_counter() - t0, error=error, evaluation=task.metadata.get("evaluation", ""))
 
 
 @dataclasses.dataclass
@@ -114,6 +150,10 @@ class Report:
     for key in ("pass_fraction", "over_editing", "malformed_tool_calls", "lint_errors", "hack_attempts"):
       values = [e.terms[key] for e in episodes if key in e.terms]
       row[key] = float(np.mean(values)) if values else None
+    for key in COMPLEMENTARY_TERMS:  # only where some episode was scored for it
+      values = [e.terms[key] for e in episodes if key in e.terms]
+      if values:
+        row[key] = float(np.mean(values))
     row["errors"] = sum(e.error is not None for e in episodes)
     return row
 
@@ -123,6 +163,27 @@ class Report:
     row.update(samples=self.samples, episodes=len(self.episodes), seconds=self.seconds, workers=self.workers,
                tasks_per_s=len(self.episodes) / self.seconds if self.seconds else None)
     return row
+
+  def complementary(self) -> dict[str, dict]:
+    """CursorBench's complementary evaluations present in the episodes (`COMPLEMENTARY`): name -> {"episodes",
+    "score", and the terms behind it}. An evaluation is present when some episode carries its score's term, or
+    (a suite's own evaluation: intent) when some task is tagged with it."""
+    out = {}
+    for c in COMPLEMENTARY:
+      if c.score == "passed":  # the suite is the evaluation: its pass rate on the tasks tagged with its name
+        episodes = [e for e in self.episodes if e.evaluation == c.name]
+        values = [float(e.passed) for e in episodes]
+      else:
+        episodes = [e for e in self.episodes if c.score in e.terms]
+        values = [e.terms[c.score] for e in episodes]
+      if not episodes:
+        continue
+      row = {"episodes": len(episodes), "score": float(np.mean(values))}
+      for key in c.detail:
+        found = [e.terms[key] for e in episodes if key in e.terms]
+        row[key] = float(np.mean(found)) if found else None
+      out[c.name] = row
+    return out
 
   def by_category(self) -> dict[str, dict]:
     cats = sorted({e.category for e in self.episodes})
@@ -150,10 +211,18 @@ class Report:
       err = next((e.error for e in eps if e.error), "")
       lines.append(f"| {task_id} | {eps[0].category} | {passed}/{len(eps)} | {pf:.3f} | "
                    f"{fmt(float(np.mean(oe)) if oe else None)} | {err[:80]} |")
+    complementary = self.complementary()
+    if complementary:
+      lines += ["", "| evaluation | episodes | score | measures |", "|---|---|---|---|"]
+      for c in COMPLEMENTARY:
+        if c.name in complementary:
+          row = complementary[c.name]
+          measures = c.measures + "".join(f"; {k} {fmt(row[k])}" for k in c.detail)
+          lines.append(f"| {c.name} | {row['episodes']} | {fmt(row['score'])} | {measures} |")
     return "\n".join(lines)
 
   def to_json(self) -> dict:
-    return {"summary": self.summary, "by_category": self.by_category(),
+    return {"summary": self.summary, "by_category": self.by_category(), "complementary": self.complementary(),
             "episodes": [dataclasses.asdict(e) for e in self.episodes]}
 
   def plot(self, path: str) -> None:
@@ -179,9 +248,9 @@ class Report:
 
 def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], *, samples: int = 1,
              workers: int = 2, config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,),
-             progress: bool = True) -> Report:
+             progress: bool = True, label: str = "eval") -> Report:
   """Runs `samples` episodes of every task, `workers` at a time; `make_policy(episode index)` gives each episode
-  its own policy (a model policy keeps per-episode state).
+  its own policy (a model policy keeps per-episode state). `label`: the progress bar's (with `progress`).
 
   Raises:
     SandboxUnavailable: bubblewrap cannot run here (queued episodes are dropped, not run to the same end).
@@ -195,7 +264,7 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
     futures = [pool.submit(run_episode, task, make_policy(i), s, config) for i, (task, s) in enumerate(jobs)]
     if progress:
       import tqdm
-      episodes = [f.result() for f in tqdm.tqdm(futures, desc="eval", unit="episode")]
+      episodes = [f.result() for f in tqdm.tqdm(futures, desc=label, unit="episode")]
     else:
       episodes = [f.result() for f in futures]
   return Report(episodes=episodes, samples=samples, ks=ks, seconds=time.perf_counter() - t0, workers=workers)
@@ -203,13 +272,15 @@ def evaluate(tasks: Sequence[CodingTask], make_policy: Callable[[int], Policy], 
 
 def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, samples: int = 1,
                    config: EnvConfig = EnvConfig(), ks: Sequence[int] = (1,), seed: int = 0,
-                   version: int = 0) -> Report:
+                   version: int = 0, label: str | None = "evaluate") -> Report:
   """Runs `samples` episodes of every task with the model `params` through `runner` (its slots are the episodes in
   flight, its tool workers the sandboxes); episode i draws with fold_in(key(seed), i).
 
-  The prompt of an episode is the first observation of a fresh copy (what `CodingEnv.reset` returns) in the
-  runner's chat format (`ChatTokens.prompt`: BOS + the text for brief, the model's template otherwise), tokenized
-  by the runner's tokenizer, the model's own; `config.chat_format` must be the runner's.
+  A task whose user interrupts a turn mid-way has that turn cut (`interruptions.turn_tokens`). The prompt of an
+  episode is the first observation of a fresh copy (what `CodingEnv.reset` returns) in the runner's chat format
+  (`ChatTokens.prompt`: BOS + the text for brief, the model's template otherwise), tokenized by the runner's
+  tokenizer, the model's own; `config.chat_format` must be the runner's. `label`: the progress bar's over the
+  episodes (None: no bar).
   """
   if not tasks:
     raise ValueError("No tasks to evaluate (empty suite or split).")
@@ -221,15 +292,25 @@ def evaluate_model(tasks: Sequence[CodingTask], runner: AgentRunner, params, *, 
   texts = {id(task): first_observation(task, config, sorted(task.files)) for task, _ in jobs}
   episodes = [AgentEpisode(prompt=runner.chat.prompt(texts[id(task)]),
                            make_env=functools.partial(CodingAgentEnv, task, config),
-                           key=jax.random.fold_in(jax.random.key(seed), i), first_observation=texts[id(task)])
+                           key=jax.random.fold_in(jax.random.key(seed), i), first_observation=texts[id(task)],
+                           turn_tokens=interruptions.turn_tokens(task, runner.agent.max_turn_tokens))
               for i, (task, _) in enumerate(jobs)]
   t0 = time.perf_counter()
-  trajectories = runner.run(episodes, weights=lambda: (params, version))
+  import tqdm
+  # A bar over the episodes: a checkpoint's evaluation runs minutes to hours on a CPU (its first minutes compile).
+  with tqdm.tqdm(total=len(episodes), desc=label, unit="episode", disable=label is None) as bar:
+    start = runner.stats.episodes  # the runner's counts add up over its runs
+
+    def progress():
+      bar.update(runner.stats.episodes - start - bar.n)
+
+    trajectories = runner.run(episodes, weights=lambda: (params, version), on_chunk=progress)
+    progress()
   out = []
   for (task, s), traj in zip(jobs, trajectories):
     category = getattr(task.category, "value", str(task.category))
     out.append(Episode(task_id=task.task_id, category=category, sample=s, terms=dict(traj.reward_terms),
-                       turns=traj.turns, seconds=traj.tool_seconds))
+                       turns=traj.turns, seconds=traj.tool_seconds, evaluation=task.metadata.get("evaluation", "")))
   return Report(episodes=out, samples=samples, ks=ks, seconds=time.perf_counter() - t0,
                 workers=runner.engine.slots)
 

@@ -17,6 +17,7 @@ from c2jax.actors import sampler as sampler_lib
 from c2jax.actors.agent_loop import AgentRunner, Episode
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.envs.service.factory import EnvFactory, InProcessEnvs
+from c2jax.envs.tasks import interruptions
 from c2jax.envs.token_tasks import suite as tasks_lib
 from c2jax.envs.token_tasks.suite import TokenTaskSuite
 from c2jax.eval.metrics import summary
@@ -54,10 +55,12 @@ def evaluate(params: Params, *, model: ModelConfig, suite: TokenTaskSuite, tasks
 
 def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TokenTaskSuite, tasks: int, samples: int,
                       split: str = "heldout", seed: int = 0, success_threshold: float = 1.0,
-                      pass_k: tuple[int, ...] = (1,), version: int = 0, envs: EnvFactory | None = None) -> dict:
+                      pass_k: tuple[int, ...] = (1,), version: int = 0, envs: EnvFactory | None = None,
+                      label: str | None = None) -> dict:
   """`evaluate` with every sample a whole episode of the agent loop (the runner the multi-turn actors use, so what
   is evaluated is what is trained): multi-turn where the suite has an environment, one turn otherwise. `envs`: where
-  the environments run (`c2jax.envs.service.factory`; default: in this process).
+  the environments run (`c2jax.envs.service.factory`; default: in this process). `label`: the progress bar's
+  (default "evaluate v<version> (<split>)").
 
   Returns `evaluate`'s figures plus "turns/mean", "cut/fraction" (episodes ended by a budget),
   "compactions/mean" (self-summaries that started a new segment, per episode) and the agent's behaviour over all
@@ -67,11 +70,17 @@ def evaluate_episodes(params: Params, *, runner: AgentRunner, suite: TokenTaskSu
   """
   chosen = [suite.task(split, i) for i in range(tasks)]
   envs = envs if envs is not None else InProcessEnvs(suite)
+  coding_task = getattr(suite, "coding_task", None)
+  # A coding task whose user interrupts a turn mid-way has that turn cut (`interruptions.turn_tokens`).
+  budgets = [interruptions.turn_tokens(coding_task(task), runner.agent.max_turn_tokens) if coding_task else ()
+             for task in chosen]
   episodes = [Episode(prompt=task.prompt, make_env=envs(task, split, t),
-                      key=jax.random.fold_in(jax.random.key(seed), t * samples + i), first_observation=task.text)
+                      key=jax.random.fold_in(jax.random.key(seed), t * samples + i), first_observation=task.text,
+                      turn_tokens=budgets[t])
               for t, task in enumerate(chosen) for i in range(samples)]
   # A progress bar: an evaluation of hundreds of episodes takes minutes on a CPU.
-  with tqdm.tqdm(total=len(episodes), desc=f"evaluate v{version} ({split})", unit="episode", leave=False) as bar:
+  desc = label or f"evaluate v{version} ({split})"
+  with tqdm.tqdm(total=len(episodes), desc=desc, unit="episode", leave=False) as bar:
 
     start = runner.stats.episodes  # the runner's counts add up over its runs
 

@@ -31,9 +31,14 @@ CHECKPOINT = "checkpoint"  # the model policy; every other name is a scripted po
 
 @dataclasses.dataclass(frozen=True)
 class EvalSamplingConfig:
-  """`sampling`: how the model policy runs its episodes through the agent loop (`c2jax.actors.agent_loop`): turns of
-  at most `max_new_tokens` byte tokens at `temperature`, `slots` episodes decoded together, each in a slot of
-  `context` positions (an episode that outgrows it ends, cut), `max_episode_tokens` model tokens per episode."""
+  """`sampling`: how the model policy runs its episodes through the agent loop (`c2jax.actors.agent_loop`).
+
+  Attributes:
+    max_new_tokens, temperature: turns of at most this many tokens, sampled at this temperature.
+    slots: episodes decoded together.
+    context: positions of each slot (an episode that outgrows it ends, cut).
+    max_episode_tokens: model tokens per episode.
+  """
 
   max_new_tokens: int = 256
   temperature: float = 1.0
@@ -57,6 +62,9 @@ class EvalRunConfig:
     env: the episode's budgets and sandbox limits (`c2jax.envs.core.env.EnvConfig`).
     checkpoint: the model policy's c2jax checkpoint; or watch_weights: a weight store whose every new version is
       evaluated (polled every `watch_poll_s`), with the architecture `model` / `model_overrides`.
+    watch_poll_s: seconds between looks for a new version of `watch_weights`.
+    model / model_overrides: the architecture of the `watch_weights` versions (a `c2jax.model.presets` name and
+      ModelConfig fields over it).
     sampling: how the model policy samples.
     tokenizer: the model policy's tokenizer: "byte", or a tokenizer.json / HF model directory (a converted
       model's own: `c2jax.data.tokenizer.make_tokenizer`). With env.chat_format "brief" its EOS ends a turn; a
@@ -123,6 +131,11 @@ def _tasks(cfg: EvalRunConfig):
   return tasks[:cfg.max_tasks] if cfg.max_tasks else tasks
 
 
+def _label(cfg: EvalRunConfig) -> str:
+  """The evaluation's progress bar label: what it evaluates, on which split."""
+  return f"evaluate {cfg.suite} ({cfg.split})"
+
+
 def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directory: str, version: int = 0) -> dict:
   """The model policy's report: every episode through the agent loop, with the run's tokenizer."""
   from c2jax.actors.agent_loop import AgentConfig, AgentRunner
@@ -141,8 +154,9 @@ def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directo
                        AgentConfig(max_turns=cfg.env.max_turns, max_turn_tokens=s.max_new_tokens,
                                    max_episode_tokens=s.max_episode_tokens, tool_workers=cfg.workers), tok,
                        chat_format=cfg.env.chat_format)
+  label = _label(cfg) + (f" v{version}" if cfg.watch_weights else "")
   report = harness.evaluate_model(tasks, runner, params, samples=cfg.samples, config=cfg.env,
-                                  ks=tuple(cfg.ks), seed=cfg.seed, version=version)
+                                  ks=tuple(cfg.ks), seed=cfg.seed, version=version, label=label)
   summary = harness.write_report(report, directory)
   print(report.markdown())
   return summary
@@ -151,23 +165,31 @@ def _model_report(cfg: EvalRunConfig, tasks, params, model: ModelConfig, directo
 def _report(cfg: EvalRunConfig, tasks, make_policy, directory: str) -> dict:
   from c2jax.eval import harness
   report = harness.evaluate(tasks, make_policy, samples=cfg.samples, workers=cfg.workers, config=cfg.env,
-                            ks=tuple(cfg.ks))
+                            ks=tuple(cfg.ks), label=_label(cfg))
   summary = harness.write_report(report, directory)
   print(report.markdown())
   return summary
+
+
+def check_inputs(cfg: EvalRunConfig) -> None:
+  """The paths a single evaluation of the model policy reads, checked (MissingInput, one sentence): before anything
+  is built, read or written."""
+  if cfg.policy == CHECKPOINT and not cfg.watch_weights:
+    from c2jax.data.tokenizer import make_tokenizer
+    from c2jax.model.checkpoint import check_checkpoint
+    if not cfg.checkpoint:
+      raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
+    check_checkpoint(cfg.checkpoint, "checkpoint")
+    make_tokenizer(cfg.tokenizer)
 
 
 def run(cfg: EvalRunConfig, workdir: str) -> dict:
   """Evaluates the policy of `cfg` once; returns the summary (also in workdir/report.json)."""
   if cfg.policy == CHECKPOINT:
     import jax
-    from c2jax.data.tokenizer import make_tokenizer
-    from c2jax.model.checkpoint import check_checkpoint, load_checkpoint
-    if not cfg.checkpoint:
-      raise ValueError("policy=checkpoint without watch_weights needs checkpoint=DIR.")
+    from c2jax.model.checkpoint import load_checkpoint
     # The paths first (MissingInput, one sentence), before the tasks are built and the params read.
-    check_checkpoint(cfg.checkpoint, "checkpoint")
-    make_tokenizer(cfg.tokenizer)
+    check_inputs(cfg)
     tasks = _tasks(cfg)
     params, model = load_checkpoint(cfg.checkpoint)
     summary = _model_report(cfg, tasks, jax.device_put(params), model, workdir)

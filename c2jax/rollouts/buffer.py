@@ -658,6 +658,7 @@ class _Pending:
 # (NOT_FOUND) and bad data are not retried.
 _TRANSIENT_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
 MAX_TRANSIENT_RETRIES = 5
+SKIPS_NAMED = 20  # skipped groups and shards a reader names (`RolloutReader.skipped`); the rest are counted
 
 
 def _transient(e: BaseException | None) -> bool:
@@ -691,6 +692,7 @@ class RolloutReader:
     self._turn = 0
     self._stats = {"groups_read": 0, "rows_read": 0, "corrupt_groups": 0, "lost_groups": 0, "rejected_records": 0,
                    "skipped_shards": 0, "bytes_read": 0, "transient_errors": 0}
+    self._skips: list[str] = []  # the first SKIPS_NAMED groups and shards skipped, each with why (`skipped`)
     self._retries: dict[tuple[str, int], int] = {}  # (shard, seq) -> transient read failures so far
     self._skip_below: dict[str, int] = {}  # shard -> the cursor inside the call it reads first (see _refresh_shards)
     self._progress_written = False  # by this reader (see publish_progress)
@@ -708,6 +710,16 @@ class RolloutReader:
     row and seq order; each rejected record's groups are in corrupt_groups), skipped_shards, bytes_read (stored
     bytes, from tensorstore's process-wide kvstore counters around this reader's reads)."""
     return dict(self._stats)
+
+  @property
+  def skipped(self) -> list[str]:
+    """The first `SKIPS_NAMED` groups and shards this reader skipped, each named with why ("shard 'w' group 1:
+    <reason>", "shard 'x': <reason>"): what the counts of `stats` are made of."""
+    return list(self._skips)
+
+  def _note_skip(self, what: str) -> None:
+    if len(self._skips) < SKIPS_NAMED:
+      self._skips.append(what)
 
   def poll(self, max_groups: int | None = None) -> list[Group]:
     """Hands out committed groups not handed out before (at most `max_groups`), without waiting."""
@@ -846,6 +858,7 @@ class RolloutReader:
     logging.warning("Rollout buffer %s: skipping shard %r because %s.", self.url, sid, why)
     self._skipped.add(sid)
     self._stats["skipped_shards"] += 1
+    self._note_skip(f"shard {sid!r}: {why}")
 
   def _order(self) -> list[str]:
     """Shard ids rotated by one each round, so that no writer is always first."""
@@ -1033,6 +1046,7 @@ class RolloutReader:
         logging.warning("Rollout buffer %s: skipping group %d of shard %r because %s.", self.url, seq, p.shard.id,
                         error)
         self._stats["lost_groups" if p.lost else "corrupt_groups"] += 1
+        self._note_skip(f"shard {p.shard.id!r} group {seq}: {'lost: ' if p.lost else ''}{error}")
         continue
       queued += 1
       self._stats["groups_read"] += 1

@@ -83,6 +83,7 @@ import glob
 import json
 import os
 import pathlib
+import re
 import signal
 import stat
 import subprocess
@@ -661,12 +662,32 @@ def _feed(stream, data: bytes) -> None:
 # The sandbox.
 
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _check_tools(tools: Mapping[str, str]) -> dict[str, str]:
+  """The tools a sandbox binds, their host paths resolved; a bad name or a missing executable raises one sentence."""
+  out = {}
+  for name, path in tools.items():
+    if not _TOOL_NAME.fullmatch(name) or name == "python":
+      raise ValueError(f"Sandbox tool name {name!r} must be a plain file name (letters, digits, '_', '.', '-').")
+    real = os.path.realpath(path)
+    if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+      raise ValueError(f"Sandbox tool {name!r} at {path!r} is not an executable file; install it or fix the path.")
+    out[name] = real
+  return out
+
+
 class Sandbox:
   """A private writable copy of a repository and the bubblewrap container its commands run in.
 
   Args:
     files: relative POSIX path -> content (str is written as UTF-8) of the starting repository.
     limits: the per-call resource limits.
+    tools: name -> a host executable, bound read-only at /opt/c2jax/bin/<name> (on the container's PATH): a
+      trusted program the caller runs over the files, e.g. a linter (`c2jax.envs.grading.quality`). It runs under
+      the same limits and namespaces as any command; it must need nothing outside /usr and /lib* (a static binary,
+      or one linked against the system's libraries).
 
   Raises:
     SandboxUnavailable: bubblewrap is missing or unusable (nothing is created then).
@@ -674,13 +695,16 @@ class Sandbox:
     ValueError: the files do not fit `limits.workdir_mb` or `limits.workdir_entries` (where those hold).
   """
 
-  def __init__(self, files: Mapping[str, str | bytes], limits: SandboxLimits = SandboxLimits()):
+  def __init__(self, files: Mapping[str, str | bytes], limits: SandboxLimits = SandboxLimits(),
+               tools: Mapping[str, str] | None = None):
     check_available()
-    self._setup(files, limits)
+    self._setup(files, limits, _check_tools(tools or {}))
 
-  def _setup(self, files: Mapping[str, str | bytes], limits: SandboxLimits) -> None:
+  def _setup(self, files: Mapping[str, str | bytes], limits: SandboxLimits,
+             tools: Mapping[str, str] | None = None) -> None:
     rels = {path: _relative(path) for path in files}  # refuse bad paths before anything touches the disk
     self.limits = limits
+    self._tools = dict(tools or {})
     self._user = _host_user()
     self._mounted = False
     self._closed = True  # until the root exists: close() then has nothing to delete
@@ -756,6 +780,7 @@ class Sandbox:
         "--ro-bind", str(etc / "hostname"), "/etc/hostname",
         # Debian ships python3 only; `python` is a promise of the environment.
         "--symlink", "/usr/bin/python3", "/opt/c2jax/bin/python",
+        *[arg for name, path in self._tools.items() for arg in ("--ro-bind", path, f"/opt/c2jax/bin/{name}")],
         "--proc", "/proc",
         # bubblewrap's init (PID 1) is the one process inside without the seccomp filter: no /proc/1 (its mem,
         # fds, environ) for anything to write through.

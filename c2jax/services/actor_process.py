@@ -32,8 +32,9 @@ from c2jax.services.rl_run_config import RLRunConfig
 _CONFIG = cli.define_config_file(None, "Run config file (default: the one in the buffer).")
 _CONFIG_JSON = flags.DEFINE_string("config_json", None, "A run config as JSON (what the trainer writes to "
                                    "<workdir>/config.json), instead of --config.")
-_BUFFER = flags.DEFINE_string("buffer", None, "Rollout buffer URL.", required=True)
-_WEIGHTS = flags.DEFINE_string("weights", None, "Weight store URL.", required=True)
+# Required, but checked in `main` rather than by absl: `--config_help` needs neither.
+_BUFFER = flags.DEFINE_string("buffer", None, "Rollout buffer URL (required).")
+_WEIGHTS = flags.DEFINE_string("weights", None, "Weight store URL (required).")
 _ACTOR_ID = flags.DEFINE_string("actor_id", None, "This actor's shard name (default: host-pid). Reuse it on restart.")
 _ROLE = flags.DEFINE_enum("role", "actor", ["actor", "evaluator"], "Sample rollouts, or evaluate held-out tasks.")
 _MAX_GROUPS = flags.DEFINE_integer("max_groups", None, "Exit after committing this many groups.")
@@ -51,6 +52,8 @@ def _stop(*_):
 
 
 def _config() -> RLRunConfig:
+  if flags.FLAGS.config_help and _CONFIG.value is None and _CONFIG_JSON.value is None:
+    return cli.typed(rl_run_config.parse, rl_run_config.defaults())  # prints the defaults' fields and exits
   if _CONFIG.value is not None:
     return cli.typed(rl_run_config.parse, _CONFIG.value)
   if _CONFIG_JSON.value is not None:
@@ -108,7 +111,7 @@ def run_evaluator(cfg: RLRunConfig) -> dict:
       if version is None or (last is not None and version < last + cfg.eval.every_versions):
         time.sleep(1.0)
         continue
-      r = run_eval(jax.device_put(params))
+      r = run_eval(jax.device_put(params), label=f"evaluator: held-out evaluation of version {version}")
       r["version"], r["time"] = version, time.time()
       log.write("eval_during.jsonl", r)
       log.scalars("eval", {k: v for k, v in r.items() if k not in ("version", "time", "tasks", "samples")}, version)
@@ -128,7 +131,10 @@ def main(argv):
     logging.set_verbosity(logging.INFO)
   if _CONFIG.value is not None and _CONFIG_JSON.value is not None:
     cli.refuse("pass --config or --config_json, not both.")
-  cfg = _config()
+  missing = [f"--{f}" for f, v in (("buffer", _BUFFER.value), ("weights", _WEIGHTS.value)) if not v]
+  if missing and not flags.FLAGS.config_help:
+    cli.refuse(f"{' and '.join(missing)} must be given: the URLs of the run's rollout buffer and weight store.")
+  cfg = _config()  # with --config_help: prints the run config's fields and exits
   placement.pin(placement.parse_cpus(cfg.actors.cpus))  # before this process computes anything
   with cli.refusals():
     result = run_actor(cfg) if _ROLE.value == "actor" else run_evaluator(cfg)

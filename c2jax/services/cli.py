@@ -10,6 +10,11 @@ ml_collections applies `--config.a.b=v` overrides when it loads the config file 
 for the flag's default, when the flag is defined); a key the file does not have raises a bare AttributeError there,
 and a value of the wrong type an absl error that does not say what the field holds. `define_config_file` and
 `flags_parser` find the override at fault and name it with the keys its section has.
+
+`--config_help` (on every entry point that reads a run config through `typed`) prints every field of the typed run
+config, one line each: its override, its value in the config file, the dataclass's default where that differs, and
+the first sentence of its docstring entry (`c2jax.typed_config.field_help`: generated from the dataclasses); then
+exits 0 before anything starts.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from ml_collections import config_flags
 T = TypeVar("T")
 
 EXIT_USAGE = 2
+
+_CONFIG_HELP = flags.DEFINE_bool("config_help", False, "Print every field of the run config (its --config.<key> "
+                                 "override, its value in this config, its default and its doc), then exit.")
 
 
 def refuse(message: str) -> None:
@@ -177,8 +185,52 @@ def define_config_file(default: str | None, help_text: str, name: str = "config"
 
 
 def typed(parse: Callable[[Any], T], config: Any) -> T:
-  """`parse(config)` (a run config module's parse), its ValueError refused in one sentence (code 2)."""
+  """`parse(config)` (a run config module's parse), its ValueError refused in one sentence (code 2); with
+  `--config_help`, prints the typed config's fields (`config_help`) and exits 0."""
   try:
-    return parse(config)
+    cfg = parse(config)
   except ValueError as e:
     refuse(str(e))
+  if flags.FLAGS.is_parsed() and _CONFIG_HELP.value:
+    print(config_help(cfg, _config_spec(sys.argv, "config") or _DEFAULTS.get("config")), flush=True)
+    raise SystemExit(0)
+  return cfg
+
+
+def write_config(cfg: Any, workdir: str) -> str:
+  """The typed run config `cfg`, resolved (every field), as <workdir>/config.json (`typed_config.to_plain`: the
+  run config module's parse reads it back); returns its path."""
+  import json
+  from c2jax import typed_config
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "config.json")
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(json.dumps(typed_config.to_plain(cfg), indent=2) + "\n")
+  return path
+
+
+def outputs(workdir: str, entries: Sequence[tuple[str, str, str]]) -> str:
+  """The lines a job prints at its end about where its outputs are: one per (what, path under `workdir`, how to use
+  it, "{path}" standing for the path) whose path exists."""
+  rows = [(what, os.path.join(workdir, rel), use.format(path=os.path.join(workdir, rel))) for what, rel, use in entries
+          if os.path.exists(os.path.join(workdir, rel))]
+  width = max((len(what) for what, _, _ in rows), default=0)
+  lines = [f"outputs in {os.path.abspath(workdir)}:"]
+  lines += [f"  {what:<{width}}  {path}" + (f"  ({use})" if use else "") for what, path, use in rows]
+  return "\n".join(lines)
+
+
+def config_help(cfg: Any, source: str | None = None) -> str:
+  """The lines `--config_help` prints for the typed run config `cfg` (read from the config file `source`)."""
+  import json
+  from c2jax import typed_config
+  where = f"in {os.path.relpath(source.partition(':')[0])}{':' + source.partition(':')[2] if ':' in source else ''}" \
+      if source else "at its default"
+  lines = [f"{type(cfg).__name__}: every field as --config.<key>=<value>, with its value {where} (and the default "
+           "where that differs) and its doc."]
+  for h in typed_config.field_help(cfg):
+    value = json.dumps(h.value)
+    default = "" if h.default is typed_config.NO_DEFAULT or h.default == h.value else \
+        f" (default {json.dumps(h.default)})"
+    lines.append(f"  --config.{h.key}={value}{default}  {h.doc}")
+  return "\n".join(lines)

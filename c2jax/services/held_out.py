@@ -3,6 +3,7 @@
 
   run_eval = held_out_evaluation(cfg)          # cfg: an RLRunConfig
   result = run_eval(params)                    # {"pass@1": ..., "best_of_8": ..., "reward/mean": ..., ...}
+  result = run_eval(params, label="held-out evaluation before RL 3/5")     # the progress bar's label
 
 Single-turn actors are evaluated by the token-level sampler on the suite's verifier
 (`c2jax.eval.policy_eval.evaluate`); multi-turn actors by the same agent loop they sample with
@@ -25,7 +26,8 @@ from c2jax.services.rl_run_config import RLRunConfig
 
 
 def held_out_evaluation(cfg: RLRunConfig) -> Callable[..., dict]:
-  """params -> the held-out figures of `cfg`'s suite (see the module docstring)."""
+  """(params, label=None) -> the held-out figures of `cfg`'s suite (see the module docstring); `label` names the
+  episodes' progress bar (single-turn evaluation is one sampler call, without a bar)."""
   actor = cfg.actor_config
   suite = cfg.task_suite()
   common = dict(suite=suite, tasks=cfg.eval.tasks, samples=cfg.eval.samples, seed=cfg.seed,
@@ -34,5 +36,6 @@ def held_out_evaluation(cfg: RLRunConfig) -> Callable[..., dict]:
     runner = AgentRunner(cfg.model_config, actor.engine_config(), cfg.eval_sampling, actor.agent_config(),
                          text_tokenizer(suite), chat_format=suite_chat_format(suite))
     return functools.partial(evaluate_episodes, runner=runner, envs=env_factory(cfg.env_service, suite), **common)
-  return functools.partial(evaluate, model=cfg.model_config, sampling=cfg.eval_sampling, prompt_len=actor.prompt_len,
-                           **common)
+  single_turn = functools.partial(evaluate, model=cfg.model_config, sampling=cfg.eval_sampling,
+                                  prompt_len=actor.prompt_len, **common)
+  return lambda params, label=None: single_turn(params)

@@ -19,6 +19,10 @@ scaling with `c2jax.pretrain.step.train_step`, one AdamW state running through a
                    tokens), the input of `tools/fit_loglinear.py`; `perplexity.png` is its plot at the end.
   tb/              TensorBoard events of both (`c2jax.services.run_log`).
   result.json      the summary `run` returns.
+  config.json      the resolved run config (every field, `c2jax.typed_config.to_plain`).
+
+The progress bar is labelled by the caller's stage (`label`: "pretrain", an RL job's "SFT 2/5") and the phase
+("pretrain: bulk 1/3"); each phase's first step, which compiles the step at the phase's shape, is announced.
 
 A run's steps: `_Run.__init__` (checks, checkpoint manager, held-out batches, restore or init), then per phase
 `_Run.train_phase` (its data, its steps, its end: evaluation, model, checkpoint), then `summary`.
@@ -29,6 +33,7 @@ contributes its rows of the global batch; process 0 writes the logs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -64,6 +69,7 @@ from c2jax.pretrain.sharded import abstract_state, make_trainer
 from c2jax.pretrain.step import StepConfig, document_mask, init_state, train_step
 from c2jax.services import compile_cache
 from c2jax.services import loglinear
+from c2jax.services import stages
 from c2jax.services.pretrain_run_config import Phase, PretrainRunConfig, phase_at
 from c2jax.services.run_log import RunLog, read_records
 from pallas_kernels import target
@@ -197,7 +203,8 @@ class _Interrupted(Exception):
 class _Run:
   """One `run` call's state: the train state, its data position and tokens seen, the logs."""
 
-  def __init__(self, cfg: PretrainRunConfig, workdir: str, stop: Callable[[], bool]):
+  def __init__(self, cfg: PretrainRunConfig, workdir: str, stop: Callable[[], bool], label: str = "pretrain"):
+    self.label = label  # the progress bar's
     self.cfg, self.stop = cfg, stop
     self.work = pathlib.Path(workdir)
     self.work.mkdir(parents=True, exist_ok=True)
@@ -297,7 +304,12 @@ class _Run:
       self.it.set_state(extra["data"])  # resume the phase's data exactly where its checkpoint left it
     self.trained_data = self.it.get_state()
     schedule = make_schedule(phase.hp.optim)
-    bar.set_description(f"pretrain[{phase.name}]")
+    n = len(self.phases)
+    bar.set_description(self.label if n == 1 else f"{self.label}: {phase.name} {phase.index + 1}/{n}")
+    if int(self.state.step) < phase.end:
+      stages.note_once(("pretrain step", repr((phase.model, phase.hp, phase.batch_size, phase.seq_len, self.mesh))),
+                       f"compiling the training step of phase {phase.name!r} (batch {phase.batch_size} x "
+                       f"{phase.seq_len} tokens; first step, cached after)")
     # tokens/s over each logging window (the first window of a phase includes that phase's compile).
     window = {"t": time.perf_counter(), "tokens": self.tokens_seen}
     for step in range(int(self.state.step), phase.end):
@@ -346,7 +358,8 @@ class _Run:
     self.log.flush()
 
 
-def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: False) -> dict:
+def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: False,
+        label: str = "pretrain") -> dict:
   """Trains every phase of `cfg.phase_order` (resuming from `workdir/checkpoints` when present).
 
   Args:
@@ -354,6 +367,7 @@ def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lamb
     workdir: where outputs and checkpoints go.
     stop: polled between steps; True checkpoints and returns early with `interrupted` set (the same call
       resumes).
+    label: the progress bar's label (the caller's stage).
 
   Returns:
     The summary also written to result.json: steps, held-out CE/perplexity before and after, tokens, tokens/s,
@@ -362,7 +376,7 @@ def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lamb
   if cfg.init_checkpoint:  # refused before anything is built (its architecture is checked where it is loaded)
     check_checkpoint(cfg.init_checkpoint, "init_checkpoint")
   compile_cache.use()  # $JAX_COMPILATION_CACHE_DIR (an RL job's, for its SFT), else the user's cache
-  r = _Run(cfg, workdir, stop)
+  r = _Run(cfg, workdir, stop, label)
   phase = phase_at(r.phases, r.restored or 0)
   if phase is None:  # every phase already done: report what is on disk
     logging.warning("every phase is already trained in %s (step %d); nothing to do", r.work, r.restored)
@@ -375,12 +389,18 @@ def run(cfg: PretrainRunConfig, workdir: str, *, stop: Callable[[], bool] = lamb
       _write_model(r.work / "models" / "step_0", r.state.params, phase.model)
   interrupted = False
   total = r.phases[-1].end
-  with tqdm.tqdm(total=total, initial=start, desc="pretrain", unit="step", disable=not r.primary) as bar:
+  # Several phases are the run's stages ("stage 2/3: phase long_context"); one phase is the caller's stage.
+  plan = stages.Stages(tuple(f"phase {p.name}" for p in r.phases)) if len(r.phases) > 1 and r.primary else None
+  for done in r.phases[:phase.index] if plan else ():
+    plan.skip(f"phase {done.name}", "trained before this run resumed")
+  with tqdm.tqdm(total=total, initial=start, desc=label, unit="step", disable=not r.primary) as bar:
     try:
       for current in r.phases[phase.index:]:
         phase = current  # the phase a stop checkpoints
         if int(r.state.step) < phase.end:
-          r.train_phase(phase, bar)
+          size = f"{phase.steps} steps of {phase.batch_size} x {phase.seq_len} tokens"
+          with plan.stage(f"phase {phase.name}", size) if plan else contextlib.nullcontext():
+            r.train_phase(phase, bar)
     except (_Interrupted, KeyboardInterrupt):
       interrupted = True
     finally:

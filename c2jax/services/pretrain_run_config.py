@@ -7,15 +7,8 @@
 
 The report trains in three phases (section 3): bulk code at 32K tokens, a long-context extension to 256K, then a
 short SFT on coding tasks, with the MTP layers trained by self-distillation in the last two. A run config lists
-them in `phase_order` and describes each under `phases.<name>` (`PhaseConfig`):
-
-  steps, seq_len, batch_size   how long the phase trains, on rows of which shape.
-  rope                         overrides of the model's `RopeConfig` for this phase and after it (e.g. YaRN with
-                               `factor` = the extension ratio); empty: unchanged.
-  sources                      the data mix: {name: source dict} (`c2jax.data.sources`; `weight` mixes them).
-  learning_rate, warmup_steps, decay, final_lr_fraction
-                               the phase's own schedule: warmup from 0, then decay over the phase's steps.
-  mtp_weight, mtp_target       the MTP loss (weight 0: MTP modules not trained), "labels" or "self_distill".
+them in `phase_order` and describes each under `phases.<name>` (`PhaseConfig`: its steps and shape, rope, data
+mix, schedule and MTP loss).
 
 `optim` holds AdamW's settings shared by every phase (`AdamWConfig`), `step` the LM step's (`StepSettings`: z-loss,
 balancing-bias rate). One AdamW state runs through all phases (its step count is global; each phase's schedule
@@ -44,7 +37,17 @@ def _stdlib(split: str, **extra) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class PhaseConfig:
-  """`phases.<name>`: one phase (see the module docstring)."""
+  """`phases.<name>`: one phase (see the module docstring).
+
+  Attributes:
+    steps, seq_len, batch_size: how long the phase trains, on rows of which shape.
+    rope: overrides of the model's `RopeConfig` for this phase and after it (e.g. YaRN with `factor` = the extension
+      ratio); empty: unchanged.
+    sources: the data mix: {name: source dict} (`c2jax.data.sources`; `weight` mixes them).
+    learning_rate, warmup_steps, decay, final_lr_fraction: the phase's own schedule: warmup from 0, then decay over
+      the phase's steps.
+    mtp_weight, mtp_target: the MTP loss (weight 0: MTP modules not trained), "labels" or "self_distill".
+  """
 
   steps: int = 60
   seq_len: int = 128
@@ -66,7 +69,12 @@ class PhaseConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AdamWConfig:
-  """`optim`: AdamW's settings shared by every phase (the schedule is per phase: `PhaseConfig`)."""
+  """`optim`: AdamW's settings shared by every phase (the schedule is per phase: `PhaseConfig`).
+
+  Attributes:
+    weight_decay, b1, b2, eps: AdamW's decoupled weight decay, moment decays and epsilon.
+    grad_clip: global-norm clipping (0 disables).
+  """
 
   weight_decay: float = 0.1
   b1: float = 0.9
@@ -77,7 +85,12 @@ class AdamWConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StepSettings:
-  """`step`: the LM step's settings shared by every phase (`c2jax.pretrain.step.StepConfig`)."""
+  """`step`: the LM step's settings shared by every phase (`c2jax.pretrain.step.StepConfig`).
+
+  Attributes:
+    z_loss_weight: weight of the z-loss (0 disables).
+    bias_update_rate: u of the aux-loss-free balancing rule (0 disables).
+  """
 
   z_loss_weight: float = 1e-4
   bias_update_rate: float = 1e-3

@@ -12,6 +12,9 @@ resumes from its own state and needs no SFT); the local pool (`env_service.local
 `c2jax.services.env_servers`, waited for until they listen; then `actors.num` actors and, with `eval.process`, the
 evaluator; no actors with `actors.external`); the trainer pinned to `trainer.cpus`; the trainer loop
 (`c2jax.services.rl_loop`). A stop request checkpoints and returns with `interrupted`; the same call resumes.
+
+Each stage is announced with its place ("stage 2/5: SFT", `c2jax.services.stages`; `plan` lists them) and labels its
+progress bar; the resolved run config's path and the pool's logs are printed when they are written.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from c2jax.model.checkpoint import check_checkpoint
 from c2jax.services import compile_cache
 from c2jax.services import env_servers
 from c2jax.services import rl_loop
+from c2jax.services import stages
+from c2jax.services import teacher_traces
 from c2jax.services import warm_start
 from c2jax.services.pool import LocalPool
 from c2jax.services.rl_run_config import RLRunConfig, to_json
@@ -56,6 +61,17 @@ def pool_members(cfg: RLRunConfig, workdir: str, config_path: str) -> dict[str, 
   return members
 
 
+TEACHER, SFT = "recording teacher traces", "SFT"
+
+
+def plan(cfg: RLRunConfig) -> stages.Stages:
+  """The job's stages in order: the teacher's traces (a multi-turn teacher) and the SFT when the job warm-starts,
+  then the trainer loop's (`rl_loop.BEFORE`, `TRAIN`, `AFTER`)."""
+  warm = cfg.sft.enabled and not cfg.init_checkpoint
+  names = ((TEACHER,) if warm and cfg.sft.teacher.policy else ()) + ((SFT,) if warm else ())
+  return stages.Stages(names + (rl_loop.BEFORE, rl_loop.TRAIN, rl_loop.AFTER))
+
+
 def check_inputs(cfg: RLRunConfig) -> None:
   """The checkpoints `cfg` names exist, are finished and hold the run's model (`check_checkpoint`: MissingInput or
   MismatchedInput, one sentence): checked before the SFT, the environment servers or the actors start."""
@@ -73,10 +89,22 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
   os.makedirs(workdir, exist_ok=True)
   compile_cache.use(cfg.compilation_cache)  # inherited by the pool
   rl_loop.check_mesh(cfg)  # a mesh that cannot take the batch: refused now, not after the SFT and the actors' start
-  if cfg.sft.enabled and not cfg.init_checkpoint:
-    init = started_from(workdir) or warm_start.sft_checkpoint(cfg, stop=stop)
-    if init is None:
-      return {"interrupted": True, "stage": "sft"}
+  job = plan(cfg)
+  if SFT in job.names:
+    init = started_from(workdir)
+    if init is not None:
+      for name in job.names[:job.names.index(SFT) + 1]:
+        job.skip(name, f"RL resumes from its checkpoint (it started from {init})")
+    else:
+      if TEACHER in job.names:  # cached by their settings: recorded once, then read
+        with job.stage(TEACHER, f"{cfg.sft.teacher.policy}, train and held-out tasks") as s:
+          for split in ("train", "heldout"):
+            teacher_traces.ensure_traces(cfg, split, label=s.label)
+      with job.stage(SFT, f"{cfg.sft.steps} steps; reused when the cache holds it") as s:
+        init = warm_start.sft_checkpoint(cfg, stop=stop, label=s.label)
+        s.interrupted = init is None
+      if init is None:
+        return {"interrupted": True, "stage": "sft"}
     cfg = dataclasses.replace(cfg, init_checkpoint=init)
   config_path = os.path.join(workdir, "config.json")
   primary = jax.process_index() == 0  # a multi-host trainer: process 0 reads the buffer, publishes and runs the pool
@@ -88,9 +116,12 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
     cfg, servers, modules = env_servers.local_servers(cfg)
     with open(config_path, "w", encoding="utf-8") as f:
       f.write(to_json(cfg))
+    stages.note(f"resolved run config: {config_path}")
   placement.pin(placement.parse_cpus(cfg.trainer.cpus))
   members = {**servers, **pool_members(cfg, workdir, config_path)} if primary else {}
   pool = LocalPool(os.path.join(workdir, "logs"), members, optional=("evaluator",), modules=modules)
+  if members:
+    stages.note(f"starting {', '.join(members)}; their logs: {os.path.join(workdir, 'logs')}")
   with pool:
     env_servers.wait_listening(env_servers.local_addresses(servers), pool.check)
-    return rl_loop.run(cfg, workdir, health_check=pool.check, stop=stop)
+    return rl_loop.run(cfg, workdir, health_check=pool.check, stop=stop, plan=job)

@@ -27,6 +27,9 @@ evaluations before and after), result.json, training.png (c2jax/services/rl_repo
 policy as a c2jax model checkpoint (`c2jax.model.checkpoint`; what tools/export_hf.py exports, eval_main evaluates
 and another run starts from), written when the run finishes. A restart drops the records a killed run logged past
 its checkpoint.
+
+The loop's stages (`BEFORE`, `TRAIN`, `AFTER`) are announced with their place in the job's plan
+(`c2jax.services.stages`), their progress bars labelled by it; the first update, which compiles, is announced.
 """
 
 from __future__ import annotations
@@ -62,12 +65,16 @@ from c2jax.rollouts.prefetch import Prefetcher
 from c2jax.rollouts.storage import Store
 from c2jax.rollouts.weight_store import WeightStore
 from c2jax.services import chain_metrics, rl_report
+from c2jax.services import stages
 from c2jax.services.collate import empty_batch, groups_to_batch, lay_out, sequence_lengths
 from c2jax.services.held_out import held_out_evaluation
 from c2jax.services.rl_run_config import RUN_CONFIG_KEY, RLRunConfig, to_json
 from c2jax.services.run_log import RunLog, read_history
 
 MODEL_DIR = "model"  # in the workdir: the trained policy as a c2jax model checkpoint
+
+# The trainer's stages, as an RL job's plan names them (`c2jax.services.stages`).
+BEFORE, TRAIN, AFTER = "held-out evaluation before RL", "RL", "held-out evaluation after RL"
 
 
 def _host(tree):
@@ -170,8 +177,10 @@ class _Halt(Exception):
 class _Trainer:
   """One `run` call: set-up and restore in `__init__`, then `step` per update, then `finish`."""
 
-  def __init__(self, cfg: RLRunConfig, workdir: str, health_check: Callable[[], None], stop: Callable[[], bool]):
+  def __init__(self, cfg: RLRunConfig, workdir: str, health_check: Callable[[], None], stop: Callable[[], bool],
+               plan: stages.Stages | None = None):
     self.cfg, self.health_check, self.stop = cfg, health_check, stop
+    self.plan = stages.Stages.of(plan, BEFORE, TRAIN, AFTER)
     self.work = pathlib.Path(workdir)
     self.work.mkdir(parents=True, exist_ok=True)
     actor_cfg = cfg.actor_config
@@ -201,7 +210,10 @@ class _Trainer:
     # The next batch is read in the background during each update (process 0 reads for all).
     self.prefetch = Prefetcher(self.reader, self.gps, poll_interval_s=cfg.trainer.poll_interval_s)
     if self.before is None and self.primary:
-      self.before = {**self.run_eval(jax.device_put(self.params_host)), "version": self.version}
+      with self.plan.stage(BEFORE, self._eval_size()) as s:
+        self.before = {**self.run_eval(jax.device_put(self.params_host), label=s.label), "version": self.version}
+    elif self.primary:
+      self.plan.skip(BEFORE, "restored from the checkpoint")
     self.start = int(self.state.step)
     self.log = RunLog(self.work, resumed_at=None if self.restored_step is None else self.start,
                       step_logs=("metrics.jsonl", "consumed.jsonl"), primary=self.primary)
@@ -233,6 +245,10 @@ class _Trainer:
     self.params_host = _host(self.state.params)
     if self.primary and self.weights.latest() != self.version:
       self.weights.publish(self.version, self.params_host)
+
+  def _eval_size(self) -> str:
+    tasks, samples = self.cfg.eval.tasks, self.cfg.eval.samples
+    return f"{tasks} task{'s' * (tasks != 1)} x {samples} sample{'s' * (samples != 1)}"
 
   def save(self, step: int) -> None:
     # The version of the saved state, from the state itself (not a variable that a Ctrl-C between two statements
@@ -304,7 +320,11 @@ class _Trainer:
     t_step = time.perf_counter()
     in_flight = _in_flight_rows(batch)
     # Packed (trainer.rows) on every process alike, after the broadcast: the padded batch's shape is fixed.
-    m = self.update(lay_out(batch, lengths, self.buckets))
+    laid = lay_out(batch, lengths, self.buckets)
+    rows = laid["tokens"].shape[0]  # each row bucket compiles once
+    stages.note_once(("rl update", repr(self.cfg.rl), rows, self.spec.seq_len, self.cfg.mesh),
+                     f"compiling the RL update ({rows} rows x {self.spec.seq_len} tokens; first step, cached after)")
+    m = self.update(laid)
     if taken_cursor is not None:  # process 0's; the others never read the buffer
       self.trained_cursor = taken_cursor
     t_publish = time.perf_counter()
@@ -363,7 +383,8 @@ class _Trainer:
     save_checkpoint(str(partial), self.params_host, self.cfg.model_config)
     shutil.rmtree(model, ignore_errors=True)
     partial.rename(model)
-    after = {**self.run_eval(jax.device_put(self.params_host)), "version": self.version}
+    with self.plan.stage(AFTER, self._eval_size()) as s:
+      after = {**self.run_eval(jax.device_put(self.params_host), label=s.label), "version": self.version}
     with open(self.work / "eval.jsonl", "a") as f:
       f.write(json.dumps({"when": "before", **self.before}) + "\n")
       f.write(json.dumps({"when": "after", **after}) + "\n")
@@ -411,8 +432,16 @@ def _behaviour_before_after(before: dict, after: dict) -> dict:
   return out
 
 
+def _steps_left(start: int, steps: int) -> str:
+  if start >= steps:
+    return f"all {steps} steps already trained"
+  if not start:
+    return f"{steps} steps"
+  return f"step {steps} of {steps}" if start + 1 == steps else f"steps {start + 1}-{steps} of {steps}"
+
+
 def run(cfg: RLRunConfig, workdir: str, *, health_check: Callable[[], None] = lambda: None,
-        stop: Callable[[], bool] = lambda: False) -> dict:
+        stop: Callable[[], bool] = lambda: False, plan: stages.Stages | None = None) -> dict:
   """Trains for `cfg.trainer.steps` updates (resuming from `workdir/checkpoints` when present).
 
   Args:
@@ -421,16 +450,18 @@ def run(cfg: RLRunConfig, workdir: str, *, health_check: Callable[[], None] = la
     health_check: called while waiting for rollouts; raises when the actor pool has failed.
     stop: polled between steps and while waiting for rollouts; True checkpoints and returns early (a Ctrl-C
       KeyboardInterrupt does the same, but may lose the step it interrupts).
+    plan: the job's stages (`c2jax.services.rl_job`), which name this loop's: `BEFORE`, `TRAIN`, `AFTER`; None:
+      those three alone.
   """
-  t = _Trainer(cfg, workdir, health_check, stop)
+  t = _Trainer(cfg, workdir, health_check, stop, plan)
   interrupted = False
-  with t.prefetch, tqdm.tqdm(total=cfg.trainer.steps, initial=t.start, desc="rl", unit="step",
-                             disable=not t.primary) as bar:
+  with t.prefetch, t.plan.stage(TRAIN, _steps_left(t.start, cfg.trainer.steps)) as s, \
+      tqdm.tqdm(total=cfg.trainer.steps, initial=t.start, desc=s.label, unit="step", disable=not t.primary) as bar:
     try:
       for step in range(t.start, cfg.trainer.steps):
         t.step(step, bar)
     except (_Halt, KeyboardInterrupt):
-      interrupted = True
+      interrupted = s.interrupted = True
     finally:
       t.checkpoint_what_was_trained()
   result = {"steps": int(t.state.step), "version": t.version, "interrupted": interrupted,
@@ -439,6 +470,8 @@ def run(cfg: RLRunConfig, workdir: str, *, health_check: Callable[[], None] = la
     logging.warning("stopped at step %d; the same command resumes from the checkpoint", int(t.state.step))
   elif t.primary:
     result.update(t.finish())
+    # Every stage of the job that ran in this process (the teacher's traces and the SFT before this loop included).
+    result["stage_seconds"] = {name: round(s, 2) for name, s in t.plan.seconds.items()}
     (t.work / "result.json").write_text(json.dumps(result, indent=2))
   t.log.close()
   return result

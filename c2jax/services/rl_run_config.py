@@ -249,6 +249,7 @@ class RLRunConfig:
     compilation_cache: directory of compiled programs (empty: $JAX_COMPILATION_CACHE_DIR if set, else the user's
       cache: `c2jax.services.compile_cache`), reused on restart and by later runs of the same programs.
     schedule: ASYNC or SYNC.
+    task: the task suite: {"suite": a `TASK_SUITES` name, ...that suite's fields}.
     buffer, weights: storage URLs (paths, s3://, gs://); empty: <workdir>/buffer and <workdir>/weights.
     env_service: where the episodes' environments run (in-process by default; multi-turn episodes only).
   """

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import time
 from typing import Any, Iterable
 
 from absl import logging
@@ -84,7 +85,11 @@ class RunLog:
         trim(self.workdir / name, resumed_at)
     try:
       from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(str(self.workdir / tb_dir), purge_step=None if resumed_at is None else resumed_at + 1)
+      # tensorboardX names its file by the second and the host only: a writer started in the same second as the last
+      # one (a quick resume) would truncate that file and lose its events. A nanosecond suffix keeps each file, in
+      # the order TensorBoard reads them (by name).
+      self._tb = SummaryWriter(str(self.workdir / tb_dir), purge_step=None if resumed_at is None else resumed_at + 1,
+                               filename_suffix=f".{time.time_ns():020d}")
     except ImportError:  # TensorBoard is optional; the jsonl files have everything.
       logging.warning("tensorboardX is not installed: no TensorBoard events (the jsonl logs have everything).")
 

@@ -84,10 +84,10 @@ def policy_for(teacher, copy: int, flawed: bool):
   return policy.for_episode(copy) if hasattr(policy, "for_episode") else policy
 
 
-def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
+def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], dict]:
   """Runs the teacher on every task of `split` (the first `sft.teacher.max_tasks` of train, `heldout_tasks` of
-  heldout, when > 0); returns (token documents
-  {"tokens", "weights"} of the kept episodes' segments, stats)."""
+  heldout, when > 0); returns (token documents {"tokens", "weights"} of the kept episodes' segments, stats).
+  `label`: the caller's stage, which the progress bar names ("teacher traces 1/5")."""
   teacher = cfg.sft.teacher
   policy_name = teacher.policy
   suite = cfg.task_suite()
@@ -133,7 +133,7 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
                               script=functools.partial(script, task=coding_task(task), act=act,
                                                        index=len(episodes))))
   n = len(episodes)
-  with tqdm.tqdm(total=n, desc=f"record {policy_name} ({split})", unit="episode") as bar:
+  with tqdm.tqdm(total=n, desc=f"{label + ': ' if label else ''}record {policy_name} ({split})", unit="episode") as bar:
 
     def progress():
       bar.update(runner.stats.episodes - bar.n)
@@ -161,8 +161,9 @@ def record(cfg: RLRunConfig, split: str) -> tuple[list[dict], dict]:
   return docs, stats
 
 
-def ensure_traces(cfg: RLRunConfig, split: str) -> str:
-  """The traces' JSONL (recorded on first use, under a lock: parallel runs with the same settings record once)."""
+def ensure_traces(cfg: RLRunConfig, split: str, label: str = "") -> str:
+  """The traces' JSONL (recorded on first use, under a lock: parallel runs with the same settings record once);
+  `label` names the recording's progress bar (`record`)."""
   path = traces_path(cfg, split)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(f"{path}.lock", "w") as lock:
@@ -170,7 +171,7 @@ def ensure_traces(cfg: RLRunConfig, split: str) -> str:
     if os.path.exists(path):
       return path
     logging.warning("SFT: recording %s's episodes on the %s split into %s", cfg.sft.teacher.policy, split, path)
-    docs, stats = record(cfg, split)
+    docs, stats = record(cfg, split, label)
     if not docs:
       raise ValueError(f"The teacher {cfg.sft.teacher.policy!r} finished no episode of the {split} split with outcome "
                        f"1 ({stats['ends']}); it demonstrates nothing under these budgets.")

@@ -124,9 +124,9 @@ def cache_dir(cfg: RLRunConfig, p: PretrainRunConfig) -> str:
   return os.path.join(os.path.abspath(root), f"sft-{h.hexdigest()[:16]}")
 
 
-def sft_checkpoint(cfg: RLRunConfig, stop=lambda: False) -> str | None:
+def sft_checkpoint(cfg: RLRunConfig, stop=lambda: False, label: str = "SFT") -> str | None:
   """Trains (or resumes, or reuses) the SFT of `cfg` and returns its model checkpoint directory (None when `stop`
-  interrupted it: the same call resumes it)."""
+  interrupted it: the same call resumes it). `label`: the progress bar's (the caller's stage)."""
   from c2jax.services import pretrain_loop  # jax-heavy; only when SFT runs
   p = sft_config(cfg)
   workdir = cache_dir(cfg, p)
@@ -140,5 +140,5 @@ def sft_checkpoint(cfg: RLRunConfig, stop=lambda: False) -> str | None:
       logging.warning("SFT: reusing %s", checkpoint)
       return checkpoint
     logging.warning("SFT: training into %s (a later run with the same settings reuses it)", workdir)
-    result = pretrain_loop.run(p, workdir, stop=stop)
+    result = pretrain_loop.run(p, workdir, stop=stop, label=label)
   return None if result["interrupted"] else checkpoint

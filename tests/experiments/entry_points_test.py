@@ -125,3 +125,48 @@ class EntryPointsTest(parameterized.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+def _fields_of(name: str, config: str | None) -> dict:
+  """{dotted key: (value, default or the NO_DEFAULT marker)} that `--config_help` must list for `config` (None: the
+  defaults), from the dataclasses."""
+  from c2jax import typed_config
+  from c2jax.eval import suite_eval
+  from c2jax.services import cli, pretrain_run_config, rl_run_config
+  parse = {"rl_main": rl_run_config.parse, "pretrain_main": pretrain_run_config.parse, "eval_main": suite_eval.parse,
+           "actor_process": rl_run_config.parse}[name]
+  cfg = parse(cli._load_config_file(config) if config else rl_run_config.defaults())
+  return {h.key: h for h in typed_config.field_help(cfg)}
+
+
+@pytest.mark.e2e
+class ConfigHelpTest(parameterized.TestCase):
+  """`--config_help` on every entry point with a run config: each field's override, value, default where it differs,
+  and doc line, generated from the dataclasses; exit code 0, nothing started."""
+
+  @parameterized.named_parameters(
+      ("rl_main", "rl_main", str(_ROOT / "configs" / "rl_tiny.py"), "trainer.steps", "updates to train."),
+      ("pretrain_main", "pretrain_main", str(_ROOT / "configs" / "pretrain_tiny.py"), "phases.bulk.steps",
+       "how long the phase trains, on rows of which shape."),
+      ("eval_main", "eval_main", str(_ROOT / "configs" / "eval_realistic.py"), "sampling.slots",
+       "episodes decoded together."),
+      ("actor_process", "actor_process", None, "actors.num", "local actor processes the trainer job starts."),
+  )
+  def test_lists_every_field_with_its_default_and_doc(self, name, config, key, doc):
+    argv = [_ENTRY_POINTS[name][0]] if name != "actor_process" else ["-m", "c2jax.services.actor_process"]
+    argv += [f"--config={config}"] if config else []
+    proc = subprocess.run([sys.executable] + argv + ["--config_help"], capture_output=True, text=True, env=_ENV,
+                          cwd="/", timeout=300)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    listed = {line.split("=", 1)[0].strip()[len("--config."):]: line
+              for line in proc.stdout.splitlines() if line.startswith("  --config.")}
+    fields = _fields_of(name, config)
+    self.assertEqual(set(listed), set(fields))
+    self.assertTrue(all(fields[k].doc for k in fields), [k for k in fields if not fields[k].doc])
+    self.assertIn(f"  {doc}", listed[key])
+    from c2jax import typed_config
+    differs = [k for k, h in fields.items() if h.default is not typed_config.NO_DEFAULT and h.default != h.value]
+    for k in differs:
+      self.assertIn(" (default ", listed[k])
+    if config:  # each tiny config sets some fields away from the dataclasses' defaults
+      self.assertNotEmpty(differs)

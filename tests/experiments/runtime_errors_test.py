@@ -195,18 +195,19 @@ class EntryPointsTest(parameterized.TestCase):
     # The evaluation's progress bar is on: its episodes are running.
     err = ""
     deadline = time.time() + 240
-    while "eval:" not in err and time.time() < deadline and proc.poll() is None:
+    while "evaluate realistic (heldout):" not in err and time.time() < deadline and proc.poll() is None:
       err += os.read(proc.stderr.fileno(), 4096).decode(errors="replace")
-    self.assertIn("eval:", err)
+    self.assertIn("evaluate realistic (heldout):", err)
     proc.send_signal(signal.SIGINT)
     out, rest = proc.communicate(timeout=120)
     err += rest
     self.assertEqual(proc.returncode, 130, err[-3000:])
     self.assertNotIn("Traceback", err)
     # (tqdm may close its bar after the line: the line is there, not necessarily last.)
-    self.assertIn(f"eval_main.py: interrupted; nothing was written to {work} (the report is written when the "
-                  "evaluation ends).\n", err)
+    self.assertIn(f"eval_main.py: interrupted; no report was written to {work}, only its config.json (the report "
+                  "is written when the evaluation ends).\n", err)
     self.assertFalse((work / "report.json").exists())
+    self.assertEqual(sorted(os.listdir(work)), ["config.json"])
 
 
 if __name__ == "__main__":

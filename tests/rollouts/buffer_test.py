@@ -475,6 +475,8 @@ class BufferTest(parameterized.TestCase):
     self.assertEqual([g.meta["seq"] for g in out], [0, 2])
     assert_group_equal(self, groups[2], out[1].data)
     self.assertEqual(reader.stats["corrupt_groups"], 1)
+    (named,) = reader.skipped  # what the count is made of, with why
+    self.assertStartsWith(named, "shard 'w' group 1: ")
     self.assertEqual(reader.cursor, {"w": 3})
     self.assertEqual(reader.poll(), [])  # never retried
 
@@ -515,6 +517,7 @@ class BufferTest(parameterized.TestCase):
     reader = RolloutReader(self.url)
     self.assertEqual([g.meta["seq"] for g in reader.poll()], [0, 3])
     self.assertEqual(reader.stats["corrupt_groups"], 2)
+    self.assertEqual([s.split(":")[0] for s in reader.skipped], ["shard 'w' group 1", "shard 'w' group 2"])
     w2 = RolloutWriter(self.url, "w", SPEC)  # resumes after the last (readable) record
     self.assertEqual(w2.commit(make_group(4), {"task_id": "4"}), 4)
     self.assertEqual([g.meta["seq"] for g in reader.poll()], [4])

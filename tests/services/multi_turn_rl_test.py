@@ -22,7 +22,6 @@ import os
 import pathlib
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -79,17 +78,12 @@ def _opened(log: str) -> int:
 
 
 def _tb_tags(directory: pathlib.Path) -> set[str]:
-  """The scalar tags of the TensorBoard event files under `directory` (TFRecord framing, Event protos)."""
-  from tensorboardX.proto import event_pb2
+  """The scalar tags of the TensorBoard event files under `directory`, read by TensorBoard's own reader (what
+  `tensorboard --logdir` shows; the job writes them with tensorboardX)."""
+  from tensorboard.backend.event_processing import event_accumulator
   tags = set()
-  for path in directory.rglob("events.out.tfevents.*"):
-    data = path.read_bytes()
-    i = 0
-    while i + 12 <= len(data):
-      (n,) = struct.unpack("<Q", data[i:i + 8])
-      event = event_pb2.Event.FromString(data[i + 12:i + 12 + n])
-      tags.update(v.tag for v in event.summary.value)
-      i += 12 + n + 4
+  for run in {path.parent for path in directory.rglob("events.out.tfevents.*")}:
+    tags.update(event_accumulator.EventAccumulator(str(run)).Reload().Tags()["scalars"])
   return tags
 
 
@@ -152,6 +146,35 @@ class MultiTurnRLTest(absltest.TestCase):
     self.assertIn(MAX_TURNS, episode_turns)
     lines = [json.loads(x) for x in (self.work / "metrics.jsonl").read_text().splitlines()]
     self.assertLen(lines, STEPS)
+
+  def test_rl_main_says_where_it_is_and_where_its_outputs_are(self):
+    """Each stage by name and place (this job has no SFT: three), the long first compiles announced before they
+    start, the resolved config's path, and at the end where each output is (before the JSON line)."""
+    err = self.proc.stderr
+    starts = [err.index(f"stage {i}/3: {name}") for i, name in enumerate(
+        ("held-out evaluation before RL", "RL", "held-out evaluation after RL"), 1)]
+    self.assertEqual(starts, sorted(starts))
+    for i, name in enumerate(("held-out evaluation before RL", "RL", "held-out evaluation after RL"), 1):
+      self.assertRegex(err, rf"stage {i}/3: {name} done in \d+")
+    self.assertIn(f"stage 2/3: RL ({STEPS} steps)", err)
+    self.assertIn("RL 2/3", err)  # the trainer's progress bar
+    # The result reports each stage's seconds (tools/bench_main_job.py reads them).
+    seconds = self.result["stage_seconds"]
+    self.assertEqual(sorted(seconds), sorted(("held-out evaluation before RL", "RL", "held-out evaluation after RL")))
+    self.assertTrue(all(s > 0 for s in seconds.values()), seconds)
+    engine = err.index("compiling the agent engine's programs")
+    self.assertLess(starts[0], engine)
+    self.assertLess(engine, starts[1])
+    self.assertEqual(err.count("compiling the agent engine's programs"), 1)  # the evaluation after reuses them
+    self.assertIn("compiling the RL update", err)
+    self.assertIn(f"resolved run config: {self.work}/config.json", err)
+    out = self.proc.stdout.strip().splitlines()
+    where = out.index(f"outputs in {self.work}:")
+    listed = {line.split()[0]: line.split()[1] for line in out[where + 1:-1]}
+    self.assertEqual(listed["model"], f"{self.work}/model")
+    self.assertEqual(listed["config"], f"{self.work}/config.json")
+    self.assertEqual(listed["TensorBoard"], f"{self.work}/tb")
+    self.assertEqual(listed["report"], f"{self.work}/result.json")
 
   def test_rl_main_trains_on_chains_and_reports_their_figures(self):
     result, work = self.result, self.work

@@ -1,5 +1,7 @@
 """The phased pretraining loop: metrics, models and the perplexity fit; exact resume after interruptions and kills."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -38,6 +40,14 @@ def _run(c, workdir, **kw):
   return pretrain_loop.run(pretrain_run_config.parse(c), workdir, **kw)
 
 
+def _run_saying(c, workdir, **kw) -> tuple[dict, str]:
+  """`_run` and what it wrote to stderr (its stage lines and progress bar)."""
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    result = _run(c, workdir, **kw)
+  return result, err.getvalue()
+
+
 class _StopAfter:
   """stop() that turns True once `n` steps have run (it is polled once before each step)."""
 
@@ -63,7 +73,7 @@ class LoopTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.full_dir = tempfile.mkdtemp()
-    cls.full = _run(_small_config(), cls.full_dir)
+    cls.full, cls.said = _run_saying(_small_config(), cls.full_dir)
 
   def test_phases_write_metrics_models_and_a_perplexity_fit(self):
     r, d = self.full, self.full_dir
@@ -86,6 +96,12 @@ class LoopTest(absltest.TestCase):
       self.assertEqual(cfg.rope.type.value, rope_type)
       chex.assert_tree_all_finite(params)
     self.assertEqual(r["checkpoint"], f"{d}/models/long_context")
+    # Each phase a stage by name and place, its bar labelled by it, its first (compiling) step announced.
+    for line in ("stage 1/2: phase bulk (4 steps of 2 x 32 tokens)", "stage 1/2: phase bulk done in",
+                 "pretrain: bulk 1/2", "compiling the training step of phase 'bulk' (batch 2 x 32 tokens",
+                 "stage 2/2: phase long_context (3 steps of 2 x 64 tokens)", "stage 2/2: phase long_context done in",
+                 "pretrain: long_context 2/2"):
+      self.assertIn(line, self.said)
 
   def test_interrupted_and_resumed_run_trains_exactly_as_the_uninterrupted_one(self):
     d = tempfile.mkdtemp()
@@ -93,10 +109,14 @@ class LoopTest(absltest.TestCase):
     first = _run(c, d, stop=_StopAfter(2))  # stops inside the bulk phase
     self.assertTrue(first["interrupted"])
     self.assertEqual(first["steps"], 2)
-    second = _run(c, d, stop=_StopAfter(3))  # finishes bulk, stops inside the long phase
+    second, said = _run_saying(c, d, stop=_StopAfter(3))  # finishes bulk, stops inside the long phase
     self.assertEqual(second["steps"], 5)
-    final = _run(c, d)
+    self.assertIn("stage 1/2: phase bulk done in", said)
+    self.assertIn("stage 2/2: phase long_context stopped after", said)
+    final, said = _run_saying(c, d)
     self.assertEqual(final["steps"], 7)
+    self.assertIn("stage 1/2: phase bulk: trained before this run resumed", said)
+    self.assertIn("stage 2/2: phase long_context done in", said)
     # Bitwise: the same batches in the same order and the same optimizer state after every restart.
     self.assertEqual(_losses(d), _losses(self.full_dir))
     evals = [json.loads(l) for l in open(f"{d}/eval.jsonl")]

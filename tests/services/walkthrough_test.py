@@ -42,6 +42,7 @@ from c2jax.model import presets
 from c2jax.model import transformer
 from c2jax.rollouts.buffer import RolloutReader
 from c2jax.rollouts.weight_store import WeightStore
+from c2jax.eval import suite_eval
 from c2jax.services import rl_run_config
 from tests import tiny
 
@@ -144,10 +145,10 @@ def write_release(workdir: str):
 
 class WalkthroughTest(absltest.TestCase):
 
-  def _run(self, argv: list[str], env: dict) -> str:
+  def _run(self, argv: list[str], env: dict) -> subprocess.CompletedProcess:
     proc = subprocess.run(argv, cwd=_ROOT, env=env, capture_output=True, text=True, timeout=900)
     self.assertEqual(proc.returncode, 0, f"{shlex.join(argv[1:])}\n{proc.stderr[-3000:]}")
-    return proc.stdout
+    return proc
 
   def test_walkthrough_on_a_tiny_release(self):
     reason = sandbox_lib.unavailable_reason()
@@ -162,11 +163,12 @@ class WalkthroughTest(absltest.TestCase):
     where = {"SRC": src, "CKPT": os.path.join(work, "ckpt"), "RUNS": os.path.join(work, "runs")}
     env = dict(os.environ, PYTHONPATH=str(_ROOT))
     env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
-    out = {}
+    out, err = {}, {}
     for argv in commands:
       self.assertEqual(argv[0], ".venv/bin/python")
       argv = [sys.executable] + [string.Template(a).substitute(where) for a in argv[1:]] + _BUDGETS[argv[1]]
-      out[argv[1]] = self._run(argv, env)
+      proc = self._run(argv, env)
+      out[argv[1]], err[argv[1]] = proc.stdout, proc.stderr
     runs = pathlib.Path(where["RUNS"])
 
     # 1. The converted checkpoint is the release: its architecture, its params as stored (bf16, router float32).
@@ -183,11 +185,23 @@ class WalkthroughTest(absltest.TestCase):
     (episode,) = json.loads((runs / "eval" / "report.json").read_text())["episodes"]
     self.assertIsNone(episode["error"])
     self.assertGreaterEqual(episode["turns"], 1)
+    # It said what it was doing (a bar over the episodes, the engine's compile announced above it), wrote its
+    # resolved config and said where its outputs are.
+    said = err["experiments/eval_main.py"]
+    self.assertIn("evaluate realistic (heldout): 100%", said)
+    self.assertIn("compiling the agent engine's programs", said)
+    self.assertIn(f"resolved run config: {runs / 'eval' / 'config.json'}", said)
+    written = suite_eval.parse(json.loads((runs / "eval" / "config.json").read_text()))
+    self.assertEqual((written.policy, written.checkpoint, written.max_tasks), ("checkpoint", where["CKPT"], 1))
+    self.assertIn(f"outputs in {runs / 'eval'}:", out["experiments/eval_main.py"])
 
     # 3. RL trained on episodes in the native format: each row's prompt is the run's task rendered by the template
     # in the release's tokenizer, and everything the environment appended opens with a control token.
     result = json.loads(out["experiments/rl_main.py"].strip().splitlines()[-1])
     self.assertEqual((result["steps"], result["interrupted"]), (2, False))
+    # From a converted checkpoint: no SFT, three stages.
+    self.assertIn("stage 1/3: held-out evaluation before RL", err["experiments/rl_main.py"])
+    self.assertIn("stage 3/3: held-out evaluation after RL done in", err["experiments/rl_main.py"])
     suite = rl_run_config.from_json((runs / "rl" / "config.json").read_text()).task_suite()
     self.assertEqual((suite.chat_format, suite.coding_suite), (_FORMAT, "tiny_spec"))
     release_tok = transformers.AutoTokenizer.from_pretrained(src)

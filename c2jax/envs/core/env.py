@@ -26,6 +26,10 @@ timeout is cut to what is left; when none is left the turn's remaining calls do 
 `max_workdir_entries`, measured after every call that can write: past either the episode ends ("workdir_limit")
 and scores 0 without grading, since grading would read the whole repository into host memory.
 
+A task with an interruption (`c2jax.envs.tasks.interruptions`: a user message while the agent works) gets the
+message after the interrupted turn's tool results, as a user turn of the chat format; a finish in that turn is
+overruled and the episode goes on (a spent budget still ends it, the message undelivered).
+
 Tools run against a `Sandbox` holding a fresh copy of the task's starting files (hidden tests are never in it):
 read_file, write_file and edit work on the workdir from the host side (the sandbox confines paths to it); run is a
 shell command in the container; grep is a Python regex over the workdir's text files, evaluated inside the
@@ -52,8 +56,10 @@ from c2jax.envs.chat import chat_format as chat_format_lib
 from c2jax.envs.tools import bounded_search
 from c2jax.envs.tools import code_search
 from c2jax.envs.grading import grading
+from c2jax.envs.grading import quality
 from c2jax.envs.tools import protocol
 from c2jax.envs.tools import web_search
+from c2jax.envs.tasks import interruptions
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.chat.chat_format import ToolResult, clip
 from c2jax.envs.tools.protocol import ToolCall, ToolName
@@ -83,6 +89,8 @@ class EnvConfig:
       chat formats leave it out (their templates declare the tools).
     chat_format: the name of the tool-call and chat format in `chat_format.CHAT_FORMATS`: "brief" (the raw
       `protocol.py` format, by default), "deepseek_v3" or "kimi_k2" (the models' own templates and tool calls).
+    code_quality: whether grading scores the code quality of the episode's diff (`quality.CodeQuality`: "ruff"
+      adds quality_findings and complexity_findings, at one more sandbox per grading).
   """
 
   max_turns: int = 8
@@ -99,6 +107,7 @@ class EnvConfig:
   grading_limits: SandboxLimits | None = None
   instructions: protocol.HelpDetail = protocol.HelpDetail.FULL
   chat_format: str = "brief"
+  code_quality: quality.CodeQuality = quality.CodeQuality.OFF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +270,8 @@ class CodingEnv:
     self._turn = 0
     self._tokens = 0
     self._tool_s = 0.0
-    self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0}
+    self._totals = {"tool_calls": 0, "malformed_tool_calls": 0, "incomplete_tool_calls": 0, "tool_errors": 0,
+                    "interruptions": 0}
     return first_observation(task, self.config, self._sandbox.list_files())
 
   def step(self, model_text: str) -> StepResult:  # noqa: C901
@@ -321,6 +331,11 @@ class CodingEnv:
                                 "no tool call found; write a <tool> block, or finish."))
     for key, value in step.items():
       self._totals[key] += value
+    interruption = interruptions.task_interruption(self._task)
+    interrupted = interruption is not None and interruption.turn == self._turn
+    if interrupted and self._done_reason == "finish":
+      # The user spoke while the agent worked: a finish in the interrupted turn is overruled, the episode goes on.
+      self._done, self._done_reason = False, ""
     if not self._done:
       if self._turn >= self.config.max_turns:
         self._done, self._done_reason = True, "turn_budget"
@@ -330,15 +345,21 @@ class CodingEnv:
         self._done, self._done_reason = True, "time_budget"
     footer = (f"[turn {self._turn} of {self.config.max_turns}; about {self._tokens} of {self.config.max_tokens} "
               f"tokens used{'; episode over: ' + self._done_reason if self._done else ''}]")
-    continuation = self._format.continuation(model_text, results, footer, max_bytes=self.config.max_observation_bytes)
+    request = ""
+    if interrupted and not self._done:
+      self._totals["interruptions"] += 1
+      request = interruption.message if self._format.native else interruptions.framed(interruption.message)
+    continuation = self._format.continuation(model_text, results, footer, max_bytes=self.config.max_observation_bytes,
+                                             request=request)
     return StepResult(continuation.text, self._done, self._info(step), notice=footer, continuation=continuation,
                       results=tuple(results))
 
   def reward(self) -> dict[str, float]:
     """The reward terms of the episode: `grading.grade` on the workdir's files (hidden tests added in a fresh
-    sandbox) plus "malformed_tool_calls", "incomplete_tool_calls" and "turns". Meant for after done (then cached);
-    before that it grades the repository as it stands. A workdir past its caps is not graded: "passed",
-    "pass_fraction" and "credited_fraction" are 0 and "workdir_limit" is 1."""
+    sandbox) plus "malformed_tool_calls", "incomplete_tool_calls", "turns" and, for a task with an interruption
+    (`c2jax.envs.tasks.interruptions`), "interruption_delivered" (1.0 once its user message reached the agent).
+    Meant for after done (then cached); before that it grades the repository as it stands. A workdir past its
+    caps is not graded: "passed", "pass_fraction" and "credited_fraction" are 0 and "workdir_limit" is 1."""
     if self._task is None:
       raise RuntimeError("Call reset(task) before reward().")
     if self._reward is not None:
@@ -351,9 +372,12 @@ class CodingEnv:
     else:
       terms = {k: float(v) for k, v in grading.grade(self._task, self._sandbox.files(),
                                                       sandbox_factory=self._sandbox_factory,
-                                                      limits=self.config.grading_limits).items()}
+                                                      limits=self.config.grading_limits,
+                                                      code_quality=self.config.code_quality).items()}
     terms["malformed_tool_calls"] = float(self._totals["malformed_tool_calls"])
     terms["incomplete_tool_calls"] = float(self._totals["incomplete_tool_calls"])
+    if interruptions.task_interruption(self._task) is not None:
+      terms["interruption_delivered"] = float(self._totals["interruptions"])
     terms["turns"] = float(self._turn)
     if self._done:
       self._reward = terms

@@ -100,6 +100,11 @@ The terms (all floats, so they flow into reward composition unchanged):
                  file over `LINT_MAX_CHARS`, or one the linter fails on (e.g. nesting deep enough to exhaust the
                  recursion limit), counts as one finding.
   timed_out      1.0 when the judge ran past its wall-clock limit.
+  constraint_violations, constraints_total, instructions_followed   only for a task that states constraints
+                 (c2jax/envs/grading/constraints.py): the constraints broken, their number, and 1.0 when the task
+                 passed with none broken.
+  quality_findings, complexity_findings, quality_error   only with code_quality on (c2jax/envs/grading/quality.py):
+                 the linter's findings the diff introduced, its complexity findings, and whether it failed to run.
 
 Grading by named tests (SWE-bench style: a task with `named_tests`, c2jax/envs/tasks/swe_tasks.py) runs the same judge
 on the same channel, with three differences:
@@ -154,8 +159,10 @@ import shlex
 from typing import Any, Callable, Mapping
 
 from c2jax.envs.grading import canonical
+from c2jax.envs.grading import constraints
 from c2jax.envs.grading import instrument
 from c2jax.envs.grading import judge
+from c2jax.envs.grading import quality
 from c2jax.envs.tasks.coding_tasks import CodingTask, parse_test_id
 from c2jax.sandbox import host_ast
 from c2jax.sandbox.sandbox import Sandbox, SandboxLimits, SandboxPathError
@@ -505,7 +512,8 @@ def _edit_terms(task: CodingTask, files: Mapping[str, str], owned: set[str], tim
 
 
 def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callable = Sandbox,
-          limits: SandboxLimits | None = None, rng: random.Random | None = None) -> dict[str, float]:
+          limits: SandboxLimits | None = None, rng: random.Random | None = None,
+          code_quality: quality.CodeQuality = quality.CodeQuality.OFF) -> dict[str, float]:
   """Runs the hidden tests on the submitted repository `files` and measures the auxiliary signals.
 
   Args:
@@ -515,14 +523,31 @@ def grade(task: CodingTask, files: Mapping[str, str], *, sandbox_factory: Callab
     limits: the judge's limits; `GRADING_LIMITS` by default.
     rng: draws the canaries, test names and check ids; a fresh unpredictable one by default (tests pass a seeded
       one to be reproducible: what the submission must not know is fixed then).
+    code_quality: whether to score the diff's code quality (`quality.CodeQuality`: a linter in one more sandbox,
+      built by `sandbox_factory` with tools=).
 
   Returns:
-    The terms documented in the module docstring.
+    The terms documented in the module docstring, the task's instruction-following terms where it states
+    constraints (`constraints.constraint_terms`, with "instructions_followed") and the code-quality terms when
+    `code_quality` is on (`quality.quality_terms`).
   """
   rng = rng or random.Random(secrets.randbits(128))
   if task.named_tests is not None:
-    return _grade_named(task, files, sandbox_factory, limits or GRADING_LIMITS, rng)
-  counts, timed_out = _run_judge(task, files, sandbox_factory, limits or GRADING_LIMITS, rng)
+    terms = _grade_named(task, files, sandbox_factory, limits or GRADING_LIMITS, rng)
+    owned = set(task.hidden_tests) | set(task.named_tests.deleted)
+  else:
+    terms, owned = _grade_hidden(task, files, sandbox_factory, limits or GRADING_LIMITS, rng), set(task.hidden_tests)
+  followed = constraints.constraint_terms(task, files)
+  if followed:
+    followed["instructions_followed"] = float(terms["passed"] >= 1.0 and followed["constraint_violations"] == 0)
+  return terms | followed | quality.quality_terms(task, files, code_quality, owned=owned,
+                                                  sandbox_factory=sandbox_factory)
+
+
+def _grade_hidden(task: CodingTask, files: Mapping[str, str], sandbox_factory: Callable, limits: SandboxLimits,
+                  rng: random.Random) -> dict[str, float]:
+  """`grade` for a task graded by its hidden test modules: the terms of the module docstring."""
+  counts, timed_out = _run_judge(task, files, sandbox_factory, limits, rng)
   expected = task.expected_tests
   clean = counts.hack_attempts == 0
   complete = clean and counts.total > 0 and (expected is None or counts.total == expected)

@@ -8,6 +8,13 @@ honest (report section 5: an evaluation is only as good as its checks).
                  the SFT demonstrations' response (`c2jax.envs.teachers.demonstrations`);
   empty          finishes at once: must score 0% (every hidden test fails on a starting repository);
   delete_tests   deletes the repository's own test files and finishes: must not pass (the hidden tests judge).
+  sloppy         reference with lint findings and a too-complex function appended to its Python files: passes, but
+                 scores low on code quality (`EnvConfig.code_quality`);
+  shortcut       writes the task's shortcut (the instructions and intent suites'): passes while breaking a stated
+                 constraint, or solves the prompt's literal reading the hidden tests reject; must score low there;
+  follows_interruptions   the interruptions suite: writes the prompt's solution and finishes, then, told otherwise
+                 by the user's message, writes the changed request's: must score 100%;
+  ignores_interruptions   the same first turn, then finishes whatever the user said: must score 0%;
   explorer       the reference solution over several turns, as an agent works: looks around (1-3 turns), writes the
                  solution, checks it (1-2 turns), finishes: 5-8 tool calls in 4-7 turns, fixed per task (the agent
                  loop's benchmark and tests force it through the engine).
@@ -43,6 +50,7 @@ import shlex
 from typing import Callable, ClassVar, Protocol, Sequence
 
 from c2jax.envs.chat import self_summary
+from c2jax.envs.tasks import interruptions, shortcuts
 from c2jax.envs.tasks.coding_tasks import CodingTask
 from c2jax.envs.core.env import CodingEnv, EnvConfig
 from c2jax.envs.tools.protocol import ToolCall, ToolName, render
@@ -69,8 +77,8 @@ def play(policy: Policy, task: CodingTask, config: EnvConfig, graded: bool = Tru
   the terms are then None too."""
   with CodingEnv(config) as env:
     observations = [env.reset(task)]
-    for _ in range(config.max_turns):
-      result = env.step(policy.act(task, observations))
+    for turn in range(1, config.max_turns + 1):
+      result = env.step(interruptions.cut_turn(task, turn, policy.act(task, observations)))
       observations.append(result.observation)
       if result.done:
         return observations, env.reward() if graded else None
@@ -102,6 +110,109 @@ class EmptyPolicy:
 
   def act(self, task: CodingTask, observations: Sequence[str]) -> str:
     return _calls(ToolCall(ToolName.FINISH, {}))
+
+
+# What `sloppy` appends to each Python file of the reference solution: an import below the code (unused, and not at
+# the top), a function of 11 branches that prints (mccabe complexity over 10), a bare except, a comparison to None
+# by ==: findings a well-kept linter reports, in code the hidden tests never call.
+SLOPPY_CODE = """
+
+import os
+
+
+def _describe(x):
+    if x == None:
+        return 'none'
+    try:
+        n = int(x)
+    except:
+        n = 0
+    if n == 1: return 'one'
+    if n == 2: return 'two'
+    if n == 3: return 'three'
+    if n == 4: return 'four'
+    if n == 5: return 'five'
+    if n == 6: return 'six'
+    if n == 7: return 'seven'
+    if n == 8: return 'eight'
+    if n == 9: return 'nine'
+    print( 'many' )
+    return 'many'
+"""
+
+
+@POLICIES.register("sloppy")
+@dataclasses.dataclass(frozen=True)
+class SloppyPolicy:
+  """The reference solution with `SLOPPY_CODE` appended to each of its Python files, then finishes: as correct as
+  reference, but low on code quality (the scorer of `c2jax.envs.grading.quality` counts what it adds)."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    if task.solution is None:
+      raise ValueError(f"Task {task.task_id} has no reference solution for the sloppy policy to apply.")
+    calls = [ToolCall(ToolName.WRITE_FILE, {"path": path, "content": content + SLOPPY_CODE if path.endswith(".py")
+                                            else content})
+             for path, content in sorted(task.solution.items())]
+    calls += [ToolCall(ToolName.RUN, {"command": f"rm -f -- {shlex.quote(path)}"}) for path in task.solution_deletes]
+    return _calls(*calls, ToolCall(ToolName.FINISH, {}))
+
+
+@POLICIES.register("shortcut")
+@dataclasses.dataclass(frozen=True)
+class ShortcutPolicy:
+  """Writes the task's shortcut (`c2jax.envs.tasks.shortcuts`: a plausible submission its evaluation must score
+  low), then finishes."""
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    calls = [ToolCall(ToolName.WRITE_FILE, {"path": path, "content": content})
+             for path, content in sorted(shortcuts.shortcut(task).items())]
+    return _calls(*calls, ToolCall(ToolName.FINISH, {}))
+
+
+class Listening(enum.Enum):
+  """What a scripted agent does with a user message that arrives while it works."""
+
+  FOLLOWS = "follows"
+  IGNORES = "ignores"
+
+
+@dataclasses.dataclass(frozen=True)
+class InterruptiblePolicy:
+  """The interruptions suite's agent: its first turn writes the prompt's solution (the task's shortcut) and
+  finishes; a later turn (the environment overrules a finish when the user interrupts) writes the reference
+  solution once the task's interruption message shows in its last observation (FOLLOWS), or finishes as it is
+  (IGNORES). The message's presence, not the task, tells it: a pass proves the message reached the agent."""
+
+  listening: Listening = Listening.FOLLOWS
+
+  def act(self, task: CodingTask, observations: Sequence[str]) -> str:
+    interruption = interruptions.task_interruption(task)
+    if interruption is None:
+      raise ValueError(f"Task {task.task_id} has no interruption; this policy plays the interruptions suite.")
+    if len(observations) <= 1:
+      files = shortcuts.shortcut(task)
+    elif self.listening is Listening.FOLLOWS and interruption.message in observations[-1]:
+      files = dict(task.solution or {})
+    else:
+      files = {}
+    calls = [ToolCall(ToolName.WRITE_FILE, {"path": p, "content": c}) for p, c in sorted(files.items())]
+    return _calls(*calls, ToolCall(ToolName.FINISH, {}))
+
+
+@POLICIES.register("follows_interruptions")
+@dataclasses.dataclass(frozen=True)
+class FollowsInterruptionsPolicy(InterruptiblePolicy):
+  """InterruptiblePolicy that follows the user's message."""
+
+  listening: Listening = Listening.FOLLOWS
+
+
+@POLICIES.register("ignores_interruptions")
+@dataclasses.dataclass(frozen=True)
+class IgnoresInterruptionsPolicy(InterruptiblePolicy):
+  """InterruptiblePolicy that ignores the user's message."""
+
+  listening: Listening = Listening.IGNORES
 
 
 @POLICIES.register("delete_tests")
