@@ -20,7 +20,7 @@ does not fit the rows it is given is refused in one sentence, never cut.
 from __future__ import annotations
 
 import enum
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class RowLayout(enum.Enum):
 _MOVED = ("tokens", "loss_mask", "behaviour_logprobs", "policy_version")
 
 
-def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+def first_fit_decreasing(lengths: Sequence[int] | np.ndarray, capacity: int) -> list[list[int]]:
   """Bins of item indices: longest item first, each into the first bin with room (items of length 0 go nowhere).
 
   Args:
@@ -44,15 +44,15 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
   Returns:
     The bins in the order they were opened, each a list of item indices in the order placed.
   """
-  lengths = np.asarray(lengths, np.int64)
-  if lengths.size and (lengths.min() < 0 or lengths.max() > capacity):
-    raise ValueError(f"Sequence lengths span [{lengths.min()}, {lengths.max()}]; each must be in [0, {capacity}] "
+  sizes = np.asarray(lengths, np.int64)
+  if sizes.size and (sizes.min() < 0 or sizes.max() > capacity):
+    raise ValueError(f"Sequence lengths span [{sizes.min()}, {sizes.max()}]; each must be in [0, {capacity}] "
                      "(a sequence longer than a row cannot be packed whole).")
   bins: list[list[int]] = []
   room: list[int] = []
   # A stable sort, longest first: ties keep the batch's order, so packing is deterministic.
-  for i in np.argsort(-lengths, kind="stable"):
-    n = int(lengths[i])
+  for i in np.argsort(-sizes, kind="stable"):
+    n = int(sizes[i])
     if n == 0:
       continue
     for j, r in enumerate(room):
@@ -114,23 +114,23 @@ def pack_batch(batch: Mapping, lengths: Sequence[int], rows: int) -> dict:
   if "segment_ids" in batch:
     raise ValueError("pack_batch takes a padded batch (one sequence per row, no segment_ids); this one is packed.")
   n, t = np.shape(batch["tokens"])
-  lengths = np.asarray(lengths, np.int64)
-  if lengths.shape != (n,):
-    raise ValueError(f"pack_batch got {lengths.shape} lengths for a batch of {n} sequences; give one per row.")
+  sizes = np.asarray(lengths, np.int64)
+  if sizes.shape != (n,):
+    raise ValueError(f"pack_batch got {sizes.shape} lengths for a batch of {n} sequences; give one per row.")
   valid = np.asarray(batch["group_id"]) >= 0
-  lengths = np.where(valid, lengths, 0)
-  if lengths.min(initial=0) < 0 or lengths.max(initial=0) > t:
-    raise ValueError(f"Sequence lengths span [{lengths.min()}, {lengths.max()}]; each must be in [0, T = {t}].")
-  past = (np.arange(t)[None, :] >= lengths[:, None]) & (np.asarray(batch["loss_mask"]) != 0) & valid[:, None]
+  sizes = np.where(valid, sizes, 0)
+  if sizes.min(initial=0) < 0 or sizes.max(initial=0) > t:
+    raise ValueError(f"Sequence lengths span [{sizes.min()}, {sizes.max()}]; each must be in [0, T = {t}].")
+  past = (np.arange(t)[None, :] >= sizes[:, None]) & (np.asarray(batch["loss_mask"]) != 0) & valid[:, None]
   if past.any():
     i = int(np.argmax(past.any(axis=1)))
-    raise ValueError(f"Sequence {i} has loss-mask tokens past its length {lengths[i]}; its lengths are wrong (they "
+    raise ValueError(f"Sequence {i} has loss-mask tokens past its length {sizes[i]}; its lengths are wrong (they "
                      "come from the buffer's prompt_length + length).")
-  bins = first_fit_decreasing(lengths, t)
+  bins = first_fit_decreasing(sizes, t)
   if len(bins) > rows:
-    raise ValueError(f"The batch's {int((lengths > 0).sum())} sequences ({int(lengths.sum())} tokens) need "
+    raise ValueError(f"The batch's {int((sizes > 0).sum())} sequences ({int(sizes.sum())} tokens) need "
                      f"{len(bins)} packed rows of {t}, more than rows={rows}; raise rows (row_buckets, pick_rows).")
-  out = {f: np.zeros((rows, t), np.asarray(batch[f]).dtype) for f in _MOVED}
+  out: dict[str, Any] = {f: np.zeros((rows, t), np.asarray(batch[f]).dtype) for f in _MOVED}
   segment_ids = np.full((rows, t), -1, np.int32)
   positions = np.zeros((rows, t), np.int32)
   ids = None
@@ -140,7 +140,7 @@ def pack_batch(batch: Mapping, lengths: Sequence[int], rows: int) -> dict:
   for r, members in enumerate(bins):
     at = 0
     for i in sorted(members):  # the batch's order within a row
-      k = int(lengths[i])
+      k = int(sizes[i])
       for f in _MOVED:
         out[f][r, at:at + k] = np.asarray(batch[f])[i, :k]
       segment_ids[r, at:at + k] = i
