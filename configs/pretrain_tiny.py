@@ -33,14 +33,21 @@ def _stdlib(split: str, **extra) -> dict:
   return {"kind": "stdlib", "split": split, "weight": 1.0, **extra}
 
 
-MODES = ("byte", "rl_tiny", "rl_tiny_single_turn")
+MODES = ("byte", "rl_tiny", "rl_tiny_single_turn", "rl_tiny_copy")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   mode = arg or "byte"
   if mode not in MODES:
     raise ValueError(f"configs/pretrain_tiny.py:{mode}: the mode is one of {MODES} (default byte).")
-  return _byte() if mode == "byte" else _rl_tiny(None if mode == "rl_tiny" else "single_turn")
+  if mode == "byte":
+    return _byte()
+  c = _rl_tiny("single_turn" if mode == "rl_tiny_single_turn" else None)
+  if mode == "rl_tiny_copy":
+    # Copy strings mixed into the code (docs/experiments/copying.md): weight 0.25 against the code's 1.0 is a
+    # fifth of the tokens.
+    c.phases.bulk.sources.copy = {"kind": "copy", "weight": 0.25, "documents": 10_000, "doc_chars": 4096, "seed": 0}
+  return c
 
 
 def _rl_tiny(rl_mode: str | None) -> ml_collections.ConfigDict:
