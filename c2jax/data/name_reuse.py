@@ -80,18 +80,19 @@ def _row(text: str, tokenizer: Tokenizer, seq_len: int, keywords) -> tuple[np.nd
 
 def name_rows(docs: Iterable[str], tokenizer: Tokenizer, *, seq_len: int, n_rows: int,
               keywords: Iterable[str] = PYTHON_KEYWORDS) -> NameRows:
-  """One row per document (its start, in the order given) for the first `n_rows` documents that fill a row.
+  """One row per document (its start, in the order given) for the first `n_rows` documents that fill a row and whose
+  row holds both FIRST and LATER tokens (so that every row scores both).
 
   Raises:
-    ValueError: fewer than `n_rows` documents of at least seq_len - 1 tokens that decode back to their text.
+    ValueError: fewer than `n_rows` such documents.
   """
   rows = []
   for doc in docs:
     text = doc.encode("ascii", errors="ignore").decode("ascii")
     row = _row(text, tokenizer, seq_len, keywords)
-    if row is not None and row[0][-1] != tokenizer.pad_id:
+    if row is not None and row[0][-1] != tokenizer.pad_id and {NamePart.FIRST, NamePart.LATER} <= set(row[1]):
       rows.append(row)
     if len(rows) == n_rows:
       return NameRows(tokens=np.stack([r[0] for r in rows]), part=np.stack([r[1] for r in rows]))
-  raise ValueError(f"Only {len(rows)} documents fill a {seq_len}-token row of the name probe (of {n_rows} wanted); "
-                   "give the held-out source more or longer documents.")
+  raise ValueError(f"Only {len(rows)} documents fill a {seq_len}-token row of the name probe with a first and a "
+                   f"later use of a name (of {n_rows} wanted); give the held-out source more or longer documents.")
