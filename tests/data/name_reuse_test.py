@@ -63,7 +63,7 @@ class NameReuseTest(absltest.TestCase):
       self.assertTrue(later and set(later) <= set("value"), later)
       self.assertTrue((rows.part[:, 0] == O).all())
       self.assertTrue(tok.decode(rows.tokens[1, 1:].tolist()).startswith("dj = 1"))  # read as ASCII
-    with self.assertRaisesRegex(ValueError, "Only 0 documents fill a 24-token row of the name probe with a first and a later use"):
+    with self.assertRaisesRegex(ValueError, "Only 0 documents fill a 24-token row of the name probe with a first"):
       name_rows(["short"], ByteTokenizer(), seq_len=24, n_rows=1)
 
 
