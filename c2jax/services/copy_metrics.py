@@ -4,7 +4,7 @@
   record = probe.evaluate(params, model)            # {"copy_first_ce", "copy_second_ce", "copy_ratio", ...}
   plot(eval_records, "copying.png")                # both ratios against step, beside perplexity.png
 
-Two fixed held-out batches in the run's own tokenizer, one forward each:
+Two fixed held-out batches in the run's own tokenizer, one forward each (the held-out perplexity's compiled program):
   * copy strings (`c2jax.data.copy_stream`, seed 12345: random strings each written twice): the mean CE of the
     second copies' tokens against the first copies'; `copy_ratio` = second / first, ~1 without an induction circuit,
     toward 0 with one (docs/experiments/copying.md: the probe passes at <= 0.5);
@@ -28,21 +28,34 @@ from c2jax.data import sources as sources_lib
 from c2jax.data.copy_stream import CopyStream, Part
 from c2jax.data.name_reuse import NamePart, name_rows
 from c2jax.data.tokenizer import Tokenizer
+from c2jax.model import losses
 from c2jax.model.config import ModelConfig
 from c2jax.model.sharding import Layout, with_layout
 from c2jax.model.transformer import forward
+from c2jax.pretrain.step import document_mask
 
 EVAL_SEED = 12345  # the held-out strings' generator (tools/copy_probe.py's held-out batch)
 KEYS = ("copy_first_ce", "copy_second_ce", "copy_ratio", "name_first_ce", "name_later_ce", "name_ratio")
 
 
 @functools.lru_cache(maxsize=8)
-def _token_ce_fn(model: ModelConfig, layout: Layout | None):
+def token_ce_fn(model: ModelConfig, layout: Layout | None):
+  """jit of (params, batch {tokens, positions, segment_ids, loss_mask} [B, T]) -> (token CE [B, T-1] nats, weight
+  [B, T-1] of each target: `document_mask`). The held-out perplexity (`pretrain_loop.heldout_ce`) and both probe
+  batches, which have the evaluation batches' keys and shape, run this one compiled program."""
   def token_ce(params, batch):
     tokens = batch["tokens"]
-    logits = forward(params, tokens, cfg=model, with_mtp=False).logits[:, :-1].astype(jnp.float32)
-    return -jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], -1)[..., 0]
+    out = forward(params, tokens, cfg=model, positions=batch["positions"], segment_ids=batch["segment_ids"],
+                  with_mtp=False)
+    return -losses.token_log_probs(out.logits[:, :-1], tokens[:, 1:]), document_mask(batch)[:, 1:]
   return jax.jit(with_layout(token_ce, layout))
+
+
+def _batch(tokens: np.ndarray) -> dict[str, np.ndarray]:
+  """Whole rows of one document each, in the evaluation batches' format (c2jax/data/packing.py)."""
+  b, t = tokens.shape
+  return {"tokens": tokens.astype(np.int32), "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
+          "segment_ids": np.ones((b, t), np.int32), "loss_mask": np.ones((b, t), np.float32)}
 
 
 def _mean(ce: np.ndarray, part: np.ndarray, which: int) -> float:
@@ -73,9 +86,9 @@ class CopyProbe:
   def evaluate(self, params, model: ModelConfig, layout: Layout | None = None,
                put: Callable = lambda b: jax.tree.map(jnp.asarray, b)) -> dict[str, float]:
     """The probe's figures (`KEYS`): mean CE (nats/token) of each part and the two ratios."""
-    f = _token_ce_fn(model, layout)
-    copy_ce = np.asarray(jax.device_get(f(params, put({"tokens": self.copy_tokens}))), np.float64)
-    name_ce = np.asarray(jax.device_get(f(params, put({"tokens": self.name_tokens}))), np.float64)
+    f = token_ce_fn(model, layout)
+    copy_ce = np.asarray(jax.device_get(f(params, put(_batch(self.copy_tokens)))[0]), np.float64)
+    name_ce = np.asarray(jax.device_get(f(params, put(_batch(self.name_tokens)))[0]), np.float64)
     first, second = _mean(copy_ce, self.copy_part, Part.FIRST), _mean(copy_ce, self.copy_part, Part.SECOND)
     new, later = _mean(name_ce, self.name_part, NamePart.FIRST), _mean(name_ce, self.name_part, NamePart.LATER)
     return {"copy_first_ce": first, "copy_second_ce": second, "copy_ratio": second / first,

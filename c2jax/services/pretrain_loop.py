@@ -53,17 +53,15 @@ from c2jax.data import pipeline
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs.teachers import demonstrations  # noqa: F401  (registers the "sft" data source kind)
 from c2jax.envs.teachers import suite_tokenizer
-from c2jax.model import losses
 from c2jax.model.checkpoint import check_checkpoint, load_checkpoint_for, save_checkpoint
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import count_params
-from c2jax.model.sharding import Layout, with_layout
-from c2jax.model.transformer import forward
+from c2jax.model.sharding import Layout
 from c2jax.optim import make_schedule
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import MeshRefusal, mesh_of
 from c2jax.pretrain.sharded import abstract_state, make_trainer
-from c2jax.pretrain.step import StepConfig, document_mask, init_state, train_step
+from c2jax.pretrain.step import StepConfig, init_state, train_step
 from c2jax.services import compile_cache
 from c2jax.services import copy_metrics
 from c2jax.services import loglinear
@@ -73,23 +71,14 @@ from pallas_kernels import target
 from pallas_kernels.target import Platform
 
 
-@functools.lru_cache(maxsize=8)
-def _eval_fn(model: ModelConfig, layout: Layout | None):
-  def terms(params, batch):
-    out = forward(params, batch["tokens"], cfg=model, positions=batch.get("positions"),
-                  segment_ids=batch.get("segment_ids"), with_mtp=False)
-    return losses.next_token_loss(out.logits, batch["tokens"], document_mask(batch))
-  return jax.jit(with_layout(terms, layout))
-
-
 def heldout_ce(params, model: ModelConfig, batches: list[dict], layout: Layout | None = None,
                put: Callable = lambda b: jax.tree.map(jnp.asarray, b)) -> float:
-  """Mean next-token CE (nats/token) over held-out batches {tokens, positions?, segment_ids?, loss_mask?} [B, T]."""
-  f = _eval_fn(model, layout)
+  """Mean next-token CE (nats/token) over held-out batches {tokens, positions, segment_ids, loss_mask} [B, T]."""
+  f = copy_metrics.token_ce_fn(model, layout)
   total, weight = 0.0, 0.0
   for b in batches:  # one batch at a time: see `_Run.cpu_mesh`
-    t = jax.device_get(f(params, put(b)))
-    total, weight = total + float(t.sum), weight + float(t.weight)
+    ce, w = jax.device_get(f(params, put(b)))
+    total, weight = total + float(np.sum(ce * w, dtype=np.float64)), weight + float(np.sum(w))
   return total / max(weight, 1e-9)
 
 
