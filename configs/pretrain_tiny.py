@@ -52,7 +52,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if mode == "rl_tiny_copy":
     # Copy strings mixed into the code (docs/experiments/copying.md): weight 0.25 against the code's 1.0 is a
     # fifth of the tokens.
-    c.phases.bulk.sources.copy = {"kind": "copy", "weight": 0.25, "documents": 10_000, "doc_chars": 4096, "seed": 0}
+    c.phases.bulk.sources.copy = {"kind": "copy", "weight": 0.25, "documents": 10_000, "doc_chars": 4096, "min_len": 24,
+                                  "max_len": 48, "seed": 0}
   return c
 
 
