@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-
 from typing import Callable
 
 import numpy as np
