@@ -22,6 +22,12 @@ the same stdlib sources at T=256. "rl_tiny_single_turn" is the same for the main
 (configs/rl_tiny.py:single_turn: bpe:512 of tiny_compositions), which the perplexity-vs-reward sweep runs. Its
 `models/bulk` is what `--config.sft.base_checkpoint=` of the RL job starts the SFT from (`make demo`),
 and with `checkpoint.model_at` its `models/step_<N>` are the points of tools/perplexity_vs_reward.py.
+"rl_tiny_copy" is "rl_tiny" with copy strings (the "copy" source: random strings each written twice) mixed into the
+code, weight 0.25 against the code's 1.0; its runs against the copying probe logged at every evaluation
+(`copy_ratio`, `name_ratio` in eval.jsonl, copying.png) are in docs/experiments/copying.md:
+
+  python experiments/pretrain_main.py --config=configs/pretrain_tiny.py:rl_tiny_copy --workdir=runs/copy \
+      --config.phases.bulk.sources.copy.weight=1.0 --config.phases.bulk.learning_rate=1e-3
 """
 
 import ml_collections
@@ -33,14 +39,22 @@ def _stdlib(split: str, **extra) -> dict:
   return {"kind": "stdlib", "split": split, "weight": 1.0, **extra}
 
 
-MODES = ("byte", "rl_tiny", "rl_tiny_single_turn")
+MODES = ("byte", "rl_tiny", "rl_tiny_single_turn", "rl_tiny_copy")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   mode = arg or "byte"
   if mode not in MODES:
     raise ValueError(f"configs/pretrain_tiny.py:{mode}: the mode is one of {MODES} (default byte).")
-  return _byte() if mode == "byte" else _rl_tiny(None if mode == "rl_tiny" else "single_turn")
+  if mode == "byte":
+    return _byte()
+  c = _rl_tiny("single_turn" if mode == "rl_tiny_single_turn" else None)
+  if mode == "rl_tiny_copy":
+    # Copy strings mixed into the code (docs/experiments/copying.md): weight 0.25 against the code's 1.0 is a
+    # fifth of the tokens.
+    c.phases.bulk.sources.copy = {"kind": "copy", "weight": 0.25, "documents": 10_000, "doc_chars": 4096, "min_len": 24,
+                                  "max_len": 48, "seed": 0}
+  return c
 
 
 def _rl_tiny(rl_mode: str | None) -> ml_collections.ConfigDict:

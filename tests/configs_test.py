@@ -59,6 +59,7 @@ SNAPSHOTS = {
     "configs/pretrain_tiny.py": lambda: _pretrain(pretrain_tiny),
     "configs/pretrain_tiny.py:rl_tiny": lambda: _pretrain(pretrain_tiny, "rl_tiny"),
     "configs/pretrain_tiny.py:rl_tiny_single_turn": lambda: _pretrain(pretrain_tiny, "rl_tiny_single_turn"),
+    "configs/pretrain_tiny.py:rl_tiny_copy": lambda: _pretrain(pretrain_tiny, "rl_tiny_copy"),
     "configs/rl_tiny.py": lambda: _rl(rl_tiny),
     "configs/rl_tiny.py:single_turn": lambda: _rl(rl_tiny, "single_turn"),
     "configs/rl_char_class.py": lambda: _rl(rl_char_class),

@@ -3,6 +3,8 @@
   stream = CopyStream(seed=0)
   rows = stream.batch(16)                      # CopyRows: tokens [B, T] int32, part [B, T] int8 (a `Part` per token)
   rows = CopyStream(seed=12345).batch(32)      # a fixed held-out batch
+  rows = CopyStream(seed=12345, tokenizer=tok).batch(8)   # the same strings in a run's own tokenizer, BOS first
+  text = copy_text(np.random.default_rng(0), n_chars=4096)  # a document of copies (the "copy" data source)
 
 A row is `s:s\\n t:t\\n ...` cut at T tokens: each string s is 24-48 symbols drawn uniformly from a 32-symbol alphabet
 ('a'-'z', '0'-'5', as bytes, so any vocabulary >= 256 holds them). The first copy of a symbol can be predicted no
@@ -16,8 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Callable
 
 import numpy as np
+
+from c2jax.data.tokenizer import Tokenizer
 
 ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz012345", np.uint8).astype(np.int32)
 SEPARATOR = ord(":")  # between the two copies of a string
@@ -54,6 +59,7 @@ class CopyStream:
   seq_len: int = 256
   min_len: int = 24
   max_len: int = 48
+  tokenizer: Tokenizer | None = None
 
   def __post_init__(self):
     if not 2 <= self.min_len <= self.max_len:
@@ -64,19 +70,41 @@ class CopyStream:
     self._rng = np.random.default_rng(self.seed)
 
   def _row(self) -> tuple[np.ndarray, np.ndarray]:
+    encode: Callable[[np.ndarray], list[int]] = list  # bytes are the ids
     tokens, part = [], []
+    if self.tokenizer is not None:
+      tok = self.tokenizer
+      encode = lambda symbols: [int(t) for t in tok.encode_text(symbols.astype(np.uint8).tobytes().decode("ascii"))]
+      tokens, part = [tok.bos_id], [Part.OTHER]
+    sep, end = encode(np.asarray([SEPARATOR])), encode(np.asarray([END]))
     while len(tokens) < self.seq_len:
-      n = int(self._rng.integers(self.min_len, self.max_len + 1))
-      s = ALPHABET[self._rng.integers(0, len(ALPHABET), n)]
-      tokens += [*s, SEPARATOR, *s, END]
-      copy = [Part.OTHER] + [Part.FIRST] * (n - 1)
-      part += copy + [Part.OTHER] + [Part.OTHER] + [Part.SECOND] * (n - 1) + [Part.OTHER]
+      s = encode(_string(self._rng, self.min_len, self.max_len))
+      tokens += [*s, *sep, *s, *end]
+      part += ([Part.OTHER] + [Part.FIRST] * (len(s) - 1) + [Part.OTHER] * len(sep) + [Part.OTHER]
+               + [Part.SECOND] * (len(s) - 1) + [Part.OTHER] * len(end))
     return np.asarray(tokens[:self.seq_len], np.int32), np.asarray(part[:self.seq_len], np.int8)
 
   def batch(self, batch_size: int) -> CopyRows:
     """The next `batch_size` rows."""
     rows = [self._row() for _ in range(batch_size)]
     return CopyRows(tokens=np.stack([r[0] for r in rows]), part=np.stack([r[1] for r in rows]))
+
+
+def _string(rng: np.random.Generator, min_len: int, max_len: int) -> np.ndarray:
+  """[n] symbol bytes of one random string, n uniform in [min_len, max_len]."""
+  n = int(rng.integers(min_len, max_len + 1))
+  return ALPHABET[rng.integers(0, len(ALPHABET), n)]
+
+
+def copy_text(rng: np.random.Generator, n_chars: int, min_len: int = 24, max_len: int = 48) -> str:
+  """Text of copy pairs (`s:s\\n`, the rows' format) until it holds at least `n_chars` characters: a document of the
+  "copy" data source (c2jax/data/sources.py), which mixes copying into a pretraining phase's code."""
+  out, size = [], 0
+  while size < n_chars:
+    s = _string(rng, min_len, max_len).astype(np.uint8).tobytes().decode("ascii")
+    out.append(f"{s}{chr(SEPARATOR)}{s}{chr(END)}")
+    size += len(out[-1])
+  return "".join(out)
 
 
 def copy_losses(token_ce: np.ndarray, part: np.ndarray) -> tuple[float, float]:

@@ -6,6 +6,7 @@
   {"kind": "jsonl", "path": "corpus.jsonl", "field": "text"}
   {"kind": "array_record", "paths": ["shard-00000.array_record"], "field": "text"}   # field None: utf-8 records
   {"kind": "sft", "suite": "tiny_functions", "split": "train"}     # registered by c2jax.envs.teachers.demonstrations
+  {"kind": "copy", "documents": 10000, "doc_chars": 4096, "seed": 0}   # random strings each written twice
 
 `open_source(spec)` returns a grain `MapDataset` of documents (random access, so the pipeline can shard and
 shuffle by index). A document is a `str`, or a tuple of (text, loss weight) parts for chat data (SFT: the prompt
@@ -28,8 +29,12 @@ import json
 import os
 from typing import Any, Callable, Mapping, Sequence
 
-import grain
+import functools
 
+import grain
+import numpy as np
+
+from c2jax.data import copy_stream
 from c2jax.data import stdlib_corpus
 from c2jax.input_errors import MissingInput
 from c2jax.registry import Registry
@@ -176,6 +181,25 @@ def code_dir(root: str, extensions: Sequence[str] = (".py",), min_bytes: int = 0
               if n.endswith(ends) and os.path.isfile(os.path.join(dirpath, n))
               and not os.path.islink(os.path.join(dirpath, n))]
   return _file_documents(sorted(paths), min_bytes, max_files)
+
+
+def _copy_document(i: int, *, seed: int, doc_chars: int, min_len: int, max_len: int) -> str:
+  return copy_stream.copy_text(np.random.default_rng([seed, i]), doc_chars, min_len, max_len)
+
+
+@SOURCES.register("copy")
+def copy(documents: int = 10_000, doc_chars: int = 4096, min_len: int = 24, max_len: int = 48, seed: int = 0,
+         min_bytes: int = 0) -> grain.MapDataset:
+  """Synthetic copying documents (`c2jax.data.copy_stream.copy_text`: random strings each written twice), made when
+  visited; document i is a function of (seed, i). Long documents (`doc_chars`, several rows' worth) make the
+  pipeline's mixing weight a share of tokens. The copying probe's held-out strings come from another generator
+  (`CopyStream(seed=12345)`)."""
+  if documents < 1 or doc_chars < 1:
+    raise ValueError(f"copy source: documents={documents} and doc_chars={doc_chars} must both be positive.")
+  if doc_chars < min_bytes:
+    documents = 0  # every document is doc_chars long (open_source refuses the empty source)
+  make = functools.partial(_copy_document, seed=seed, doc_chars=doc_chars, min_len=min_len, max_len=max_len)
+  return grain.MapDataset.range(documents).map(make)
 
 
 # ------------------------------------------------------------------------------------------------ records

@@ -16,7 +16,9 @@ scaling with `c2jax.pretrain.step.train_step`, one AdamW state running through a
                    (the points of tools/perplexity_vs_reward.py).
   metrics.jsonl    one line per `log_every` steps (loss, ce, mtp_ce/mtp_kl, lr, grad_norm, tokens/s, phase).
   eval.jsonl       held-out code CE / perplexity against step, tokens and training FLOPs (6 x active params x
-                   tokens), the input of `tools/fit_loglinear.py`; `perplexity.png` is its plot at the end.
+                   tokens), the input of `tools/fit_loglinear.py`; `perplexity.png` is its plot at the end. Each
+                   record also holds the copying probe (`c2jax.services.copy_metrics`: second / first copy CE of
+                   held-out strings, later / first use CE of names in held-out code); `copying.png` is its plot.
   tb/              TensorBoard events of both (`c2jax.services.run_log`).
   result.json      the summary `run` returns.
   config.json      the resolved run config (every field, `c2jax.typed_config.to_plain`).
@@ -56,18 +58,17 @@ from c2jax.data import pipeline
 from c2jax.data.tokenizer import make_tokenizer
 from c2jax.envs.teachers import demonstrations  # noqa: F401  (registers the "sft" data source kind)
 from c2jax.envs.teachers import suite_tokenizer
-from c2jax.model import losses
 from c2jax.model.checkpoint import check_checkpoint, load_checkpoint_for, save_checkpoint
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import count_params
-from c2jax.model.sharding import Layout, with_layout
-from c2jax.model.transformer import forward
+from c2jax.model.sharding import Layout
 from c2jax.optim import make_schedule
 from c2jax.parallel import layout as layout_lib
 from c2jax.parallel.mesh import MeshRefusal, mesh_of
 from c2jax.pretrain.sharded import abstract_state, make_trainer
-from c2jax.pretrain.step import StepConfig, document_mask, init_state, train_step
+from c2jax.pretrain.step import StepConfig, init_state, train_step
 from c2jax.services import compile_cache
+from c2jax.services import copy_metrics
 from c2jax.services import loglinear
 from c2jax.services import stages
 from c2jax.services.pretrain_run_config import Phase, PretrainRunConfig, phase_at
@@ -76,23 +77,14 @@ from pallas_kernels import target
 from pallas_kernels.target import Platform
 
 
-@functools.lru_cache(maxsize=8)
-def _eval_fn(model: ModelConfig, layout: Layout | None):
-  def terms(params, batch):
-    out = forward(params, batch["tokens"], cfg=model, positions=batch.get("positions"),
-                  segment_ids=batch.get("segment_ids"), with_mtp=False)
-    return losses.next_token_loss(out.logits, batch["tokens"], document_mask(batch))
-  return jax.jit(with_layout(terms, layout))
-
-
 def heldout_ce(params, model: ModelConfig, batches: list[dict], layout: Layout | None = None,
                put: Callable = lambda b: jax.tree.map(jnp.asarray, b)) -> float:
-  """Mean next-token CE (nats/token) over held-out batches {tokens, positions?, segment_ids?, loss_mask?} [B, T]."""
-  f = _eval_fn(model, layout)
+  """Mean next-token CE (nats/token) over held-out batches {tokens, positions, segment_ids, loss_mask} [B, T]."""
+  f = copy_metrics.token_ce_fn(model, layout)
   total, weight = 0.0, 0.0
   for b in batches:  # one batch at a time: see `_Run.cpu_mesh`
-    t = jax.device_get(f(params, put(b)))
-    total, weight = total + float(t.sum), weight + float(t.weight)
+    ce, w = jax.device_get(f(params, put(b)))
+    total, weight = total + float(np.sum(ce * w, dtype=np.float64)), weight + float(np.sum(w))
   return total / max(weight, 1e-9)
 
 
@@ -162,11 +154,13 @@ def _summary(work: pathlib.Path, phases: list[Phase], *, steps: int, interrupted
   pretraining = [p.name for p in phases if not all(s.get("kind") == "sft" for s in p.sources)]
   fit = loglinear.fit(evals, x="flops", phases=pretraining)
   loglinear.plot(evals, fit, str(work / "perplexity.png"), x="flops")
+  copy_metrics.plot(evals, str(work / "copying.png"))
   result.update({
       "tokens": evals[-1]["tokens"],
       "heldout_ce_before": evals[0]["heldout_ce"], "heldout_ce_after": evals[-1]["heldout_ce"],
       "heldout_ppl_before": evals[0]["heldout_ppl"], "heldout_ppl_after": evals[-1]["heldout_ppl"],
       "heldout_ppl_by_phase": {e["phase"]: e["heldout_ppl"] for e in evals if e["step"] > 0},
+      "copy_ratio_after": evals[-1].get("copy_ratio"), "name_ratio_after": evals[-1].get("name_ratio"),
       "train_loss": train[-1]["loss"] if train else None,
       "tokens_per_s": float(np.median([m["tokens_per_s"] for m in train])) if train else None,
       "loglinear": fit.to_dict() if fit is not None else None})
@@ -269,11 +263,14 @@ class _Run:
                       step_logs=("metrics.jsonl", "eval.jsonl"), primary=self.primary)
     self.eval_batches = pipeline.eval_batches(dict(self.cfg.eval.source), self.tok, seq_len=self.cfg.eval.seq_len,
                                               batch_size=self.cfg.eval.batch_size, n_batches=self.cfg.eval.batches)
+    self.copy_probe = copy_metrics.CopyProbe.build(self.tok, dict(self.cfg.eval.source), seq_len=self.cfg.eval.seq_len,
+                                                   rows=self.cfg.eval.batch_size)
 
   def evaluate(self, phase: Phase) -> dict:
     ce = heldout_ce(self.state.params, phase.model, self.eval_batches, self.built.layout, self.built.put_global)
     record = {"step": int(self.state.step), "phase": phase.name, "tokens": self.tokens_seen,
-              "flops": float(self.flops_per_token) * self.tokens_seen, "heldout_ce": ce, "heldout_ppl": math.exp(ce)}
+              "flops": float(self.flops_per_token) * self.tokens_seen, "heldout_ce": ce, "heldout_ppl": math.exp(ce),
+              **self.copy_probe.evaluate(self.state.params, phase.model, self.built.layout, self.built.put_global)}
     self.log.write("eval.jsonl", record, tb_prefix="eval")
     return record
 

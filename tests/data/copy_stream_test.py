@@ -1,10 +1,17 @@
 """The copy stream: every row parses back into strings written twice, the parts label exactly the copies' symbols,
 the same seed gives the same rows, and the scoring averages exactly the labelled positions."""
 
+import os
+import tempfile
+
 from absl.testing import absltest
 import numpy as np
 
-from c2jax.data.copy_stream import ALPHABET, END, SEPARATOR, CopyStream, Part, copy_losses
+from c2jax.data import bpe
+from c2jax.data import sources
+from c2jax.data.byte_tokenizer import ByteTokenizer
+from c2jax.data.copy_stream import ALPHABET, END, SEPARATOR, CopyStream, Part, copy_losses, copy_text
+from c2jax.data.tokenizer import make_tokenizer
 
 
 class CopyStreamTest(absltest.TestCase):
@@ -32,6 +39,49 @@ class CopyStreamTest(absltest.TestCase):
         self.assertEqual(part[end], Part.OTHER)
         i, whole = end + 2 + len(s), whole + 1
       self.assertGreaterEqual(whole, 2)
+
+  def test_in_a_bpe_both_copies_are_the_same_tokens_and_the_parts_label_them(self):
+    # A BPE that merges symbol pairs, so that a copy's tokens are not its bytes.
+    path = bpe.train_bpe([copy_text(np.random.default_rng(i), 2000) for i in range(4)], 400,
+                         os.path.join(tempfile.mkdtemp(), "t.json"))
+    tok = make_tokenizer(path)
+    rows = CopyStream(seed=3, seq_len=200, tokenizer=tok).batch(2)
+    for tokens, part in zip(rows.tokens, rows.part):
+      self.assertEqual(tokens[0], tok.bos_id)
+      text = tok.decode(tokens[1:].tolist())
+      pairs = text.split("\n")[:-1]  # the last pair is cut
+      self.assertGreaterEqual(len(pairs), 2)
+      for pair in pairs:
+        first, second = pair.split(":")
+        self.assertEqual(first, second)
+      # Parts: each whole copy is OTHER (its first token) then FIRST or SECOND tokens, as many in both copies.
+      first_runs = np.diff(np.flatnonzero(np.diff(np.r_[0, part == Part.FIRST, 0])))[::2]
+      second_runs = np.diff(np.flatnonzero(np.diff(np.r_[0, part == Part.SECOND, 0])))[::2]
+      np.testing.assert_array_equal(first_runs[:len(pairs)], second_runs[:len(pairs)])
+      self.assertLess(len(tokens) - 1, len(text))  # merged: fewer tokens than characters
+      i = int(np.flatnonzero(part == Part.SECOND)[0])
+      n = int(first_runs[0]) + 1
+      np.testing.assert_array_equal(tokens[i - 1:i + n - 1], tokens[1:1 + n])  # the second copy repeats the first
+
+  def test_byte_tokenizer_rows_are_the_byte_rows_after_bos(self):
+    rows = CopyStream(seed=5, seq_len=120, tokenizer=ByteTokenizer()).batch(2)
+    plain = CopyStream(seed=5, seq_len=119).batch(2)
+    np.testing.assert_array_equal(rows.tokens[:, 1:], plain.tokens)
+    np.testing.assert_array_equal(rows.part[:, 1:], plain.part)
+    self.assertTrue((rows.tokens[:, 0] == ByteTokenizer().bos_id).all())
+
+  def test_copy_source_documents_are_copies_and_seeded(self):
+    ds = sources.open_source({"kind": "copy", "documents": 5, "doc_chars": 300, "seed": 7})
+    self.assertLen(ds, 5)
+    self.assertEqual(ds[2], sources.open_source({"kind": "copy", "documents": 5, "doc_chars": 300, "seed": 7})[2])
+    self.assertNotEqual(ds[2], ds[3])
+    for pair in ds[0].split("\n")[:-1]:
+      first, second = pair.split(":")
+      self.assertEqual(first, second)
+      self.assertBetween(len(first), 24, 48)
+    self.assertBetween(len(ds[0]), 300, 300 + 2 * 48 + 2)
+    with self.assertRaisesRegex(ValueError, "has no documents of at least min_bytes"):
+      sources.open_source({"kind": "copy", "doc_chars": 300, "min_bytes": 1000})
 
   def test_seeded(self):
     a, b, c = CopyStream(seed=1).batch(2), CopyStream(seed=1).batch(2), CopyStream(seed=2).batch(2)

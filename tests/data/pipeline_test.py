@@ -88,6 +88,15 @@ class PipelineTest(parameterized.TestCase):
         counts["a" if ord("a") in seg else "b"] += 1
     self.assertAlmostEqual(counts["a"] / (counts["a"] + counts["b"]), share_a, delta=0.06)
 
+  def test_copy_data_mixed_into_code_holds_its_weight(self):
+    code = {"kind": "jsonl", "path": corpora.write_jsonl(corpora.documents(50, 8 * T, seed=2, alphabet="Z"))}
+    copies = {"kind": "copy", "documents": 200, "doc_chars": 8 * T, "weight": 0.25}
+    counts = collections.Counter()
+    for batch in _take(iter(self._ds([dict(code, weight=0.75), copies])), 40):
+      for seg in batch_checks.segments(batch):
+        counts["code" if ord("Z") in seg else "copy"] += len(seg)
+    self.assertAlmostEqual(counts["copy"] / (counts["copy"] + counts["code"]), 0.25, delta=0.06)
+
   @parameterized.named_parameters(
       ("forever_mixed", None, True, 5, 6),
       ("second_epoch", 2, False, 11, 12),  # a pass is 10 batches: the restore lands in the second of 2 passes

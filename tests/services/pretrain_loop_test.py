@@ -1,10 +1,12 @@
 """The phased pretraining loop: metrics, models and the perplexity fit; exact resume after interruptions and kills."""
 
 import contextlib
+import glob
 import io
 import json
 import os
 import shutil
+import struct
 import tempfile
 
 from absl.testing import absltest
@@ -14,6 +16,7 @@ import pytest
 
 from c2jax.model import checkpoint
 from c2jax.model.params import init_params
+from c2jax.services import copy_metrics
 from c2jax.services import pretrain_loop
 from c2jax.services import pretrain_run_config
 from configs import pretrain_tiny
@@ -59,6 +62,19 @@ class _StopAfter:
     return self.calls > self.n
 
 
+def _tb_tags(paths) -> set[str]:
+  """The scalar tags of TensorBoard event files (TFRecord framing: length, crc, Event proto, crc)."""
+  from tensorboardX.proto import event_pb2
+  tags = set()
+  for path in paths:
+    data, i = open(path, "rb").read(), 0
+    while i + 12 <= len(data):
+      (n,) = struct.unpack("<Q", data[i:i + 8])
+      tags.update(v.tag for v in event_pb2.Event.FromString(data[i + 12:i + 12 + n]).summary.value)
+      i += 12 + n + 4
+  return tags
+
+
 def _losses(workdir: str) -> dict[int, tuple[float, float]]:
   out = {}
   for line in open(os.path.join(workdir, "metrics.jsonl")):
@@ -91,6 +107,16 @@ class LoopTest(absltest.TestCase):
     self.assertLess(r["heldout_ce_after"], r["heldout_ce_before"])
     self.assertTrue(os.path.exists(f"{d}/perplexity.png"))
     self.assertTrue(os.listdir(f"{d}/tb"))
+    # The copying probe at every evaluation: finite CEs of both batches, their ratios, and its plot.
+    for e in evals:
+      chex.assert_tree_all_finite({k: e[k] for k in copy_metrics.KEYS})
+      self.assertAlmostEqual(e["copy_ratio"], e["copy_second_ce"] / e["copy_first_ce"])
+      self.assertAlmostEqual(e["name_ratio"], e["name_later_ce"] / e["name_first_ce"])
+    self.assertAlmostEqual(evals[0]["copy_ratio"], 1.0, delta=0.05)  # the random init copies nothing
+    self.assertEqual(r["copy_ratio_after"], evals[-1]["copy_ratio"])
+    self.assertTrue(os.path.exists(f"{d}/copying.png"))
+    tags = _tb_tags(glob.glob(f"{d}/tb/events.out.tfevents.*"))
+    self.assertContainsSubset({"eval/copy_ratio", "eval/name_ratio"}, tags)
     for name, rope_type in (("bulk", "default"), ("long_context", "yarn")):
       params, cfg = checkpoint.load_checkpoint(f"{d}/models/{name}")
       self.assertEqual(cfg.rope.type.value, rope_type)
