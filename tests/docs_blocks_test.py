@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -31,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 from absl.testing import absltest
 import pytest
@@ -129,7 +131,8 @@ def _module_file(name: str) -> pathlib.Path | None:
   return None
 
 
-def defined_flags(script: str) -> set[str]:
+@functools.cache
+def defined_flags(script: str) -> frozenset[str]:
   """The absl flags `script` defines, itself or in the repository's modules it imports (transitively), found in their
   source: `flags.DEFINE_*("name", ...)` and `define_config_file` (the `config` flag)."""
   seen: set[pathlib.Path] = set()
@@ -156,7 +159,7 @@ def defined_flags(script: str) -> set[str]:
           found = _module_file(name)
           if found:
             todo.append(found)
-  return names
+  return frozenset(names)
 
 
 def _flag_items(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -164,6 +167,7 @@ def _flag_items(argv: list[str]) -> list[tuple[str, str | None]]:
   return [(a[2:].partition("=")[0], a.partition("=")[2] if "=" in a else None) for a in argv if a.startswith("--")]
 
 
+@functools.cache
 def make_targets() -> dict[str, str]:
   """{target: its recipe and prerequisites line} of the Makefile."""
   text = (ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
@@ -269,17 +273,19 @@ def child(payload_path: str) -> None:
   for program in payload["python"]:
     namespace: dict = {"__name__": "__doc_snippets__"}
     for line, text in program["blocks"]:
+      start = time.process_time()
       try:
-        exec(compile(text, f"{program['doc']}:{line}", "exec"), namespace)  # noqa: S102  (the doc's own snippet)
+        exec(compile(text, f"{program['doc']}:{line}", "exec"), namespace)
       except Exception:  # noqa: BLE001  (reported with its traceback's last lines)
         problems.append(f"{program['doc']}:{line}: " + " | ".join(traceback.format_exc().strip().splitlines()[-3:]))
         break
+      finally:
+        print(f"{program['doc']}:{line}: {time.process_time() - start:.1f} CPU-s", file=sys.stderr)
   for check in payload["configs"]:
     where = f"{check['where']}: {check['script']} --config={check['spec']}"
-    spec = check["spec"].replace(":", ":", 1)
-    path, sep, mode = spec.partition(":")
+    path, sep, mode = check["spec"].partition(":")
     try:
-      config = cli._load_config_file(os.path.join(payload["root"], path) + sep + mode)  # noqa: SLF001
+      config = cli._load_config_file(os.path.join(payload["root"], path) + sep + mode)
     except Exception as e:  # noqa: BLE001
       problems.append(f"{where}: does not load: {type(e).__name__}: {e}")
       continue
@@ -297,7 +303,7 @@ def child(payload_path: str) -> None:
         node = node[part]
       old = node[leaf]
       if isinstance(old, (bool, int, float, tuple)):
-        node[leaf] = cli._parse_like(old, value)  # noqa: SLF001
+        node[leaf] = cli._parse_like(old, value)
       elif isinstance(old, str) or old is None:
         try:
           node[leaf] = value if isinstance(old, str) else ast.literal_eval(value)
@@ -381,7 +387,8 @@ class BlocksTest(absltest.TestCase):
           self.assertIn("offline", text.lower(), f"{b.where} needs {b.needs}; its doc does not say the offline way")
 
   def test_parsers(self):
-    text = "a\n<!-- needs: a GPU -->\n```bash\nX=1 .venv/bin/python t.py --a=1 \\\n  --b # c\nexport Y=2\n```\n```\nx\n```\n"
+    text = ("a\n<!-- needs: a GPU -->\n```bash\nX=1 .venv/bin/python t.py --a=1 \\\n  --b # c\nexport Y=2\n```\n"
+            "```\nx\n```\n")
     got = _FENCE.findall(text)
     self.assertEqual([g[0] for g in got], ["bash", ""])
     self.assertEqual(commands(got[0][1]), [[".venv/bin/python", "t.py", "--a=1", "--b"]])
@@ -404,8 +411,9 @@ class RunTest(absltest.TestCase):
       cwd.mkdir()
       env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
                  XLA_FLAGS="--xla_force_host_platform_device_count=8")  # the mesh snippet's 8 devices
-      proc = subprocess.run([sys.executable, "-c", f"from tests import docs_blocks_test as t; t.child({str(payload)!r})"],
-                            cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+      program = f"from tests import docs_blocks_test as t; t.child({str(payload)!r})"
+      proc = subprocess.run([sys.executable, "-c", program], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=600)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertEqual(json.loads(proc.stdout.strip().splitlines()[-1]), [])
 
