@@ -376,7 +376,8 @@ class BlocksTest(absltest.TestCase):
 
   def test_walkthrough_is_the_walkthrough_tests(self):
     (block,) = [b for b in blocks("docs/walkthrough.md") if b.lang]
-    self.assertEqual(block.lang, "bash")
+    self.assertEqual((block.lang, block.needs), ("bash", "a real release"))
+    self.assertIn("write_release('runs/tiny')", (ROOT / "docs/walkthrough.md").read_text(encoding="utf-8"))
     self.assertIn("docs/walkthrough.md", (ROOT / "tests/services/walkthrough_test.py").read_text(encoding="utf-8"))
 
   def test_marked_blocks_say_the_offline_way(self):
