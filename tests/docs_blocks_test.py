@@ -56,21 +56,23 @@ _PARSE_OF = {"experiments/rl_main.py": "c2jax.services.rl_run_config",
              "experiments/pretrain_main.py": "c2jax.services.pretrain_run_config",
              "experiments/eval_main.py": "c2jax.eval.suite_eval",
              "tools/sweep.py": "c2jax.services.rl_run_config"}
-# Where each entry point the docs name is run for real (so that this test only validates its commands).
+# Where each entry point the docs name is exercised (so that this test only validates its commands): a test running
+# the script, or its module's code in process ("in process"), or nothing on a CPU clone (said so).
 _COVERED_BY = {
-    "experiments/rl_main.py": "tests/services/cli_test.py, tests/services/walkthrough_test.py",
-    "experiments/pretrain_main.py": "tests/services/pretrain_loop_test.py",
-    "experiments/eval_main.py": "tests/eval, tests/services/walkthrough_test.py",
+    "experiments/rl_main.py": "tests/services/walkthrough_test.py, tests/experiments/entry_points_test.py",
+    "experiments/pretrain_main.py": "tests/services/pretrain_loop_test.py (in process), "
+                                    "tests/experiments/entry_points_test.py (--config_help, refusals)",
+    "experiments/eval_main.py": "tests/services/walkthrough_test.py, tests/eval/complementary_test.py (its service)",
     "experiments/serve_main.py": "tests/services/openai_server_test.py",
     "tools/convert_hf.py": "tests/services/walkthrough_test.py",
-    "tools/logits.py": "tests/tools",
-    "tools/validate_tasks.py": "tests/tools",
-    "tools/copy_probe.py": "tests/tools",
-    "tools/perplexity_vs_reward.py": "tests/tools",
-    "tools/plan.py": "tests/tools",
-    "tools/fit_loglinear.py": "tests/services/loglinear_test.py",
-    "tools/sweep.py": "tests/tools",
-    "tools/gpu_check.sh": "a GPU machine (docs/design/tests.md)",
+    "tools/logits.py": "tests/model/hf_parity_test.py",
+    "tools/validate_tasks.py": "tests/tools/validate_tasks_test.py (in process)",
+    "tools/copy_probe.py": "tests/tools/copy_probe_test.py",
+    "tools/perplexity_vs_reward.py": "tests/tools/perplexity_vs_reward_test.py (in process)",
+    "tools/plan.py": "tests/parallel/plan_test.py (c2jax.parallel.plan, in process)",
+    "tools/fit_loglinear.py": "tests/services/loglinear_test.py (c2jax.services.loglinear, in process)",
+    "tools/sweep.py": "tests/tools/sweep_test.py (fake runs)",
+    "tools/gpu_check.sh": "tests/tools/gpu_check_install_test.py (--cpu_smoke); the GPU stages need a GPU",
 }
 
 
