@@ -6,7 +6,7 @@ block is run by tests/services/walkthrough_test.py, command for command, and is 
 
 - `python` blocks run for real, in one process, a doc's blocks one after the other in one namespace (as a reader
   pastes them), in an empty directory where `runs/demo/rl/model` holds a tiny checkpoint as `make demo` leaves one.
-- `bash` commands of the entry points are validated as written, not run (each entry point is run by its own tests:
+- `bash` commands of the entry points are validated as written, not run (each is exercised by its own tests:
   `_COVERED_BY`): the script exists and defines every flag given; `--config=path[:mode]` loads by the entry points'
   own loader (`cli._load_config_file`), every `--config.*` override names a field and parses as its type
   (`cli.override_error`, what the entry points refuse with), and the overridden config parses as the entry point's
