@@ -12,7 +12,8 @@ block is run by tests/services/walkthrough_test.py, command for command, and is 
   (`cli.override_error`, what the entry points refuse with), and the overridden config parses as the entry point's
   typed run config; every input path is one that an earlier command of the same doc or `make demo` writes. `make`
   commands name a target of the Makefile, and `make test` / `make demo` do what README says they do.
-- `json` blocks parse; an unlabelled fence is a figure or a tree and holds no command.
+- `json` blocks parse, and a task record loads as a one-line tasks file does; an unlabelled fence is a figure or a
+  tree and holds no command.
 
 A block that needs what a fresh clone on a CPU lacks (a real release, a GPU, a running server, the user's own files)
 carries `<!-- needs: what -->` on the line before its fence, and its doc says the offline way to try it; its commands
@@ -250,6 +251,18 @@ def config_checks() -> list[dict]:
   return out
 
 
+def task_records() -> list[dict]:
+  """The json blocks that are coding-task records (`format` and `task_id` keys): {where, record}."""
+  out = []
+  for doc in docs():
+    for b in blocks(doc):
+      if b.lang == "json":
+        record = json.loads(b.text)
+        if isinstance(record, dict) and {"format", "task_id"} <= set(record):
+          out.append({"where": b.where, "record": record})
+  return out
+
+
 def python_programs() -> list[dict]:
   """Each doc's unmarked python blocks, in order: {doc, blocks: [(line, text)]}."""
   out = []
@@ -260,19 +273,11 @@ def python_programs() -> list[dict]:
   return out
 
 
-def child(payload_path: str) -> None:
-  """Runs in the test's child process (cwd: an empty directory): writes a tiny checkpoint where `make demo` leaves
-  its RL model, runs each doc's python blocks in one namespace, and checks every --config command's config; prints
-  one JSON line of problems."""
-  import importlib
+def _run_programs(programs: list[dict]) -> list[str]:
+  """Runs each doc's python blocks in one namespace, stopping at a doc's first failing block; its problems."""
   import traceback
-  from c2jax.model import checkpoint
-  from c2jax.services import cli
-  from tests import tiny
-  payload = json.loads(pathlib.Path(payload_path).read_text())
   problems = []
-  checkpoint.save_checkpoint(os.path.abspath("runs/demo/rl/model"), tiny.params(), tiny.MODEL)
-  for program in payload["python"]:
+  for program in programs:
     namespace: dict = {"__name__": "__doc_snippets__"}
     for line, text in program["blocks"]:
       start = time.process_time()
@@ -283,40 +288,79 @@ def child(payload_path: str) -> None:
         break
       finally:
         print(f"{program['doc']}:{line}: {time.process_time() - start:.1f} CPU-s", file=sys.stderr)
-  for check in payload["configs"]:
+  return problems
+
+
+def _load_task_records(tasks: list[dict]) -> list[str]:
+  """Loads each task record as the doc says to give it: one line of a tasks file; its problems."""
+  from c2jax.envs.tasks import user_tasks
+  problems = []
+  for i, task in enumerate(tasks):
+    path = pathlib.Path(f"runs/task_record_{i}.jsonl")
+    path.write_text(json.dumps(task["record"]) + "\n")
+    try:
+      user_tasks.load_tasks(str(path))
+    except Exception as e:  # noqa: BLE001
+      problems.append(f"{task['where']}: the task record does not load: {type(e).__name__}: {e}")
+  return problems
+
+
+def _apply_overrides(config, argv: list[str]) -> None:
+  """Sets each `--config.key=value` of argv in `config`, parsed as its field's current value says."""
+  from c2jax.services import cli
+  for arg in argv:
+    if not arg.startswith("--config.") or "=" not in arg:
+      continue
+    key, value = arg[len("--config."):].split("=", 1)
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+      node = node[part]
+    old = node[leaf]
+    if isinstance(old, (bool, int, float, tuple)):
+      node[leaf] = cli._parse_like(old, value)
+    elif isinstance(old, str):
+      node[leaf] = value
+    else:  # None, a dict: a Python or JSON literal, else the string
+      try:
+        node[leaf] = ast.literal_eval(value)
+      except (ValueError, SyntaxError):
+        node[leaf] = value
+
+
+def _check_configs(checks: list[dict], root: str) -> list[str]:
+  """Loads each --config command's config file (and mode) as the entry points do, checks its overrides as they
+  refuse them, applies them and parses the typed run config; its problems."""
+  import importlib
+  from c2jax.services import cli
+  problems = []
+  for check in checks:
     where = f"{check['where']}: {check['script']} --config={check['spec']}"
     path, sep, mode = check["spec"].partition(":")
     try:
-      config = cli._load_config_file(os.path.join(payload["root"], path) + sep + mode)
-    except Exception as e:  # noqa: BLE001
-      problems.append(f"{where}: does not load: {type(e).__name__}: {e}")
-      continue
-    message = cli.override_error(config, check["argv"])
-    if message:
-      problems.append(f"{where}: {message}")
-      continue
-    for arg in check["argv"]:
-      if not arg.startswith("--config.") or "=" not in arg:
+      config = cli._load_config_file(os.path.join(root, path) + sep + mode)
+      message = cli.override_error(config, check["argv"])
+      if message:
+        problems.append(f"{where}: {message}")
         continue
-      key, value = arg[len("--config."):].split("=", 1)
-      *parents, leaf = key.split(".")
-      node = config
-      for part in parents:
-        node = node[part]
-      old = node[leaf]
-      if isinstance(old, (bool, int, float, tuple)):
-        node[leaf] = cli._parse_like(old, value)
-      elif isinstance(old, str) or old is None:
-        try:
-          node[leaf] = value if isinstance(old, str) else ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-          node[leaf] = value
-      else:
-        node[leaf] = json.loads(value) if value.startswith("{") else ast.literal_eval(value)
-    try:
+      _apply_overrides(config, check["argv"])
       importlib.import_module(_PARSE_OF[check["script"]]).parse(config)
     except Exception as e:  # noqa: BLE001
-      problems.append(f"{where}: the overridden config does not parse: {type(e).__name__}: {e}")
+      problems.append(f"{where}: {type(e).__name__}: {e}")
+  return problems
+
+
+def child(payload_path: str) -> None:
+  """Runs in the test's child process (cwd: an empty directory): writes a tiny checkpoint where `make demo` leaves
+  its RL model, runs each doc's python blocks in one namespace, loads each task record as a tasks file, and checks
+  every --config command's config; prints one JSON line of problems."""
+  from c2jax.model import checkpoint
+  from tests import tiny
+  payload = json.loads(pathlib.Path(payload_path).read_text())
+  checkpoint.save_checkpoint(os.path.abspath("runs/demo/rl/model"), tiny.params(), tiny.MODEL)
+  problems = _run_programs(payload["python"])
+  problems += _load_task_records(payload["tasks"])
+  problems += _check_configs(payload["configs"], payload["root"])
   print(json.dumps(problems))
 
 
@@ -404,12 +448,13 @@ class BlocksTest(absltest.TestCase):
 class RunTest(absltest.TestCase):
 
   def test_python_blocks_run_and_configs_parse(self):
-    programs, configs = python_programs(), config_checks()
+    programs, configs, tasks = python_programs(), config_checks(), task_records()
     self.assertNotEmpty(programs)
     self.assertNotEmpty(configs)
+    self.assertNotEmpty(tasks)
     with tempfile.TemporaryDirectory() as work:
       payload = pathlib.Path(work) / "payload.json"
-      payload.write_text(json.dumps({"python": programs, "configs": configs, "root": str(ROOT)}))
+      payload.write_text(json.dumps({"python": programs, "configs": configs, "tasks": tasks, "root": str(ROOT)}))
       cwd = pathlib.Path(work) / "clone"
       cwd.mkdir()
       env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
