@@ -1,8 +1,8 @@
 """Every fenced block of README.md and the docs runs as written, is validated as written, or is marked as needing
 what it needs.
 
-Blocks are read from README.md, docs/usage.md, docs/design/*.md and docs/experiments/*.md; docs/walkthrough.md's one
-block is run by tests/services/walkthrough_test.py, command for command, and is only checked to be that one here.
+Blocks are read from README.md and every page under docs/ (usage, design, experiments, ...); docs/walkthrough.md's
+one block is run by tests/services/walkthrough_test.py, command for command, and is only checked to be that one here.
 
 - `python` blocks run for real, in one process, a doc's blocks one after the other in one namespace (as a reader
   pastes them), in an empty directory where `runs/demo/rl/model` holds a tiny checkpoint as `make demo` leaves one.
@@ -104,10 +104,9 @@ def blocks(doc: str) -> list[Block]:
 
 
 def docs() -> list[str]:
-  """The docs whose blocks this test runs or validates."""
-  paths = ["README.md", "docs/usage.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs/design").glob("*.md")),
-           *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs/experiments").glob("*.md"))]
-  return paths
+  """The docs whose blocks this test runs or validates: README.md and every page under docs/ but the walkthrough."""
+  pages = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
+  return ["README.md"] + [p for p in pages if p != "docs/walkthrough.md"]
 
 
 def commands(block_text: str) -> list[list[str]]:
