@@ -98,8 +98,8 @@ class TrainerConfig:
     take_timeout_s: fail when no batch arrives for this long.
     poll_interval_s: how often the trainer looks for newly committed groups while it waits.
     cpus: Linux cpu-list ("0-1") the trainer is pinned to after the SFT (`c2jax.actors.placement`); empty: none.
-    rows: PADDED (a row per sequence) or PACKED (whole sequences first-fit into fewer rows, `c2jax.rl.packing`;
-      the same update to float tolerance, less padding to compute).
+    rows: PACKED (the default: whole sequences first-fit into fewer rows, `c2jax.rl.packing`; the same update to
+      float tolerance, less padding to compute) or PADDED (a row per sequence).
     packed_rows: PACKED only: the row count a batch is packed into; a batch that needs more takes the next of
       packed_rows x 2, x 4, ... and finally the padded row count (each a shape compiled once). 0: half the padded
       rows. With rl.micro_batches > 1 it must divide into them.
@@ -112,7 +112,7 @@ class TrainerConfig:
   take_timeout_s: float = 900.0
   poll_interval_s: float = 0.02
   cpus: str = ""
-  rows: RowLayout = RowLayout.PADDED
+  rows: RowLayout = RowLayout.PACKED
   packed_rows: int = 0
 
   def __post_init__(self):
