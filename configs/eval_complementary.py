@@ -14,7 +14,7 @@ score.
   # interruption handling: a user message between turns or cutting a turn; the final state depends on it
   python experiments/eval_main.py --config=configs/eval_complementary.py:interruptions \
       --config.policy=follows_interruptions        # or ignores_interruptions
-  # a model: --config.policy=checkpoint --config.checkpoint=runs/sft/checkpoint (any of the three)
+  # a model: --config.policy=checkpoint --config.checkpoint=runs/demo/rl/model (any of the three)
 """
 
 import ml_collections

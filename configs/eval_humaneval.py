@@ -4,7 +4,7 @@ package: setup.py's test extra); every field and its default: c2jax/eval/suite_e
   python experiments/eval_main.py --config=configs/eval_humaneval.py --config.policy=reference   # must be 100%
   python experiments/eval_main.py --config=configs/eval_humaneval.py --config.policy=empty       # must be 0%
   python experiments/eval_main.py --config=configs/eval_humaneval.py --config.policy=checkpoint \
-      --config.checkpoint=runs/sft/checkpoint --config.samples=8 --config.ks='(1, 8)'
+      --config.checkpoint=runs/demo/rl/model --config.samples=8 --config.ks='(1, 8)'
   python experiments/eval_main.py --config=configs/eval_humaneval.py --config.max_tasks=8   # the first 8 problems
 """
 

@@ -4,10 +4,10 @@ c2jax/eval/suite_eval.py.
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=reference   # must be 100%
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=empty       # must be 0%
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=checkpoint \
-      --config.checkpoint=runs/sft/checkpoint --config.samples=8 --config.ks='(1, 8)'
+      --config.checkpoint=runs/demo/rl/model --config.samples=8 --config.ks='(1, 8)'
   # the evaluator service: evaluate every new version in a weight store as it appears
   python experiments/eval_main.py --config=configs/eval_realistic.py --config.policy=checkpoint \
-      --config.watch_weights=runs/rl/weights
+      --config.watch_weights=runs/demo/rl/weights
 """
 
 import ml_collections
