@@ -74,6 +74,7 @@ A `SandboxPool` runs many sandboxed calls at once on a bounded number of threads
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import ctypes
 import dataclasses
@@ -84,6 +85,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -665,8 +667,32 @@ def _feed(stream, data: bytes) -> None:
 _TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
+# (host path, size, mtime_ns) -> its copy in a 0755 directory under TMPDIR: a tool's own directory may be closed to
+# the user bubblewrap runs as (host root runs the container as nobody, who cannot pass a 0700 directory such as a
+# checkout under `mktemp -d`); one copy per process and file version, removed at exit.
+_TOOL_COPIES: dict[tuple[str, int, int], str] = {}
+_TOOL_COPIES_LOCK = threading.Lock()
+
+
+def _bindable_copy(real: str) -> str:
+  """A copy of the executable `real` that any user can read and run (made once per process and file version)."""
+  st = os.stat(real)
+  key = (real, st.st_size, st.st_mtime_ns)
+  with _TOOL_COPIES_LOCK:
+    if key not in _TOOL_COPIES:
+      folder = tempfile.mkdtemp(prefix="c2jax-sandbox-tool-")
+      os.chmod(folder, 0o755)  # mkdtemp makes it 0700
+      atexit.register(shutil.rmtree, folder, ignore_errors=True)
+      copy = os.path.join(folder, os.path.basename(real))
+      shutil.copyfile(real, copy)
+      os.chmod(copy, 0o755)
+      _TOOL_COPIES[key] = copy
+    return _TOOL_COPIES[key]
+
+
 def _check_tools(tools: Mapping[str, str]) -> dict[str, str]:
-  """The tools a sandbox binds, their host paths resolved; a bad name or a missing executable raises one sentence."""
+  """The tools a sandbox binds (name -> the host copy bound, `_bindable_copy`); a bad name or a missing executable
+  raises one sentence."""
   out = {}
   for name, path in tools.items():
     if not _TOOL_NAME.fullmatch(name) or name == "python":
@@ -674,7 +700,7 @@ def _check_tools(tools: Mapping[str, str]) -> dict[str, str]:
     real = os.path.realpath(path)
     if not (os.path.isfile(real) and os.access(real, os.X_OK)):
       raise ValueError(f"Sandbox tool {name!r} at {path!r} is not an executable file; install it or fix the path.")
-    out[name] = real
+    out[name] = _bindable_copy(real)
   return out
 
 

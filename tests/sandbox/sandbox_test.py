@@ -190,6 +190,24 @@ class BasicsTest(SandboxTestCase):
     self.assertEqual(set(box.files()), {"out.txt", "pkg/mod.py"})  # text files only
     self.assertFalse((box.workdir / "pkg" / "__pycache__").exists())
 
+  def test_a_tool_in_a_closed_directory_is_bound_and_runs(self):
+    # A tool where the container's user cannot reach it (a checkout under `mktemp -d`, 0700; host root runs the
+    # container as nobody): the sandbox binds a readable copy, read-only, on the container's PATH.
+    closed = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, closed, ignore_errors=True)
+    tool = os.path.join(closed, "greet")
+    with open(tool, "w") as f:
+      f.write("#!/bin/sh\necho hello from the tool\n")
+    os.chmod(tool, 0o700)
+    self.assertEqual(os.stat(closed).st_mode & 0o777, 0o700)
+    box = Sandbox({}, FAST, tools={"greet": tool})
+    self.addCleanup(box.close)
+    r = box.run("greet && echo x > /opt/c2jax/bin/greet")
+    self.assertEqual(r.stdout, "hello from the tool\n")
+    self.assertFalse(r.ok)  # bound read-only
+    with open(tool) as f:
+      self.assertIn("hello from the tool", f.read())
+
   def test_exit_codes_stdin_stderr(self):
     box = self.box()
     self.assertEqual(box.run("exit 3").exit_code, 3)
