@@ -74,7 +74,7 @@ class EntryPointsTest(parameterized.TestCase):
     self.assertNotIn("Traceback", proc.stderr)
 
   @parameterized.named_parameters(
-      ("rl_batch", "rl_main", "fsdp:3", "mesh='fsdp:3': Batch size 32 does not split into micro_batches=1 of rows "
+      ("rl_batch", "rl_main", "fsdp:3", "mesh='fsdp:3': Batch size 16 does not split into micro_batches=1 of rows "
        "divisible by data x fsdp x expert = 3"),
       ("pretrain_batch", "pretrain_main", "fsdp:3", "mesh='fsdp:3', phase 'bulk': Batch size 8 is not divisible by "
        "data x fsdp x expert = 3"),

@@ -103,9 +103,10 @@ class RunConfigsTest(parameterized.TestCase):
     self.assertNotIn("\n", str(caught.exception))
 
   @parameterized.named_parameters(
-      ("batch", "fsdp:3", {}, "mesh='fsdp:3': Batch size 32 does not split into micro_batches=1 of rows divisible by "
+      # The first row count that cannot take the mesh: packed rows (the default) start at half the padded 32.
+      ("batch", "fsdp:3", {}, "mesh='fsdp:3': Batch size 16 does not split into micro_batches=1 of rows divisible by "
        "data x fsdp x expert = 3"),
-      ("micro_batches", "fsdp:8", {"micro_batches": 8}, "Batch size 32 does not split into micro_batches=8"),
+      ("micro_batches", "fsdp:8", {"micro_batches": 8}, "Batch size 16 does not split into micro_batches=8"),
       ("heads", "tensor:8", {}, "attention heads cannot be split over a tensor axis of 8"),
       ("devices", "fsdp:4,expert:4", {}, "mesh='fsdp:4,expert:4' needs 16 devices but only 8 exist"),
   )
@@ -116,11 +117,13 @@ class RunConfigsTest(parameterized.TestCase):
     with self.assertRaisesRegex(mesh_lib.MeshRefusal, message) as caught:
       rl_loop.check_mesh(cfg)
     self.assertNotIn("\n", str(caught.exception))
-    rl_loop.check_mesh(dataclasses.replace(cfg, mesh="fsdp:2,expert:2"))  # one that divides: no refusal
+    rl_loop.check_mesh(dataclasses.replace(cfg, mesh="fsdp:2"))  # one that divides every row count: no refusal
 
   def test_packed_row_buckets(self):
     cfg = rl_run_config.parse(rl_tiny.get_config("single_turn"))
-    self.assertIsNone(rl_loop.row_buckets(cfg))  # padded: one row per sequence
+    self.assertEqual(rl_loop.row_buckets(cfg), (16, 32))  # packed, the default
+    padded = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, rows=RowLayout.PADDED))
+    self.assertIsNone(rl_loop.row_buckets(padded))  # one row per sequence
     rows = rl_loop.batch_rows(cfg)
     self.assertEqual(rows, 32)
 
