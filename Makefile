@@ -12,6 +12,7 @@ STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing c2jax with its test extras into $(VENV) (once per setup.py; a few minutes: jax, torch, transformers)"
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
 	@rm -f $(VENV)/.installed-* && touch $@

@@ -90,6 +90,9 @@ def run(cfg: RLRunConfig, workdir: str, *, stop: Callable[[], bool] = lambda: Fa
   compile_cache.use(cfg.compilation_cache)  # inherited by the pool
   rl_loop.check_mesh(cfg)  # a mesh that cannot take the batch: refused now, not after the SFT and the actors' start
   job = plan(cfg)
+  # Where the stages' usual times are (the code points to the docs rather than copying their figures).
+  stages.note(f"{len(job.names)} stages: {', '.join(job.names)}; their times on a 2-core box: docs/benchmarks.md, "
+              "tools/bench_main_job.py")
   if SFT in job.names:
     init = started_from(workdir)
     if init is not None:

@@ -151,6 +151,8 @@ class MultiTurnRLTest(absltest.TestCase):
     """Each stage by name and place (this job has no SFT: three), the long first compiles announced before they
     start, the resolved config's path, and at the end where each output is (before the JSON line)."""
     err = self.proc.stderr
+    self.assertIn("3 stages: held-out evaluation before RL, RL, held-out evaluation after RL; their times on a 2-core "
+                  "box: docs/benchmarks.md", err)  # the plan first, and where its usual times are
     starts = [err.index(f"stage {i}/3: {name}") for i, name in enumerate(
         ("held-out evaluation before RL", "RL", "held-out evaluation after RL"), 1)]
     self.assertEqual(starts, sorted(starts))
