@@ -13,12 +13,11 @@ evaluation scores the reference 1.0 and the shortcut 0.0, while pass@1 scores th
 
 from __future__ import annotations
 
-import dataclasses
 
 from c2jax.envs.tasks import constraints as constraints_lib
 from c2jax.envs.tasks.constraints import Constraint, Kind, Style
-from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask, check_split
-from c2jax.envs.tasks.suites.inline import inline_task
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask
+from c2jax.envs.tasks.suites.inline import HeldOutSuite, inline_task
 
 EVALUATION = "instruction_following"
 SUITE = "instructions"
@@ -325,21 +324,4 @@ def slugify(text):
 TASKS = (_TAX_TOTAL, _PAGES, _DURATION_TASK, _MEDIAN, _REMOVE, _SLUG)
 
 
-@dataclasses.dataclass(frozen=True)
-class InstructionsSuite:
-  """The instruction-following tasks: all in "heldout" (an evaluation suite); "train" is empty."""
-
-  name: str = SUITE
-
-  def tasks(self, split: str) -> list[CodingTask]:
-    check_split(split)
-    return list(TASKS) if split == "heldout" else []
-
-  def size(self, split: str) -> int:
-    return len(self.tasks(split))
-
-  def __call__(self) -> InstructionsSuite:
-    return self
-
-
-INSTRUCTIONS = CODING_SUITES.register(SUITE)(InstructionsSuite())
+INSTRUCTIONS = CODING_SUITES.register(SUITE)(HeldOutSuite(SUITE, TASKS))

@@ -12,10 +12,9 @@ evaluation's score is the pass rate of the tasks tagged "intent" (`c2jax.eval.ha
 
 from __future__ import annotations
 
-import dataclasses
 
-from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask, check_split
-from c2jax.envs.tasks.suites.inline import inline_task
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask
+from c2jax.envs.tasks.suites.inline import HeldOutSuite, inline_task
 
 EVALUATION = "intent"
 SUITE = "intent"
@@ -234,21 +233,4 @@ class InitialsTest(unittest.TestCase):
 TASKS = (_UNIQUE, _NAMES, _PERCENT, _CLEAN, _BETWEEN, _INITIALS)
 
 
-@dataclasses.dataclass(frozen=True)
-class IntentSuite:
-  """The intent tasks: all in "heldout" (an evaluation suite); "train" is empty."""
-
-  name: str = SUITE
-
-  def tasks(self, split: str) -> list[CodingTask]:
-    check_split(split)
-    return list(TASKS) if split == "heldout" else []
-
-  def size(self, split: str) -> int:
-    return len(self.tasks(split))
-
-  def __call__(self) -> IntentSuite:
-    return self
-
-
-INTENT = CODING_SUITES.register(SUITE)(IntentSuite())
+INTENT = CODING_SUITES.register(SUITE)(HeldOutSuite(SUITE, TASKS))

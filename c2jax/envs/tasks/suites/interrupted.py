@@ -13,12 +13,11 @@ is the prompt's solution, what an agent that ignores the message leaves. The scr
 
 from __future__ import annotations
 
-import dataclasses
 
 from c2jax.envs.tasks import interruptions
-from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask, check_split
+from c2jax.envs.tasks.coding_tasks import CODING_SUITES, Category, CodingTask
 from c2jax.envs.tasks.interruptions import Interruption
-from c2jax.envs.tasks.suites.inline import inline_task
+from c2jax.envs.tasks.suites.inline import HeldOutSuite, inline_task
 
 EVALUATION = "interruption"
 SUITE = "interruptions"
@@ -155,21 +154,4 @@ class RankedTest(unittest.TestCase):
 TASKS = (_GREET, _ROUND, _SEPARATOR, _ORDER)
 
 
-@dataclasses.dataclass(frozen=True)
-class InterruptionsSuite:
-  """The interruption tasks: all in "heldout" (an evaluation suite); "train" is empty."""
-
-  name: str = SUITE
-
-  def tasks(self, split: str) -> list[CodingTask]:
-    check_split(split)
-    return list(TASKS) if split == "heldout" else []
-
-  def size(self, split: str) -> int:
-    return len(self.tasks(split))
-
-  def __call__(self) -> InterruptionsSuite:
-    return self
-
-
-INTERRUPTIONS = CODING_SUITES.register(SUITE)(InterruptionsSuite())
+INTERRUPTIONS = CODING_SUITES.register(SUITE)(HeldOutSuite(SUITE, TASKS))
