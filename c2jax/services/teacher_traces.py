@@ -15,8 +15,11 @@ test run the next turn answers: the demonstration teaches the recovery, not the 
 teacher FINISHED with outcome 1 are kept (a teacher's cut or failed episode is no demonstration), except that a
 flawed policy whose failures are what it demonstrates (`KEEPS_FAILURES`, e.g. tiny_spec's careless
 `spec_unverified`) keeps its finished episodes whatever their outcome, as real SFT data hold wrong answers. The
-forced turns carry the model's log-probs of them, which SFT does not use, so the weights that run them are a random
-init of the run's model.
+forced turns carry a model's log-probs of them, which SFT does not use, so the model that runs them is a random init of
+`scorer_config(run's model)`: one dense layer 16 wide over the run's vocabulary. A forced token is the script's
+whatever the logits say, so the recorded tokens are the run's model's token for token; the small model only makes
+the engine's forwards and compiles cheap (recording was bound by them on 2 CPU cores: docs/benchmarks.md,
+tools/bench_forced_turns.py).
 """
 
 from __future__ import annotations
@@ -40,11 +43,24 @@ from c2jax.actors.ledger import ACTIONS, EpisodeEnd
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data import bpe
 from c2jax.envs.teachers.scripted_policies import POLICIES
+from c2jax.model.config import ModelConfig
 from c2jax.model.params import init_params
 from c2jax.services.rl_run_config import RLRunConfig
 
 # What the recording depends on besides the policy: bump when the recording itself changes.
 FORMAT = 2
+
+
+# The scorer's shape (ModelConfig fields over the run's model): one dense layer of width 16, no MoE, no MTP. Only its
+# vocabulary must be the run's (the forced ids index its logits).
+SCORER = dict(d_model=16, n_layers=1, first_k_dense_replace=1, n_heads=1, q_lora_rank=None, kv_lora_rank=8,
+              qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, intermediate_size=16, num_mtp_layers=0,
+              scan_unroll=1)
+
+
+def scorer_config(model: ModelConfig) -> ModelConfig:
+  """The model that scores the teacher's forced turns: `model`'s vocabulary and numerics at `SCORER`'s shape."""
+  return dataclasses.replace(model, **SCORER)
 
 
 def _agent(cfg: RLRunConfig) -> AgentConfig:
@@ -105,8 +121,10 @@ def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], d
                      "needs demonstrations in its own format, so set teacher traces off for it.")
   tok = suite.text_tokenizer()
   sampling = SamplingConfig(max_new_tokens=1, temperature=actor.temperature, stop_tokens=actor.stop_tokens)
-  runner = AgentRunner(cfg.model_config, engine, sampling, agent, tok)
-  params = jax.device_get(jax.jit(init_params, static_argnums=0)(cfg.model_config, jax.random.key(cfg.seed)))
+  # Every turn is forced, so the tokens do not depend on the model: the smallest one runs them (module docstring).
+  scorer = scorer_config(cfg.model_config)
+  runner = AgentRunner(scorer, engine, sampling, agent, tok)
+  params = jax.device_get(jax.jit(init_params, static_argnums=0)(scorer, jax.random.key(cfg.seed)))
   n = suite.size(split)
   if _limit(cfg, split):
     n = min(n, _limit(cfg, split))
@@ -120,7 +138,11 @@ def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], d
   def script(turn, obs, task, act, index):
     if getattr(act, "is_mistake", None) is not None and act.is_mistake(task, obs):
       mistakes[index].add(turn)
-    return act.act(task, obs)
+    text = act.act(task, obs)
+    if not isinstance(text, str):  # a turn it leaves to the model would be the scorer's sample, not the run's model's
+      raise ValueError(f"The teacher {type(act).__name__} returned {text!r} for turn {turn}; a teacher writes every "
+                       "turn (text), or its traces would hold the scoring model's samples.")
+    return text
 
   for i in range(n):
     task = suite.task(split, i)
