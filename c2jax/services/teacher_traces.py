@@ -18,8 +18,9 @@ flawed policy whose failures are what it demonstrates (`KEEPS_FAILURES`, e.g. ti
 forced turns carry a model's log-probs of them, which SFT does not use, so the model that runs them is a random init of
 `scorer_config(run's model)`: one dense layer 16 wide over the run's vocabulary. A forced token is the script's
 whatever the logits say, so the recorded tokens are the run's model's token for token; the small model only makes
-the engine's forwards and compiles cheap (recording was bound by them on 2 CPU cores: docs/benchmarks.md,
-tools/bench_forced_turns.py).
+the engine's forwards cheap, cheap enough that every call runs all slots over the whole context (`Shapes.FULL`), so
+that a handful of programs compile instead of one per (rows, chunk, window): those compiles and forwards bound the
+recording on 2 CPU cores (docs/benchmarks.md, tools/bench_forced_turns.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import tqdm
 
 from c2jax import typed_config
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.engine import Shapes
 from c2jax.actors.ledger import ACTIONS, EpisodeEnd
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data import bpe
@@ -113,8 +115,9 @@ def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], d
                      "policies act on coding tasks.")
   actor = cfg.actor_config
   agent = _agent(cfg)
-  # Forced turns up to a turn's and a summary's budget.
-  engine = dataclasses.replace(actor.engine_config(),
+  # Forced turns up to a turn's and a summary's budget. The scorer's forwards cost little next to compiling one
+  # program per (rows, chunk, window): every call runs all slots over the whole context (a program per chunk).
+  engine = dataclasses.replace(actor.engine_config(), shapes=Shapes.FULL,
                                max_forced=max(agent.max_turn_tokens, agent.summary.max_tokens))
   if getattr(suite, "chat_format", "brief") != "brief":
     raise ValueError(f"The scripted teachers write the brief tool format; task.chat_format={suite.chat_format!r} "
