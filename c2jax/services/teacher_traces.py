@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import fcntl
 import functools
 import hashlib
@@ -63,6 +64,13 @@ SCORER = dict(d_model=16, n_layers=1, first_k_dense_replace=1, n_heads=1, q_lora
 def scorer_config(model: ModelConfig) -> ModelConfig:
   """The model that scores the teacher's forced turns: `model`'s vocabulary and numerics at `SCORER`'s shape."""
   return dataclasses.replace(model, **SCORER)
+
+
+class Scorer(enum.Enum):
+  """Which model runs the teacher's forced turns through the engine (the recorded tokens are the same)."""
+
+  SMALL = "small"  # `scorer_config` of the run's model, every call on all slots and the whole context (the default)
+  RUN_MODEL = "run_model"  # the run's model on the engine's fitted shapes, as an actor runs it (the parity test's)
 
 
 def _agent(cfg: RLRunConfig) -> AgentConfig:
@@ -102,10 +110,11 @@ def policy_for(teacher, copy: int, flawed: bool):
   return policy.for_episode(copy) if hasattr(policy, "for_episode") else policy
 
 
-def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], dict]:
+def record(cfg: RLRunConfig, split: str, label: str = "", scorer: Scorer = Scorer.SMALL) -> tuple[list[dict], dict]:
   """Runs the teacher on every task of `split` (the first `sft.teacher.max_tasks` of train, `heldout_tasks` of
   heldout, when > 0); returns (token documents {"tokens", "weights"} of the kept episodes' segments, stats).
-  `label`: the caller's stage, which the progress bar names ("teacher traces 1/5")."""
+  `label`: the caller's stage, which the progress bar names ("teacher traces 1/5"); `scorer`: which model runs the
+  forced turns (`Scorer`)."""
   teacher = cfg.sft.teacher
   policy_name = teacher.policy
   suite = cfg.task_suite()
@@ -115,9 +124,10 @@ def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], d
                      "policies act on coding tasks.")
   actor = cfg.actor_config
   agent = _agent(cfg)
-  # Forced turns up to a turn's and a summary's budget. The scorer's forwards cost little next to compiling one
-  # program per (rows, chunk, window): every call runs all slots over the whole context (a program per chunk).
-  engine = dataclasses.replace(actor.engine_config(), shapes=Shapes.FULL,
+  # Forced turns up to a turn's and a summary's budget. The small scorer's forwards cost little next to compiling
+  # one program per (rows, chunk, window): every call runs all slots over the whole context (a program per chunk).
+  small = scorer is Scorer.SMALL
+  engine = dataclasses.replace(actor.engine_config(), shapes=Shapes.FULL if small else Shapes.FITTED,
                                max_forced=max(agent.max_turn_tokens, agent.summary.max_tokens))
   if getattr(suite, "chat_format", "brief") != "brief":
     raise ValueError(f"The scripted teachers write the brief tool format; task.chat_format={suite.chat_format!r} "
@@ -125,9 +135,9 @@ def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], d
   tok = suite.text_tokenizer()
   sampling = SamplingConfig(max_new_tokens=1, temperature=actor.temperature, stop_tokens=actor.stop_tokens)
   # Every turn is forced, so the tokens do not depend on the model: the smallest one runs them (module docstring).
-  scorer = scorer_config(cfg.model_config)
-  runner = AgentRunner(scorer, engine, sampling, agent, tok)
-  params = jax.device_get(jax.jit(init_params, static_argnums=0)(scorer, jax.random.key(cfg.seed)))
+  model = scorer_config(cfg.model_config) if small else cfg.model_config
+  runner = AgentRunner(model, engine, sampling, agent, tok)
+  params = jax.device_get(jax.jit(init_params, static_argnums=0)(model, jax.random.key(cfg.seed)))
   n = suite.size(split)
   if _limit(cfg, split):
     n = min(n, _limit(cfg, split))
