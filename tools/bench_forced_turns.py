@@ -1,17 +1,24 @@
-"""Forced turns by prefill against step-by-step decoding: recording the agentic main job's teacher traces
-(`c2jax.services.teacher_traces`, configs/rl_tiny.py:agentic), where every model turn is a script's.
+"""Recording the agentic main job's teacher traces (`c2jax.services.teacher_traces`, configs/rl_tiny.py:agentic),
+where every model turn is a script's: how the engine runs the forced turns, and the recording against an older
+commit's.
 
   .venv/bin/python tools/bench_forced_turns.py                     # 20 train tasks (80 episodes), 3 repeats
   .venv/bin/python tools/bench_forced_turns.py --tasks=6 --repeats=1
+  .venv/bin/python tools/bench_forced_turns.py --variants=prefill --baseline=bdf7534   # now against bdf7534
 
 Variants (`AgentConfig.forced_turns`, `force_chunk`): `prefill` (the default: up to 64 tokens of each forced turn per
-forward), `prefill_256` (up to the largest bucket), `decode` (step by step, as a sampled turn). Each recording runs in
-a process of its own, interleaved (prefill, prefill_256, decode, prefill, ...), after one untimed round that fills
-a compilation cache shared by all of them, so the timed rounds measure recording, not compiling. Reported per variant
-(medians): the recording's wall seconds, the seconds of device calls that advanced turns (`RunStats.decode_intervals`:
-forces and decodes), and the tool workers' seconds; then the ratio of decode's wall time to prefill's. Every variant
-must train the same tokens (checked: the documents' weighted tokens hash alike; their observations are not compared,
-because a test run's output holds its duration, "Ran 3 tests in 0.004s").
+forward), `prefill_256` (up to the largest bucket), `decode` (step by step, as a sampled turn). `--baseline=<commit>`
+adds `baseline`: the default recording as the code at that commit runs it (its tree exported by `git archive` to a
+temporary directory, run from there). Each recording runs in a process of its own, interleaved (prefill,
+prefill_256, decode, baseline, prefill, ...), after one untimed round that fills a compilation cache shared by all of
+them, so the timed rounds measure recording, not compiling. Reported per variant (medians): the recording's wall
+seconds, the recording process's CPU seconds (its threads: host, tool workers, the engine; not the sandboxed
+commands, whose processes bubblewrap does not hand back to it), the seconds of device calls that advanced turns
+(`RunStats.decode_intervals`: forces and decodes), and the tool workers' seconds (summed over the workers); then
+the ratios of wall times (decode / prefill, baseline / prefill). Every variant must record the same documents,
+checked twice: their weighted tokens hash alike, and so do their whole texts with the weight of each piece once
+the durations unittest prints ("Ran 3 tests in 0.004s") are blanked (the only bytes that differ between two
+recordings of the same code).
 
 Last line: JSON.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,9 +36,10 @@ import tempfile
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {"prefill": ("prefill", 64), "prefill_256": ("prefill", 256), "decode": ("decode", 64)}
+BASELINE = "baseline"
 
 _CHILD = r"""
-import dataclasses, hashlib, json, sys, tempfile, time
+import dataclasses, hashlib, json, os, re, sys, tempfile, time
 from c2jax.actors import agent_loop
 from c2jax.services import rl_run_config, teacher_traces
 from configs import rl_tiny
@@ -53,50 +62,89 @@ c = rl_tiny.get_config("agentic")
 c.sft.cache_dir = tempfile.mkdtemp()
 c.sft.teacher.update(max_tasks=tasks, heldout_tasks=1)
 cfg = rl_run_config.parse(c)
-t0 = time.perf_counter()
+cpu0, t0 = os.times(), time.perf_counter()
 path = teacher_traces.ensure_traces(cfg, "train")
-wall = time.perf_counter() - t0
-digest = hashlib.sha256()
+wall, cpu1 = time.perf_counter() - t0, os.times()
+tok = cfg.task_suite().text_tokenizer()
+weighted, texts = hashlib.sha256(), hashlib.sha256()
 for line in open(path):
   doc = json.loads(line)
-  digest.update(json.dumps([t for t, w in zip(doc["tokens"], doc["weights"]) if w > 0]).encode())
-print(json.dumps(dict(stats, wall_s=wall, docs=digest.hexdigest()[:16])))
+  weighted.update(json.dumps([t for t, w in zip(doc["tokens"], doc["weights"]) if w > 0]).encode())
+  runs, start = [], 0
+  for i in range(1, len(doc["tokens"]) + 1):
+    if i == len(doc["tokens"]) or doc["weights"][i] != doc["weights"][start]:
+      text = re.sub(r"(Ran \d+ tests?) in \d+\.\d+s", r"\1 in _s", tok.decode(doc["tokens"][start:i]))
+      runs.append([doc["weights"][start], text])
+      start = i
+  texts.update(json.dumps(runs).encode())
+print(json.dumps(dict(stats, wall_s=wall, cpu_s=cpu1.user + cpu1.system - cpu0.user - cpu0.system,
+                      docs=weighted.hexdigest()[:16], texts=texts.hexdigest()[:16])))
 """
 
 
-def record(variant: str, tasks: int, env: dict) -> dict:
-  mode, chunk = VARIANTS[variant]
-  proc = subprocess.run([sys.executable, "-c", _CHILD, mode, str(chunk), str(tasks)], cwd=_ROOT, env=env,
-                        capture_output=True, text=True, check=False)
+def record(variant: str, tasks: int, env: dict, baseline_root: str | None) -> dict:
+  mode, chunk = VARIANTS["prefill" if variant == BASELINE else variant]
+  root = baseline_root if variant == BASELINE else _ROOT
+  proc = subprocess.run([sys.executable, "-c", _CHILD, mode, str(chunk), str(tasks)], cwd=root,
+                        env=dict(env, PYTHONPATH=root), capture_output=True, text=True, check=False)
   if proc.returncode:
     raise SystemExit(f"bench_forced_turns: the {variant} recording failed:\n{proc.stderr[-3000:]}")
   return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def export(commit: str) -> str:
+  """A temporary directory holding the tree of `commit` (git archive)."""
+  out = tempfile.mkdtemp(prefix="c2jax-bench-forced-baseline-")
+  archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=_ROOT, capture_output=True, check=False)
+  if archive.returncode:
+    raise SystemExit(f"bench_forced_turns: cannot export --baseline={commit}: {archive.stderr.decode().strip()}; "
+                     "name a commit of this repository.")
+  subprocess.run(["tar", "-x", "-C", out], input=archive.stdout, check=True)
+  return out
 
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--tasks", type=int, default=20, help="train tasks recorded (4 episodes each)")
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+  parser.add_argument("--baseline", default="", help="a commit whose default recording runs beside (empty: none)")
   args = parser.parse_args(argv)
-  env = dict(os.environ, PYTHONPATH=_ROOT, JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(prefix="c2jax-bench-forced-"),
+  names = [v for v in args.variants.split(",") if v]
+  if not names or any(v not in VARIANTS for v in names):
+    raise SystemExit(f"bench_forced_turns: --variants={args.variants!r}; name some of {', '.join(VARIANTS)}.")
+  baseline_root = export(args.baseline) if args.baseline else None
+  names += [BASELINE] * bool(baseline_root)
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(prefix="c2jax-bench-forced-"),
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1")
-  print(f"warm-up (compiles): {args.tasks} tasks per variant ...", flush=True)
-  docs = {name: record(name, args.tasks, env)["docs"] for name in VARIANTS}
-  if len(set(docs.values())) != 1:
-    raise SystemExit(f"bench_forced_turns: the variants recorded different documents: {docs}")
-  runs = {name: [] for name in VARIANTS}
-  for r in range(args.repeats):
-    for name in VARIANTS:
-      got = record(name, args.tasks, env)
-      runs[name].append(got)
-      print(f"repeat {r} {name:<12} wall {got['wall_s']:6.1f} s  device {got['device_s']:6.1f} s  "
-            f"tools {got['tool_s']:6.1f} s  forces {got['forces']}  decodes {got['decodes']}", flush=True)
-  med = {name: {k: statistics.median(x[k] for x in rs) for k in ("wall_s", "device_s", "tool_s")}
+  try:
+    print(f"warm-up (compiles): {args.tasks} tasks per variant ...", flush=True)
+    first = {name: record(name, args.tasks, env, baseline_root) for name in names}
+    for key in ("docs", "texts"):
+      if len({got[key] for got in first.values()}) != 1:
+        raise SystemExit(f"bench_forced_turns: the variants recorded different documents ({key}): "
+                         f"{ {name: got[key] for name, got in first.items()} }")
+    runs = {name: [] for name in names}
+    for r in range(args.repeats):
+      for name in names:
+        got = record(name, args.tasks, env, baseline_root)
+        runs[name].append(got)
+        print(f"repeat {r} {name:<12} wall {got['wall_s']:6.1f} s  cpu {got['cpu_s']:6.1f} s  device "
+              f"{got['device_s']:6.1f} s  tools {got['tool_s']:6.1f} s  forces {got['forces']}  decodes "
+              f"{got['decodes']}  load {os.getloadavg()[0]:.1f}", flush=True)
+  finally:
+    if baseline_root:
+      shutil.rmtree(baseline_root, ignore_errors=True)
+  med = {name: {k: statistics.median(x[k] for x in rs) for k in ("wall_s", "cpu_s", "device_s", "tool_s")}
          for name, rs in runs.items()}
-  out = {"tasks": args.tasks, "repeats": args.repeats, "median": med,
-         "wall_ratio_decode_over_prefill": med["decode"]["wall_s"] / med["prefill"]["wall_s"],
-         "device_ratio_decode_over_prefill": med["decode"]["device_s"] / med["prefill"]["device_s"],
-         "load_avg": os.getloadavg()[0]}
+  out = {"tasks": args.tasks, "repeats": args.repeats, "baseline": args.baseline, "median": med,
+         "docs": first[names[0]]["docs"], "texts": first[names[0]]["texts"], "load_avg": os.getloadavg()[0]}
+  if "decode" in med and "prefill" in med:
+    out["wall_ratio_decode_over_prefill"] = med["decode"]["wall_s"] / med["prefill"]["wall_s"]
+    out["device_ratio_decode_over_prefill"] = med["decode"]["device_s"] / med["prefill"]["device_s"]
+  if baseline_root and "prefill" in med:
+    out["wall_ratio_baseline_over_prefill"] = med[BASELINE]["wall_s"] / med["prefill"]["wall_s"]
+    out["cpu_ratio_baseline_over_prefill"] = med[BASELINE]["cpu_s"] / med["prefill"]["cpu_s"]
   print(json.dumps(out))
   return out
 

@@ -529,11 +529,11 @@ class AgentRunner:
 
   def _rows(self, slots) -> np.ndarray | None:
     """The rows a device call computes: `slots` padded with idle ones to a power of two (each k compiles once), or
-    None for all S (as many, or under a mesh, whose shards need every slot)."""
+    None for all S (as many, under a mesh, whose shards need every slot, or with `Shapes.FULL`)."""
     s, k = self.engine.slots, 1
     while k < len(slots):
       k *= 2
-    if k >= s or self.layout is not None:
+    if k >= s or self.layout is not None or self.engine.shapes is engine_lib.Shapes.FULL:
       return None
     chosen = set(int(i) for i in slots)
     return np.asarray(sorted(chosen) + [i for i in range(s) if i not in chosen][:k - len(chosen)], np.int32)

@@ -38,13 +38,15 @@ not the context.
 
 Shapes: S slots, C = context positions per slot, c a chunk bucket (`EngineConfig.chunk_sizes`), V vocab, Lm MoE
 layers, K experts per token. One program per (chunk bucket, window) for append and force, one per window for
-decode (and each per number of rows, for calls on a subset of the slots). The stop tokens are a traced argument,
-not a compile-time constant: samplings that differ only in them (chat formats' end-of-turn ids) share programs.
+decode (and each per number of rows, for calls on a subset of the slots; `Shapes.FULL`: all slots, one window).
+The stop tokens are a traced argument, not a compile-time constant: samplings that differ only in them (chat
+formats' end-of-turn ids) share programs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 
 import jax
@@ -56,6 +58,17 @@ from c2jax.model import decode as decode_lib
 from c2jax.model.config import ModelConfig
 from c2jax.model.params import Params
 from c2jax.model.sharding import Layout
+
+
+class Shapes(enum.Enum):
+  """Which shapes the host's calls take (`EngineConfig.shapes`)."""
+
+  # A call computes its slots padded to a power of two and attends to the smallest window above them: its cost
+  # follows the slots' work, at up to one program per (rows, chunk, window).
+  FITTED = "fitted"
+  # Every call computes all S slots over the whole context: one program per chunk, for a model whose forwards cost
+  # little next to compiling a program (teacher traces' scorer: `c2jax.services.teacher_traces`).
+  FULL = "full"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +83,15 @@ class EngineConfig:
     max_forced: F, the longest turn a script may force through the engine (0: no forcing). A forced turn takes the
       script's tokens instead of drawing, with their log-probs under the model: `force` runs it a chunk per
       forward, `decode` step by step like a sampled one (scripted policies on the engine's real schedule).
+    shapes: which shapes the host's calls take (`Shapes`): fitted to the slots they run, or all slots and the
+      whole context.
   """
 
   slots: int = 8
   context: int = 2048
   chunk_sizes: tuple[int, ...] = (16, 64, 256)
   max_forced: int = 0
+  shapes: Shapes = Shapes.FITTED
 
   def __post_init__(self):
     object.__setattr__(self, "chunk_sizes", tuple(sorted(int(c) for c in self.chunk_sizes)))
@@ -88,7 +104,9 @@ class EngineConfig:
   def window(self, n: int) -> int:
     """The attention window of a call feeding positions < n: the smallest of 256, 512, 1024, ... (doubling) and the
     context that is >= n. Attention then costs the slots' lengths rather than the context; log2(C / 256) + 1
-    windows compile per program."""
+    windows compile per program. `Shapes.FULL`: the context."""
+    if self.shapes is Shapes.FULL:
+      return self.context
     w = 256
     while w < n and w < self.context:
       w *= 2

@@ -15,14 +15,19 @@ test run the next turn answers: the demonstration teaches the recovery, not the 
 teacher FINISHED with outcome 1 are kept (a teacher's cut or failed episode is no demonstration), except that a
 flawed policy whose failures are what it demonstrates (`KEEPS_FAILURES`, e.g. tiny_spec's careless
 `spec_unverified`) keeps its finished episodes whatever their outcome, as real SFT data hold wrong answers. The
-forced turns carry the model's log-probs of them, which SFT does not use, so the weights that run them are a random
-init of the run's model.
+forced turns carry a model's log-probs of them, which SFT does not use, so the model that runs them is a random init of
+`scorer_config(run's model)`: one dense layer 16 wide over the run's vocabulary. A forced token is the script's
+whatever the logits say, so the recorded tokens are the run's model's token for token; the small model only makes
+the engine's forwards cheap, cheap enough that every call runs all slots over the whole context (`Shapes.FULL`), so
+that a handful of programs compile instead of one per (rows, chunk, window): those compiles and forwards bound the
+recording on 2 CPU cores (docs/benchmarks.md, tools/bench_forced_turns.py).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import fcntl
 import functools
 import hashlib
@@ -36,15 +41,36 @@ import tqdm
 
 from c2jax import typed_config
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.engine import Shapes
 from c2jax.actors.ledger import ACTIONS, EpisodeEnd
 from c2jax.actors.sampling import SamplingConfig
 from c2jax.data import bpe
 from c2jax.envs.teachers.scripted_policies import POLICIES
+from c2jax.model.config import ModelConfig
 from c2jax.model.params import init_params
 from c2jax.services.rl_run_config import RLRunConfig
 
 # What the recording depends on besides the policy: bump when the recording itself changes.
 FORMAT = 2
+
+
+# The scorer's shape (ModelConfig fields over the run's model): one dense layer of width 16, no MoE, no MTP. Only its
+# vocabulary must be the run's (the forced ids index its logits).
+SCORER = dict(d_model=16, n_layers=1, first_k_dense_replace=1, n_heads=1, q_lora_rank=None, kv_lora_rank=8,
+              qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, intermediate_size=16, num_mtp_layers=0,
+              scan_unroll=1)
+
+
+def scorer_config(model: ModelConfig) -> ModelConfig:
+  """The model that scores the teacher's forced turns: `model`'s vocabulary and numerics at `SCORER`'s shape."""
+  return dataclasses.replace(model, **SCORER)
+
+
+class Scorer(enum.Enum):
+  """Which model runs the teacher's forced turns through the engine (the recorded tokens are the same)."""
+
+  SMALL = "small"  # `scorer_config` of the run's model, every call on all slots and the whole context (the default)
+  RUN_MODEL = "run_model"  # the run's model on the engine's fitted shapes, as an actor runs it (the parity test's)
 
 
 def _agent(cfg: RLRunConfig) -> AgentConfig:
@@ -84,10 +110,11 @@ def policy_for(teacher, copy: int, flawed: bool):
   return policy.for_episode(copy) if hasattr(policy, "for_episode") else policy
 
 
-def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], dict]:
+def record(cfg: RLRunConfig, split: str, label: str = "", scorer: Scorer = Scorer.SMALL) -> tuple[list[dict], dict]:
   """Runs the teacher on every task of `split` (the first `sft.teacher.max_tasks` of train, `heldout_tasks` of
   heldout, when > 0); returns (token documents {"tokens", "weights"} of the kept episodes' segments, stats).
-  `label`: the caller's stage, which the progress bar names ("teacher traces 1/5")."""
+  `label`: the caller's stage, which the progress bar names ("teacher traces 1/5"); `scorer`: which model runs the
+  forced turns (`Scorer`)."""
   teacher = cfg.sft.teacher
   policy_name = teacher.policy
   suite = cfg.task_suite()
@@ -97,16 +124,20 @@ def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], d
                      "policies act on coding tasks.")
   actor = cfg.actor_config
   agent = _agent(cfg)
-  # Forced turns up to a turn's and a summary's budget.
-  engine = dataclasses.replace(actor.engine_config(),
+  # Forced turns up to a turn's and a summary's budget. The small scorer's forwards cost little next to compiling
+  # one program per (rows, chunk, window): every call runs all slots over the whole context (a program per chunk).
+  small = scorer is Scorer.SMALL
+  engine = dataclasses.replace(actor.engine_config(), shapes=Shapes.FULL if small else Shapes.FITTED,
                                max_forced=max(agent.max_turn_tokens, agent.summary.max_tokens))
   if getattr(suite, "chat_format", "brief") != "brief":
     raise ValueError(f"The scripted teachers write the brief tool format; task.chat_format={suite.chat_format!r} "
                      "needs demonstrations in its own format, so set teacher traces off for it.")
   tok = suite.text_tokenizer()
   sampling = SamplingConfig(max_new_tokens=1, temperature=actor.temperature, stop_tokens=actor.stop_tokens)
-  runner = AgentRunner(cfg.model_config, engine, sampling, agent, tok)
-  params = jax.device_get(jax.jit(init_params, static_argnums=0)(cfg.model_config, jax.random.key(cfg.seed)))
+  # Every turn is forced, so the tokens do not depend on the model: the smallest one runs them (module docstring).
+  model = scorer_config(cfg.model_config) if small else cfg.model_config
+  runner = AgentRunner(model, engine, sampling, agent, tok)
+  params = jax.device_get(jax.jit(init_params, static_argnums=0)(model, jax.random.key(cfg.seed)))
   n = suite.size(split)
   if _limit(cfg, split):
     n = min(n, _limit(cfg, split))
@@ -120,7 +151,11 @@ def record(cfg: RLRunConfig, split: str, label: str = "") -> tuple[list[dict], d
   def script(turn, obs, task, act, index):
     if getattr(act, "is_mistake", None) is not None and act.is_mistake(task, obs):
       mistakes[index].add(turn)
-    return act.act(task, obs)
+    text = act.act(task, obs)
+    if not isinstance(text, str):  # a turn it leaves to the model would be the scorer's sample, not the run's model's
+      raise ValueError(f"The teacher {type(act).__name__} returned {text!r} for turn {turn}; a teacher writes every "
+                       "turn (text), or its traces would hold the scoring model's samples.")
+    return text
 
   for i in range(n):
     task = suite.task(split, i)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode, ForcedTurns, overlap_fraction
-from c2jax.actors.engine import EngineConfig
+from c2jax.actors.engine import EngineConfig, Shapes
 from c2jax.actors.ledger import EpisodeEnd, Source
 from c2jax.data.byte_tokenizer import ByteTokenizer
 from c2jax.envs.core.agent_env import OneTurnEnv, TurnResult
@@ -133,6 +133,18 @@ class AgentLoopTest(absltest.TestCase):
       np.testing.assert_array_equal(alone.source, self.batched[i].source)
       np.testing.assert_allclose(alone.logprobs, self.batched[i].logprobs, rtol=0, atol=2e-5)
       np.testing.assert_array_equal(alone.expert_ids, self.batched[i].expert_ids)
+
+  @pytest.mark.slow
+  def test_full_shapes_give_the_same_trajectories(self):
+    # Shapes.FULL: every call on all slots over the whole context (fewer programs) changes nothing an episode sees.
+    runner = AgentRunner(MODEL, dataclasses.replace(ENGINE, shapes=Shapes.FULL), SAMPLING, AGENT, TOK)
+    for want, got in zip(self.batched, runner.run(_episodes(), weights=lambda: (self.params, 3))):
+      np.testing.assert_array_equal(got.tokens, want.tokens)
+      np.testing.assert_array_equal(got.source, want.source)
+      np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=0, atol=2e-5)
+      np.testing.assert_array_equal(got.expert_ids, want.expert_ids)
+    self.assertEqual(ENGINE.window(300), 512)
+    self.assertEqual(runner.engine.window(300), ENGINE.context)
 
   @pytest.mark.slow
   def test_in_flight_swaps_keep_every_cache_and_stamp_versions(self):

@@ -46,17 +46,20 @@ def _spec_cfg(cache: str):
   return rl_run_config.parse(c)
 
 
-def _record(caches: dict[str, str]) -> dict[str, str]:
+def _record(caches: dict[str, str], run_model: str) -> dict[str, str]:
   """Records the train traces of each `make_cfg`(cache) of `caches` (make_cfg name -> cache directory) in one process
-  of their own, as a run records them (their programs compile there, not in this one; one process for both saves a
-  start of python and jax); returns make_cfg name -> the JSONL's path."""
+  of their own, as a run records them (their programs compile there, not in this one; one process for all saves a
+  start of python and jax), and `_cfg`'s documents once more with the run's model scoring the forced turns
+  (`Scorer.RUN_MODEL`) into the JSON file `run_model`; returns make_cfg name -> the JSONL's path."""
   code = ("import json, sys; from tests.services import teacher_traces_test as t; from c2jax.services import "
-          "teacher_traces; print(json.dumps({name: teacher_traces.ensure_traces(getattr(t, name)(cache), 'train') "
-          "for name, cache in json.loads(sys.argv[1]).items()}))")
+          "teacher_traces as tt; caches = json.loads(sys.argv[1]); "
+          "paths = {name: tt.ensure_traces(getattr(t, name)(cache), 'train') for name, cache in caches.items()}; "
+          "docs = tt.record(t._cfg(caches['_cfg']), 'train', scorer=tt.Scorer.RUN_MODEL)[0]; "
+          "json.dump(docs, open(sys.argv[2], 'w')); print(json.dumps(paths))")
   env = dict(os.environ, PYTHONPATH=str(_ROOT))
   env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
-  proc = subprocess.run([sys.executable, "-c", code, json.dumps(caches)], cwd=_ROOT, env=env, capture_output=True,
-                        text=True, timeout=900)
+  proc = subprocess.run([sys.executable, "-c", code, json.dumps(caches), run_model], cwd=_ROOT, env=env,
+                        capture_output=True, text=True, timeout=900)
   if proc.returncode != 0:
     raise AssertionError(f"recording failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
   return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -73,7 +76,16 @@ class TeacherTracesTest(absltest.TestCase):
     cls.caches = {name: tempfile.mkdtemp() for name in ("_cfg", "_spec_cfg")}
     for cache in cls.caches.values():
       cls.addClassCleanup(shutil.rmtree, cache, ignore_errors=True)
-    cls.paths = _record(cls.caches)
+    cls.run_model = os.path.join(cls.caches["_cfg"], "run_model.json")
+    cls.paths = _record(cls.caches, cls.run_model)
+
+  def test_the_small_scorer_records_what_the_run_model_does(self):
+    # Every turn forced: the documents (summaries and resumed segments included) do not depend on the model that
+    # scores them, nor on the engine's shapes.
+    with open(self.paths["_cfg"]) as f:
+      small = [json.loads(line) for line in f]
+    with open(self.run_model) as f:
+      self.assertEqual(small, json.load(f))
 
   def test_spec_fixer_traces_train_the_recovery_not_the_mistake(self):
     cfg = _spec_cfg(self.caches["_spec_cfg"])
