@@ -412,7 +412,8 @@ def main(argv):
   settings = ProbeSettings(
       steps=FLAGS.steps, eval_every=FLAGS.eval_every, batch_size=FLAGS.batch_size, seq_len=FLAGS.seq_len,
       eval_rows=FLAGS.eval_rows, learning_rate=FLAGS.learning_rate, warmup_steps=FLAGS.warmup_steps,
-      lr_multipliers=tuple(json.loads(FLAGS.lr_multipliers).items()), schedule_steps=FLAGS.schedule_steps, weight_decay=FLAGS.weight_decay, bias_update_rate=FLAGS.bias_update_rate,
+      lr_multipliers=tuple(json.loads(FLAGS.lr_multipliers).items()), schedule_steps=FLAGS.schedule_steps,
+      weight_decay=FLAGS.weight_decay, bias_update_rate=FLAGS.bias_update_rate,
       seed=FLAGS.seed, eval_seed=FLAGS.eval_seed, llama=tuple(json.loads(FLAGS.llama).items()),
       mla_features=tuple(FLAGS.mla_features), latent_std=FLAGS.latent_std, init=FLAGS.init)
   overrides = None if FLAGS.model_overrides is None else json.loads(FLAGS.model_overrides)
