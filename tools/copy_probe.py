@@ -73,6 +73,9 @@ def define_flags():
   flags.DEFINE_integer("eval_rows", 32, "Rows of the held-out batch.")
   flags.DEFINE_float("learning_rate", 3e-3, "Peak learning rate.")
   flags.DEFINE_integer("warmup_steps", 20, "Linear warmup steps.")
+  flags.DEFINE_string("lr_multipliers", "{}", "JSON object {pattern: multiplier}: parameters whose path fully "
+                      "matches the pattern train at multiplier x the rate (c2jax.optim.OptimizerConfig.lr_multipliers; "
+                      "c2jax and jax_llama), e.g. '{\"(dense|moe)_layers/attn/(q_a|kv_a)\": 0.3}'.")
   flags.DEFINE_integer("schedule_steps", 1500, "Steps of the warmup + cosine schedule (to 0.1x).")
   flags.DEFINE_float("weight_decay", 0.1, "AdamW weight decay.")
   flags.DEFINE_float("bias_update_rate", None, "c2jax's balancing-bias rate (default: the pretraining "
@@ -97,6 +100,7 @@ class ProbeSettings:
   eval_rows: int = 32
   learning_rate: float = 3e-3
   warmup_steps: int = 20
+  lr_multipliers: tuple[tuple[str, float], ...] = ()  # c2jax and jax_llama only
   schedule_steps: int = 1500
   weight_decay: float = 0.1
   bias_update_rate: float | None = None  # None: the pretraining step's default
@@ -122,7 +126,8 @@ def model_config(preset: str = "tiny", overrides: dict | None = None, extra: dic
 def optimizer_config(s: ProbeSettings):
   from c2jax.optim import OptimizerConfig
   return OptimizerConfig(learning_rate=s.learning_rate, warmup_steps=s.warmup_steps, total_steps=s.schedule_steps,
-                         final_lr_fraction=0.1, weight_decay=s.weight_decay, b1=0.9, b2=0.95, eps=1e-8, grad_clip=1.0)
+                         final_lr_fraction=0.1, weight_decay=s.weight_decay, b1=0.9, b2=0.95, eps=1e-8, grad_clip=1.0,
+                         lr_multipliers=s.lr_multipliers)
 
 
 def step_config(s: ProbeSettings):
@@ -407,13 +412,16 @@ def main(argv):
   settings = ProbeSettings(
       steps=FLAGS.steps, eval_every=FLAGS.eval_every, batch_size=FLAGS.batch_size, seq_len=FLAGS.seq_len,
       eval_rows=FLAGS.eval_rows, learning_rate=FLAGS.learning_rate, warmup_steps=FLAGS.warmup_steps,
-      schedule_steps=FLAGS.schedule_steps, weight_decay=FLAGS.weight_decay, bias_update_rate=FLAGS.bias_update_rate,
+      lr_multipliers=tuple(json.loads(FLAGS.lr_multipliers).items()), schedule_steps=FLAGS.schedule_steps,
+      weight_decay=FLAGS.weight_decay, bias_update_rate=FLAGS.bias_update_rate,
       seed=FLAGS.seed, eval_seed=FLAGS.eval_seed, llama=tuple(json.loads(FLAGS.llama).items()),
       mla_features=tuple(FLAGS.mla_features), latent_std=FLAGS.latent_std, init=FLAGS.init)
   overrides = None if FLAGS.model_overrides is None else json.loads(FLAGS.model_overrides)
   cfg = model_config(FLAGS.model, overrides, json.loads(FLAGS.extra_overrides))
   if cfg.vocab_size < 256:
     raise app.UsageError(f"vocab_size={cfg.vocab_size}: the copy stream speaks bytes; use a vocabulary >= 256.")
+  if settings.lr_multipliers and FLAGS.impl not in ("c2jax", "jax_llama"):
+    raise app.UsageError(f"--lr_multipliers is for --impl=c2jax or jax_llama (c2jax's optimizer), not {FLAGS.impl}.")
   if FLAGS.impl != "c2jax":
     import torch
     torch.set_num_threads(os.cpu_count() or 1)

@@ -74,6 +74,10 @@ class AdamWConfig:
   Attributes:
     weight_decay, b1, b2, eps: AdamW's decoupled weight decay, moment decays and epsilon.
     grad_clip: global-norm clipping (0 disables).
+    lr_multipliers: {pattern: multiplier}: the parameters whose slash-joined path fully matches the regular expression
+      (e.g. "(dense|moe)_layers/attn/(q_a|kv_a)", MLA's two down-projections into normed latents) train at
+      `multiplier` x every phase's learning rate (`c2jax.optim.OptimizerConfig.lr_multipliers`); a pattern matching
+      no trained parameter is refused. Empty: one rate for all.
   """
 
   weight_decay: float = 0.1
@@ -81,6 +85,7 @@ class AdamWConfig:
   b2: float = 0.95
   eps: float = 1e-8
   grad_clip: float = 1.0
+  lr_multipliers: tuple[tuple[str, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

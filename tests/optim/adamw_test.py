@@ -1,7 +1,9 @@
-"""AdamW's schedule (warmup, decay, per-phase offset) and what weight decay leaves alone."""
+"""AdamW's schedule (warmup, decay, per-phase offset), what weight decay leaves alone and per-leaf learning-rate
+multipliers."""
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,6 +54,50 @@ class OptimizerTest(absltest.TestCase):
     for kw in ({"final_lr_fraction": 1.5}, {"total_steps": 0}, {"grad_clip": -1.0}):
       with self.assertRaises(ValueError):
         OptimizerConfig(**kw)
+
+
+class LrMultipliersTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    k1 = jax.random.key(0)
+    self.params = {"layers": {"attn": {"q_a": jnp.ones((3, 2)), "q_a_norm": jnp.ones((2,)), "kv_a": jnp.ones((3, 4))}},
+                   "embed": jnp.ones((5, 3))}
+    leaves, treedef = jax.tree.flatten(self.params)
+    keys = jax.random.split(k1, len(leaves))
+    self.grads = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+
+  def _updates(self, lr_multipliers):
+    cfg = OptimizerConfig(learning_rate=0.1, warmup_steps=0, weight_decay=0.5, lr_multipliers=lr_multipliers)
+    tx = make_optimizer(cfg)
+    state = tx.init(self.params)
+    updates, state = tx.update(self.grads, state, self.params)
+    updates, _ = tx.update(self.grads, state, self.params)  # a second step: moments and decay, not only the sign
+    return updates
+
+  def test_the_multiplier_scales_exactly_the_matching_leaves(self):
+    base = self._updates(())
+    scaled = self._updates((("layers/attn/(q_a|kv_a)", 0.25),))
+    for name in ("q_a", "kv_a"):
+      chex.assert_trees_all_close(scaled["layers"]["attn"][name], 0.25 * base["layers"]["attn"][name], rtol=1e-6)
+    # q_a_norm contains "q_a" but does not fully match; embed matches nothing: both keep the schedule's rate.
+    chex.assert_trees_all_close(scaled["layers"]["attn"]["q_a_norm"], base["layers"]["attn"]["q_a_norm"])
+    chex.assert_trees_all_close(scaled["embed"], base["embed"])
+    self.assertGreater(float(jnp.abs(base["layers"]["attn"]["q_a"]).min()), 0.0)
+
+  def test_a_pattern_that_matches_nothing_is_refused_at_init(self):
+    tx = make_optimizer(OptimizerConfig(lr_multipliers=(("layers/attn/q_b", 0.5),)))
+    with self.assertRaisesRegex(ValueError, r"\['layers/attn/q_b'\] match no trained parameter"):
+      tx.init(self.params)
+
+  def test_overlapping_or_malformed_patterns_are_refused(self):
+    tx = make_optimizer(OptimizerConfig(lr_multipliers=(("layers/.*", 0.5), (".*/q_a", 2.0))))
+    with self.assertRaisesRegex(ValueError, "make the patterns disjoint"):
+      tx.init(self.params)
+    with self.assertRaisesRegex(ValueError, "is not a regular expression"):
+      OptimizerConfig(lr_multipliers=(("layers/(q_a", 0.5),))
+    with self.assertRaisesRegex(ValueError, "must be >= 0"):
+      OptimizerConfig(lr_multipliers=(("embed", -1.0),))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""The pretraining run config: the default phases, and errors that name the field."""
+"""The pretraining run config: the default phases, errors that name the field, and the optimizer's lr_multipliers."""
 
 from absl.testing import absltest
+import jax
 
-from c2jax.pretrain.step import MtpTarget
+from c2jax.pretrain.step import MtpTarget, init_state
 from c2jax.services import pretrain_run_config
 from configs import pretrain_tiny
 
@@ -60,6 +61,18 @@ class ConfigTest(absltest.TestCase):
       _phases(c)
     with self.assertRaisesRegex(ValueError, "optim has no field 'z_loss_weight'; its fields are"):
       pretrain_run_config.parse({"optim": {"z_loss_weight": 0.1}})  # a step setting, under `step`
+
+  def test_lr_multipliers_reach_every_phase_and_must_match_a_parameter(self):
+    c = pretrain_tiny.get_config()
+    c.optim.lr_multipliers = {"(dense|moe)_layers/attn/(q_a|kv_a)": 0.3}
+    phases = _phases(c)
+    self.assertEqual({p.hp.optim.lr_multipliers for p in phases}, {(("(dense|moe)_layers/attn/(q_a|kv_a)", 0.3),)})
+    key = jax.random.key(0)
+    jax.eval_shape(lambda: init_state(phases[0].model, phases[0].hp, key))  # the tiny model has both maps
+    c.optim.lr_multipliers = {"layers/attn/q_a": 0.3}  # no such path: the layers are dense_layers / moe_layers
+    phases = _phases(c)
+    with self.assertRaisesRegex(ValueError, r"patterns \['layers/attn/q_a'\] match no trained parameter"):
+      jax.eval_shape(lambda: init_state(phases[0].model, phases[0].hp, key))
 
   def test_unknown_model_name(self):
     c = pretrain_tiny.get_config()
