@@ -456,8 +456,10 @@ class RunTest(absltest.TestCase):
       payload.write_text(json.dumps({"python": programs, "configs": configs, "tasks": tasks, "root": str(ROOT)}))
       cwd = pathlib.Path(work) / "clone"
       cwd.mkdir()
+      # The suite's XLA flags (its -O0 backend: the blocks' programs run once) with the mesh snippet's 8 devices.
+      flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
       env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-                 XLA_FLAGS="--xla_force_host_platform_device_count=8")  # the mesh snippet's 8 devices
+                 XLA_FLAGS=" ".join(flags + ["--xla_force_host_platform_device_count=8"]))
       program = f"from tests import docs_blocks_test as t; t.child({str(payload)!r})"
       proc = subprocess.run([sys.executable, "-c", program], cwd=cwd, env=env, capture_output=True, text=True,
                             timeout=600)
