@@ -9,7 +9,9 @@ Two fixed held-out batches in the run's own tokenizer, one forward each (the hel
     second copies' tokens against the first copies'; `copy_ratio` = second / first, ~1 without an induction circuit,
     toward 0 with one (docs/experiments/copying.md: the probe passes at <= 0.5);
   * names in held-out code (`c2jax.data.name_reuse`): the CE of the tokens of a name's later uses in the document
-    against those of first uses; `name_ratio` = later / first.
+    against those of first uses; `name_ratio` = later / first. Only a text source has them: a source of token
+    documents (an SFT's recorded episodes, `token_docs`) has no text to find names in, so its runs log the copy
+    strings' figures alone.
 The strings' lengths follow the row length (24-48 symbols at T >= 256, shorter rows shorter strings) so that a row
 holds whole pairs.
 """
@@ -65,12 +67,13 @@ def _mean(ce: np.ndarray, part: np.ndarray, which: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class CopyProbe:
-  """The two held-out batches: copy_tokens / copy_part [B, T] (`Part`), name_tokens / name_part [B, T] (`NamePart`)."""
+  """The two held-out batches: copy_tokens / copy_part [B, T] (`Part`), name_tokens / name_part [B, T] (`NamePart`;
+  None when the held-out source holds token documents, not text)."""
 
   copy_tokens: np.ndarray
   copy_part: np.ndarray
-  name_tokens: np.ndarray
-  name_part: np.ndarray
+  name_tokens: np.ndarray | None
+  name_part: np.ndarray | None
 
   @classmethod
   def build(cls, tokenizer: Tokenizer, code_source: Mapping, *, seq_len: int, rows: int) -> CopyProbe:
@@ -80,19 +83,24 @@ class CopyProbe:
     copies = CopyStream(seed=EVAL_SEED, seq_len=seq_len, min_len=min(24, max(2, max_len // 2)), max_len=max_len,
                         tokenizer=tokenizer).batch(rows)
     docs = sources_lib.open_source(code_source)
+    if len(docs) and isinstance(docs[0], sources_lib.TokenDocument):  # no text to find names in (module docstring)
+      return cls(copies.tokens, copies.part, None, None)
     names = name_rows((docs[i] for i in range(len(docs))), tokenizer, seq_len=seq_len, n_rows=rows)
     return cls(copies.tokens, copies.part, names.tokens, names.part)
 
   def evaluate(self, params, model: ModelConfig, layout: Layout | None = None,
                put: Callable = lambda b: jax.tree.map(jnp.asarray, b)) -> dict[str, float]:
-    """The probe's figures (`KEYS`): mean CE (nats/token) of each part and the two ratios."""
+    """The probe's figures (`KEYS`; the copy strings' three alone without a names batch): mean CE (nats/token) of
+    each part and the ratios."""
     f = token_ce_fn(model, layout)
     copy_ce = np.asarray(jax.device_get(f(params, put(_batch(self.copy_tokens)))[0]), np.float64)
-    name_ce = np.asarray(jax.device_get(f(params, put(_batch(self.name_tokens)))[0]), np.float64)
     first, second = _mean(copy_ce, self.copy_part, Part.FIRST), _mean(copy_ce, self.copy_part, Part.SECOND)
+    out = {"copy_first_ce": first, "copy_second_ce": second, "copy_ratio": second / first}
+    if self.name_tokens is None:
+      return out
+    name_ce = np.asarray(jax.device_get(f(params, put(_batch(self.name_tokens)))[0]), np.float64)
     new, later = _mean(name_ce, self.name_part, NamePart.FIRST), _mean(name_ce, self.name_part, NamePart.LATER)
-    return {"copy_first_ce": first, "copy_second_ce": second, "copy_ratio": second / first,
-            "name_first_ce": new, "name_later_ce": later, "name_ratio": later / new}
+    return {**out, "name_first_ce": new, "name_later_ce": later, "name_ratio": later / new}
 
 
 def plot(records: Sequence[dict], path: str) -> None:
@@ -105,7 +113,8 @@ def plot(records: Sequence[dict], path: str) -> None:
   fig, ax = plt.subplots(figsize=(6.4, 4.2))
   steps = [r["step"] for r in records]
   ax.plot(steps, [r["copy_ratio"] for r in records], "o-", ms=4, label="copy strings: second / first copy CE")
-  ax.plot(steps, [r["name_ratio"] for r in records], "s-", ms=4, label="names in code: later / first use CE")
+  if all("name_ratio" in r for r in records):  # a token-document source has no names batch
+    ax.plot(steps, [r["name_ratio"] for r in records], "s-", ms=4, label="names in code: later / first use CE")
   ax.axhline(0.5, color="k", ls="--", lw=1, label="the probe's pass line (0.5)")
   ax.set_xlabel("step")
   ax.set_ylabel("CE ratio")
