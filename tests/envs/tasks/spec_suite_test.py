@@ -17,6 +17,7 @@ import pytest
 
 from c2jax.actors import behaviour
 from c2jax.actors.agent_loop import AgentConfig, AgentRunner, Episode
+from c2jax.actors.engine import Shapes
 from c2jax.actors.ledger import EpisodeEnd
 from c2jax.envs.tasks import coding_tasks as ct
 from c2jax.envs.grading import grading
@@ -32,6 +33,7 @@ from c2jax.envs.teachers import scripted_policies
 from c2jax.envs.teachers.scripted_policies import POLICIES
 from c2jax.envs.tasks.suites import compositions
 from c2jax.envs.tasks.suites import spec
+from c2jax.services import teacher_traces
 from tests import tiny
 from tests.actors.agent_loop_test import ENGINE, MODEL, SAMPLING
 
@@ -343,13 +345,17 @@ class SandboxTest(absltest.TestCase):
 def _agent_run():
   """spec_reader and spec_reader_no_test on two tasks each, forced through the agent loop's engine (random weights),
   then spec_fixer (always wrong first) on two, in a wider engine: its failing run's unittest output alone is ~700
-  bytes."""
+  bytes. Every turn is forced, so the teacher traces' small scorer runs them on full shapes, as the recording does
+  (`teacher_traces.scorer_config`; its test holds the documents equal to the run's model's): a few programs
+  instead of one per rows x chunk x window."""
   suite = CodingTaskSuite(coding_suite="tiny_spec", instructions="none", max_turns=8, tokenizer="byte")
   agent = AgentConfig(max_turns=8, max_turn_tokens=256, max_episode_tokens=4000, chunk_steps=16, tool_workers=2)
+  scorer = teacher_traces.scorer_config(MODEL)
   tasks, trajectories = [], []
   for names, engine in ((("spec_reader", "spec_reader_no_test"), ENGINE),
                         (("spec_fixer",), dataclasses.replace(ENGINE, slots=2, context=3072))):
-    runner = AgentRunner(MODEL, engine, SAMPLING, agent, suite.text_tokenizer())
+    runner = AgentRunner(scorer, dataclasses.replace(engine, shapes=Shapes.FULL), SAMPLING, agent,
+                         suite.text_tokenizer())
     episodes = []
     for name in names:
       act = POLICIES.get(name)(wrong_first=1.0) if name == "spec_fixer" else POLICIES.get(name)()
@@ -359,7 +365,7 @@ def _agent_run():
         tasks.append((name, coding))
         episodes.append(Episode(prompt=task.prompt, make_env=functools.partial(suite.agent_env, task),
                                 key=len(tasks), script=lambda turn, obs, a=act, c=coding: a.act(c, obs)))
-    trajectories += runner.run(episodes, weights=lambda: (tiny.params(MODEL), 0))
+    trajectories += runner.run(episodes, weights=lambda: (tiny.params(scorer), 0))
   return tasks, trajectories, suite.text_tokenizer()
 
 
