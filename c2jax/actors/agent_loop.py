@@ -185,8 +185,7 @@ class AgentConfig:
       versions exactly, log-probs and expert ids as the model computes a chunk against a step).
     force_chunk: at most this many tokens of each forced turn per forward (rounded up to an engine bucket): every
       forcing slot is padded to the call's chunk, so one long turn in a large chunk costs the short ones beside it
-      (recording the teacher's traces on 2 CPU cores, 64 spent less device time than 256:
-      docs/benchmarks.md, tools/bench_forced_turns.py).
+      (docs/benchmarks.md, tools/bench_forced_turns.py).
   """
 
   max_turns: int = 8
