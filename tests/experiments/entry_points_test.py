@@ -1,6 +1,8 @@
 """Every entry point refuses a config key that does not exist, and a bad value, in one sentence (exit code 2) that
 names the key and what it allows: no traceback, nothing started. So does an actor given a damaged data path (its
-buffer's run_config.json, the weight store's LATEST)."""
+buffer's run_config.json, the weight store's LATEST). The refusals run in processes forked from one that has imported
+jax and the config modules (`tests/experiments/preloaded.py`); `--config_help` runs each entry point as a shell
+would start it."""
 
 import functools
 import os
@@ -15,6 +17,7 @@ from absl.testing import parameterized
 import pytest
 
 from c2jax.envs.teachers import scripted_policies
+from tests.experiments import preloaded
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(_ROOT)}
@@ -62,11 +65,20 @@ def _run_config_json() -> str:
 @pytest.mark.e2e
 class EntryPointsTest(parameterized.TestCase):
 
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.launcher = preloaded.Launcher(_ENV, preloaded.ENTRY_POINT_IMPORTS)
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.launcher.close()
+    super().tearDownClass()
+
   @parameterized.named_parameters((f"{name}_{i}", name, flag, message)
                                   for i, (name, flag, message) in enumerate(_CASES))
   def test_refuses_in_one_sentence(self, name, flag, message):
-    proc = subprocess.run([sys.executable] + _ENTRY_POINTS[name] + [flag], capture_output=True, text=True,
-                          env=_ENV, cwd="/", timeout=300)
+    proc = self.launcher.run(_ENTRY_POINTS[name] + [flag], cwd="/", timeout=300)
     self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     self.assertLen(lines, 1, proc.stderr[-2000:])
@@ -89,7 +101,7 @@ class EntryPointsTest(parameterized.TestCase):
     self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
     argv = [_ENTRY_POINTS[name][0], f"--workdir={workdir}", f"--config.mesh={mesh}"]
     env = {**_ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    proc = subprocess.run([sys.executable] + argv, capture_output=True, text=True, env=env, cwd="/", timeout=120)
+    proc = self.launcher.run(argv, env=env, cwd="/", timeout=120)
     self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     self.assertLen(lines, 1, proc.stderr[-2000:])
@@ -113,9 +125,8 @@ class EntryPointsTest(parameterized.TestCase):
         f.write(_run_config_json())
     with open(os.path.join(buffer if name == "run_config.json" else weights, name), "wb") as f:
       f.write(data)
-    proc = subprocess.run([sys.executable, "-m", "c2jax.services.actor_process", f"--buffer={buffer}",
-                           f"--weights={weights}", "--actor_id=a0", "--wait_config_s=1", "--verbosity=-1"],
-                          capture_output=True, text=True, env=_ENV, cwd="/", timeout=300)
+    proc = self.launcher.run(["-m", "c2jax.services.actor_process", f"--buffer={buffer}", f"--weights={weights}",
+                              "--actor_id=a0", "--wait_config_s=1", "--verbosity=-1"], cwd="/", timeout=300)
     self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     self.assertLen(lines, 1, proc.stderr[-2000:])

@@ -34,6 +34,7 @@ from c2jax.services import rl_job
 from c2jax.services import rl_run_config
 from configs import rl_tiny
 from tests import tiny
+from tests.experiments import preloaded
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(_ROOT)}
@@ -111,28 +112,26 @@ class ChecksTest(absltest.TestCase):
                      f"path is read from {os.getcwd()}).")
 
 
-def _run(argv, **kwargs) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable] + argv, capture_output=True, text=True, env=_ENV, cwd=str(_ROOT),
-                        timeout=300, **kwargs)
-
-
 @pytest.mark.e2e
 class EntryPointsTest(parameterized.TestCase):
-  """Each entry point's refusal in a real process: one line on stderr, exit code 2, nothing written."""
+  """Each entry point's refusal in a real process (forked from one that has imported jax and the config modules,
+  `tests/experiments/preloaded.py`): one line on stderr, exit code 2, nothing written."""
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
     cls.tmp = pathlib.Path(tempfile.mkdtemp(prefix="c2jax-runtime-errors-"))
     cls.checkpoint = _saved_checkpoint(cls.tmp / "ckpt")
+    cls.launcher = preloaded.Launcher(_ENV, preloaded.ENTRY_POINT_IMPORTS)
 
   @classmethod
   def tearDownClass(cls):
+    cls.launcher.close()
     shutil.rmtree(cls.tmp, ignore_errors=True)
     super().tearDownClass()
 
   def _refused(self, argv, message, workdir=None):
-    proc = _run(argv)
+    proc = self.launcher.run(argv, cwd=str(_ROOT), timeout=300)
     self.assertEqual(proc.returncode, 2, proc.stderr[-3000:])
     lines = proc.stderr.strip().splitlines()
     self.assertLen(lines, 1, proc.stderr[-3000:])
