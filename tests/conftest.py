@@ -75,8 +75,9 @@ _GUESS_S = {"e2e": 40.0, "mesh": 10.0, "slow": 10.0}  # seconds guessed for a fi
 
 def pytest_collection_modifyitems(config, items):
   """The longest files first (by tests/file_durations.json, else by their markers), each file's tests in their
-  order: `--dist loadfile` hands whole files to the workers in this order, so the suite ends on short files on
-  every worker, not on one long file with the others idle (longest-first list scheduling)."""
+  order. Under `make test`, xdist then hands out whole files with the most tests first (its --loadscope-reorder), so
+  this order decides among files that hold as many tests; the order alone was measured slower (docs/design/tests.md).
+  """
   del config
   try:
     with open(_DURATIONS, encoding="utf-8") as f:

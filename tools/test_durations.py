@@ -1,6 +1,6 @@
-"""Writes tests/file_durations.json, the seconds each test file took in a suite run, from that run's JUnit XML: the
-order in which `make test` hands whole files to its workers, longest first (tests/conftest.py), so that no long
-file starts last while the other workers sit idle.
+"""Writes tests/file_durations.json, the seconds each test file took in a suite run, from that run's JUnit XML:
+tests/conftest.py sorts the files longest first by them, which decides the order among files that hold as many tests
+(xdist hands out the files with the most tests first: docs/design/tests.md).
 
   .venv/bin/python -m pytest -n 3 --dist loadfile -m "not gpu_compile" --junitxml=/tmp/suite.xml tests
   .venv/bin/python tools/test_durations.py --junit=/tmp/suite.xml      # rewrites tests/file_durations.json
