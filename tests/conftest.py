@@ -76,7 +76,8 @@ _GUESS_S = {"e2e": 40.0, "mesh": 10.0, "slow": 10.0}  # seconds guessed for a fi
 def pytest_collection_modifyitems(config, items):
   """The longest files first (by tests/file_durations.json, else by their markers), each file's tests in their
   order. Under `make test`, xdist then hands out whole files with the most tests first (its --loadscope-reorder), so
-  this order decides among files that hold as many tests; the order alone was measured slower (docs/design/tests.md).
+  this order decides among files that hold as many tests; the order alone changed nothing measurable
+  (docs/design/tests.md).
   """
   del config
   try:
