@@ -4,6 +4,7 @@ the names batch used to raise on the first document."""
 
 import json
 import os
+import shutil
 import tempfile
 
 from absl.testing import absltest
@@ -22,6 +23,7 @@ class CopyProbeSourcesTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     self.dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
     self.tok = ByteTokenizer()
     self.params = tiny.params(tiny.BYTES)
 
