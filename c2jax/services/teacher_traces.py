@@ -51,7 +51,7 @@ from c2jax.model.params import init_params
 from c2jax.services.rl_run_config import RLRunConfig
 
 # What the recording depends on besides the policy: bump when the recording itself changes.
-FORMAT = 2
+FORMAT = 3  # 3: the run tool shows no test run's duration (env.without_timings)
 
 
 # The scorer's shape (ModelConfig fields over the run's model): one dense layer of width 16, no MoE, no MTP. Only its

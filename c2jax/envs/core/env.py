@@ -32,9 +32,10 @@ overruled and the episode goes on (a spent budget still ends it, the message und
 
 Tools run against a `Sandbox` holding a fresh copy of the task's starting files (hidden tests are never in it):
 read_file, write_file and edit work on the workdir from the host side (the sandbox confines paths to it); run is a
-shell command in the container; grep is a Python regex over the workdir's text files, evaluated inside the
-container too, so a pathological pattern meets the sandbox's timeout instead of stalling the host (its interpreter
-runs isolated, `python3 -I`, so that a repository's own json.py or re.py cannot stand in for the standard library).
+shell command in the container (its output shown without the test runners' durations, `without_timings`); grep is
+a Python regex over the workdir's text files, evaluated inside the container too, so a pathological pattern meets
+the sandbox's timeout instead of stalling the host (its interpreter runs isolated, `python3 -I`, so that a
+repository's own json.py or re.py cannot stand in for the standard library).
 search_code ranks the workdir's functions, classes and windows of lines against a description (`code_search`: its
 index is built from `Sandbox.files`, which follows no symlink, and rebuilt when a file changed, in a child process
 that is killed past the call's time, `bounded_search.TIMEOUT_S` cut to the episode's time left, or its memory cap:
@@ -48,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+import re
 import shlex
 import time
 from typing import Callable, Sequence
@@ -192,6 +194,24 @@ sys.exit(0 if total else %(no_match)d)
 
 
 # Tools that can grow the workdir; the others leave it as it is.
+# The test runners' own run times ("Ran 3 tests in 0.004s", pytest's "2 passed in 0.03s"): the one part of a test
+# run's output that differs between two plays of the same episode.
+_UNITTEST_TIME = re.compile(r"(Ran \d+ tests? in )\d+\.\d+s")
+_PYTEST_TIME = re.compile(r"(\b(?:passed|failed|skipped|deselected|xfailed|xpassed|errors?|warnings?|no tests ran) in )"
+                          r"\d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?")
+
+
+def without_timings(output: str) -> str:
+  """`output` with unittest's and pytest's run times written as 0.000s and 0.00s (their zero in their own format).
+
+  The run tool shows every command's output this way, so that the same actions give the same observations: a
+  recorded teacher trace, the SFT trained on it, a suite BPE trained on its text and a replayed episode are then the
+  same on every machine and every run (a time that differs changes the tokens, and at the demo's size the SFT it
+  trains moved RL's starting pass@1 by 0.3: docs/experiments/main_job.md section 11). Any other duration is kept.
+  """
+  return _PYTEST_TIME.sub(r"\g<1>0.00s", _UNITTEST_TIME.sub(r"\g<1>0.000s", output))
+
+
 _WRITING_TOOLS = frozenset({ToolName.WRITE_FILE, ToolName.EDIT, ToolName.RUN})
 
 
@@ -465,9 +485,9 @@ class CodingEnv:
     status = (f"timed out after {result.wall_s:.1f} s" if result.timed_out else f"exit code {result.exit_code}")
     parts = [status + (" (output truncated)" if result.truncated else "")]
     if result.stdout:
-      parts.append(f"--- stdout ---\n{result.stdout.rstrip()}")
+      parts.append(f"--- stdout ---\n{without_timings(result.stdout.rstrip())}")
     if result.stderr:
-      parts.append(f"--- stderr ---\n{result.stderr.rstrip()}")
+      parts.append(f"--- stderr ---\n{without_timings(result.stderr.rstrip())}")
     # A failing command is a result the model reads, not a tool error.
     return True, "\n".join(parts)
 

@@ -23,7 +23,6 @@ import concurrent.futures
 import enum
 import hashlib
 import os
-import re
 
 from c2jax.data.bpe import default_cache_dir, train_bpe
 from c2jax.envs.teachers import demonstrations
@@ -77,17 +76,9 @@ def teacher_observations(suite: str, suite_options=None, workers: int = 4) -> li
   tasks = demonstrations.suite_tasks(suite, "train", suite_options)
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
     played = pool.map(lambda task: play(policy, task, config, graded=False), tasks)
-    return [without_timings(o) for observations, _ in played for o in observations[1:]]
-
-
-# unittest's "Ran 3 tests in 0.004s": the one part of a test run's output that differs between two plays.
-_TEST_TIME = re.compile(r"(Ran \d+ tests? in )\d+\.\d+s")
-
-
-def without_timings(observation: str) -> str:
-  """`observation` with unittest's run times written as 0.000s, so that the BPE's text, and so the BPE, is the same
-  on every machine and every run (a time that differs changes the merges, and with them the vocabulary)."""
-  return _TEST_TIME.sub(r"\g<1>0.000s", observation)
+    # The run tool shows no test run's duration (`env.without_timings`), so two plays give the same text and the
+    # BPE, its merges and vocabulary, is the same on every machine and every run.
+    return [o for observations, _ in played for o in observations[1:]]
 
 
 def suite_tokenizer(suite: str, vocab_size: int, cache_dir: str, suite_options=None,

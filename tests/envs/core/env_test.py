@@ -44,6 +44,19 @@ def call(name, **args):
   return ToolCall(ToolName(name), args)
 
 
+class WithoutTimingsTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("unittest", "Ran 3 tests in 0.004s\n\nOK\nRan 1 test in 12.5s\nin 0.5s",
+       "Ran 3 tests in 0.000s\n\nOK\nRan 1 test in 0.000s\nin 0.5s"),
+      ("pytest", "==== 1 failed, 2 passed in 0.13s ====\n3 passed, 1 warning in 61.20s (0:01:01)\nslept in 2s",
+       "==== 1 failed, 2 passed in 0.00s ====\n3 passed, 1 warning in 0.00s\nslept in 2s"),
+      ("other_durations_kept", "took 0.004s\nRan the job in 3.1s", "took 0.004s\nRan the job in 3.1s"),
+  )
+  def test_only_the_test_runners_times_are_rewritten(self, output, expected):
+    self.assertEqual(env_lib.without_timings(output), expected)
+
+
 class EnvTest(parameterized.TestCase):
 
   def setUp(self):
@@ -332,6 +345,17 @@ class EnvTest(parameterized.TestCase):
     # (c2jax/envs/grading/grading.py).
     self.assertNotIn("hidden_tests/test_hidden.py", made[1])
     self.assertIn("calc.py", made[1])
+
+  def test_a_test_runs_duration_is_not_in_the_observation(self):
+    env = self.env()
+    env.reset(TASK)
+    slow = "import time, unittest\n\n\nclass S(unittest.TestCase):\n\n  def test_sleep(self):\n    time.sleep(0.02)\n"
+    env.step(text(call("write_file", path="tests/test_slow.py", content=slow)))
+    run = text(call("run", command="python3 -m unittest tests.test_slow"))
+    first, second = env.step(run).observation, env.step(run).observation
+    self.assertIn("Ran 1 test in 0.000s", first)  # it slept 0.02 s: unittest itself printed 0.02s or more
+    result = lambda observation: observation.split("</result>")[0]  # the budget line after it counts turns
+    self.assertEqual(result(first), result(second))  # the same action, the same tool result
 
   def test_misuse_and_lifetime(self):
     env = CodingEnv()

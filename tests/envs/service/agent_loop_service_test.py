@@ -4,9 +4,8 @@ of an episode is survived (the episode runs again on the other server, counted, 
 native chat format's turn results (tool results, continuation with control tokens) cross the wire intact.
 
 The episodes are tiny_spec's spec_reader_no_test (read SPEC.md; write and finish: real sandboxes, two tool turns)
-forced through the tiny model's engine (tests/envs/tasks/spec_suite_test.py). Not spec_reader: its test run prints
-its own duration (`Ran 3 tests in 0.004s`), which differs between two plays of the same episode, and with it the
-tokens compared here; the run tool crosses the wire in NativeFormatWireTest.
+forced through the tiny model's engine (tests/envs/tasks/spec_suite_test.py); the run tool crosses the wire in
+NativeFormatWireTest.
 """
 
 import functools
