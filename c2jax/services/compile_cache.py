@@ -20,9 +20,10 @@ import jax
 
 from c2jax.data.bpe import default_cache_dir
 
-# Programs that take at least this long to compile are kept (jax's own floor is 1 s, which on a CPU leaves out most
-# of a small model's programs). $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, wins.
-MIN_COMPILE_TIME_S = 0.1
+# Every program is kept, however fast it compiled (jax's own floor is 1 s, which on a CPU leaves out most of a small
+# model's programs; a floor of 0.1 s still left tens of eager host-side programs per process compiled anew in every
+# run), so that a second run compiles nothing new. $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, wins.
+MIN_COMPILE_TIME_S = 0.0
 
 
 def directory(explicit: str = "") -> str:
