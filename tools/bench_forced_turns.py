@@ -17,8 +17,8 @@ commands, whose processes bubblewrap does not hand back to it), the seconds of d
 (`RunStats.decode_intervals`: forces and decodes), and the tool workers' seconds (summed over the workers); then
 the ratios of wall times (decode / prefill, baseline / prefill). Every variant must record the same documents,
 checked twice: their weighted tokens hash alike, and so do their whole texts with the weight of each piece once
-the durations unittest prints ("Ran 3 tests in 0.004s") are blanked (the only bytes that differ between two
-recordings of the same code).
+the durations unittest prints ("Ran 3 tests in 0.004s") are blanked (a commit before traces format 3 shows them, and
+they were the only bytes that differed between two of its recordings; since then the run tool shows 0.000s).
 
 Last line: JSON.
 """
