@@ -331,9 +331,8 @@ def check_resumable(runs: Sequence[Run]) -> None:
 
 def _child_env() -> dict:
   from c2jax.services.pool import child_env
-  # The runs' trainers use every compute thread (child_env(1) would pin them to one); fake-device flags of a test
-  # process are dropped.
-  return child_env(threads=os.cpu_count() or 2)
+  # Fake-device flags of a test process are dropped.
+  return child_env()
 
 
 def _stop_with_sweep() -> None:

@@ -28,13 +28,15 @@ ACTOR_MODULE = "c2jax.services.actor_process"
 SERVER_MODULE = "c2jax.envs.service.server"
 
 
-def child_env(threads: int = 1) -> dict:
-  """The environment of an actor process: one XLA compute thread (actors share the machine with the trainer and
-  each other), no fake-device flags inherited from tests."""
+def child_env() -> dict:
+  """The environment of an actor process: this process's, less the fake-device flag a test may have set.
+
+  Its other XLA flags stay the trainer's: they are part of every compiled program's cache key, so an actor reads the
+  programs the trainer's evaluation compiled (the same agent engine at the same shapes) instead of compiling its own.
+  One Eigen thread per actor (`--xla_cpu_multi_thread_eigen=false`, set here before) gave the actors their own keys,
+  and made no measurable difference to a step (docs/benchmarks.md, tools/bench_model.py)."""
   env = dict(os.environ)
   flags = [f for f in env.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
-  if threads == 1:
-    flags.append("--xla_cpu_multi_thread_eigen=false")
   env["XLA_FLAGS"] = " ".join(flags)
   env["PYTHONPATH"] = os.pathsep.join([str(_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
   return env

@@ -29,7 +29,8 @@ and another run starts from), written when the run finishes. A restart drops the
 its checkpoint.
 
 The loop's stages (`BEFORE`, `TRAIN`, `AFTER`) are announced with their place in the job's plan
-(`c2jax.services.stages`), their progress bars labelled by it; the first update, which compiles, is announced.
+(`c2jax.services.stages`), their progress bars labelled by it; the first update, which compiles, is announced. The
+first weights are published after `BEFORE` (the actors start sampling then, reading its compiled programs).
 """
 
 from __future__ import annotations
@@ -211,9 +212,17 @@ class _Trainer:
     self.prefetch = Prefetcher(self.reader, self.gps, poll_interval_s=cfg.trainer.poll_interval_s)
     if self.before is None and self.primary:
       with self.plan.stage(BEFORE, self._eval_size()) as s:
+        stages.note("the actors start sampling when it ends (its programs are theirs, read from the compilation "
+                    "cache)")
         self.before = {**self.run_eval(jax.device_put(self.params_host), label=s.label), "version": self.version}
     elif self.primary:
       self.plan.skip(BEFORE, "restored from the checkpoint")
+    # The first weights only now: the actors wait for them, so the evaluation before RL has the machine to itself and
+    # compiles the agent engine's programs once; the actors (the trainer's XLA flags, `pool.child_env`, so the same
+    # cache keys) then read those programs instead of compiling their own beside it (the runs that chose this:
+    # docs/benchmarks.md, tools/bench_main_job.py).
+    if self.primary and self.weights.latest() != self.version:
+      self.weights.publish(self.version, self.params_host)
     self.start = int(self.state.step)
     self.log = RunLog(self.work, resumed_at=None if self.restored_step is None else self.start,
                       step_logs=("metrics.jsonl", "consumed.jsonl"), primary=self.primary)
@@ -243,8 +252,6 @@ class _Trainer:
                       self.version, sum(self.cursor.values()))
     self.offset = self.version - int(self.state.step)
     self.params_host = _host(self.state.params)
-    if self.primary and self.weights.latest() != self.version:
-      self.weights.publish(self.version, self.params_host)
 
   def _eval_size(self) -> str:
     tasks, samples = self.cfg.eval.tasks, self.cfg.eval.samples

@@ -13,6 +13,7 @@ from unittest import mock
 from absl.testing import absltest
 
 from c2jax.services import compile_cache
+from c2jax.services import pool
 
 # A process that points jax at the cache as a run does, compiles one program (`SCALE` changes it) and prints how many
 # compiles the persistent cache answered and how many it did not.
@@ -20,6 +21,7 @@ _PROBE = """
 import json, sys
 import jax, jax.numpy as jnp
 from c2jax.services import compile_cache
+from c2jax.services import pool
 hits, misses = [], []
 jax.monitoring.register_event_listener(
     lambda event, **kw: (hits if event == "/jax/compilation_cache/cache_hits" else
@@ -49,8 +51,8 @@ class SecondRunTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, home, ignore_errors=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
-    env.update(C2JAX_CACHE_DIR=home, JAX_PLATFORMS="cpu",
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # this tiny program compiles in milliseconds
+    # No floor set: compile_cache's own keeps this tiny program, which compiles in milliseconds.
+    env.update(C2JAX_CACHE_DIR=home, JAX_PLATFORMS="cpu")
 
     def probe(scale: float) -> dict:
       out = subprocess.run([sys.executable, "-c", _PROBE, str(scale)], capture_output=True, text=True, env=env,
@@ -63,6 +65,29 @@ class SecondRunTest(absltest.TestCase):
     self.assertEqual((first["hits"], first["misses"] > 0), (0, True))
     self.assertEqual((second["hits"] > 0, second["misses"]), (True, 0))  # nothing compiled again
     self.assertGreater(changed["misses"], 0)  # another program (a constant changed): compiled, never the old one
+
+
+  def test_an_actor_reads_the_programs_its_trainer_compiled(self):
+    home = tempfile.mkdtemp(prefix="c2jax-compile-cache-")
+    self.addCleanup(shutil.rmtree, home, ignore_errors=True)
+    trainer = {k: v for k, v in os.environ.items()
+               if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
+    # A trainer with XLA flags of its own (a test's fake devices among them): an actor started by the pool keeps all
+    # but the fake devices, which change no CPU program's code but are part of its key.
+    trainer.update(C2JAX_CACHE_DIR=home, JAX_PLATFORMS="cpu",
+                   XLA_FLAGS="--xla_backend_optimization_level=0 --xla_force_host_platform_device_count=1")
+    with mock.patch.dict(os.environ, trainer, clear=True):
+      actor = pool.child_env()
+
+    def probe(env: dict) -> dict:
+      out = subprocess.run([sys.executable, "-c", _PROBE, "2.0"], capture_output=True, text=True, env=env,
+                           timeout=300, check=True)
+      return json.loads(out.stdout.strip().splitlines()[-1])
+
+    self.assertGreater(probe(trainer)["misses"], 0)  # compiled and written
+    self.assertEqual(actor["XLA_FLAGS"], "--xla_backend_optimization_level=0")
+    got = probe(actor)
+    self.assertEqual((got["hits"] > 0, got["misses"]), (True, 0))  # read, nothing compiled
 
 
 if __name__ == "__main__":

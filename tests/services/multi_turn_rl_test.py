@@ -164,6 +164,10 @@ class MultiTurnRLTest(absltest.TestCase):
     seconds = self.result["stage_seconds"]
     self.assertEqual(sorted(seconds), sorted(("held-out evaluation before RL", "RL", "held-out evaluation after RL")))
     self.assertTrue(all(s > 0 for s in seconds.values()), seconds)
+    # The actors wait for the first weights, published when the evaluation ends: it compiles alone.
+    waits = err.index("the actors start sampling when it ends")
+    self.assertLess(starts[0], waits)
+    self.assertLess(waits, err.index("stage 1/3: held-out evaluation before RL done"))
     engine = err.index("compiling the agent engine's programs")
     self.assertLess(starts[0], engine)
     self.assertLess(engine, starts[1])
