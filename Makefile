@@ -1,12 +1,17 @@
 # Two commands do everything on a fresh machine:
 #   make test   installs bubblewrap, slurm and munge if missing (root + apt-get), creates .venv, installs c2jax with
 #               its test extras, lints (ruff), runs the whole suite (but the GPU compile tier) in three xdist workers
-#   make demo   creates .venv, installs, runs the main job's model through pretraining on code, SFT and asynchronous RL
+#   make demo   creates .venv, installs c2jax (without the test extras unless `make test` installed them), runs the
+#               main job's model through pretraining on code, SFT and asynchronous RL
 #               on coding tasks, with held-out evaluation (configs/pretrain_tiny.py:rl_tiny, configs/rl_tiny.py)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat setup.py | md5sum | cut -c1-12)
+SETUP_HASH := $(shell cat setup.py | md5sum | cut -c1-12)
+# c2jax with its test extras (torch, transformers, the peers' packages): what the suite, lint and the benchmarks need.
+STAMP := $(VENV)/.installed-$(SETUP_HASH)
+# c2jax alone: all `make demo` runs (a third of the install's time: no torch, transformers or tunix to unpack).
+BASE_STAMP := $(VENV)/.installed-base-$(SETUP_HASH)
 
 .PHONY: test test-unit test-gpu-compile gpu-compile-venv lint demo install clean bench setup peer-vllm peer-maxtext
 
@@ -15,7 +20,14 @@ $(STAMP): setup.py
 	@echo "installing c2jax with its test extras into $(VENV) (once per setup.py; a few minutes: jax, torch, transformers)"
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
-	@rm -f $(VENV)/.installed-* && touch $@
+	@rm -f $(VENV)/.installed-* && touch $@ $(BASE_STAMP)
+
+$(BASE_STAMP): setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing c2jax into $(VENV) (once per setup.py; under a minute: jax, flax, optax, orbax)"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	@rm -f $(VENV)/.installed-base-* && touch $@
 
 install: $(STAMP)
 
@@ -90,7 +102,7 @@ test-unit: setup lint
 # One model through the stages: pretraining of the main job's own model on its tokenizer, then its SFT from that
 # model's checkpoint, then RL (configs/pretrain_tiny.py:rl_tiny; the three-phase byte-level recipe is the file's
 # default mode).
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(PY) experiments/pretrain_main.py --config=configs/pretrain_tiny.py:rl_tiny --workdir=runs/demo/pretrain
 	$(PY) experiments/rl_main.py --config=configs/rl_tiny.py --workdir=runs/demo/rl \
 	  --config.sft.base_checkpoint=runs/demo/pretrain/models/bulk
