@@ -212,15 +212,15 @@ class _Trainer:
     self.prefetch = Prefetcher(self.reader, self.gps, poll_interval_s=cfg.trainer.poll_interval_s)
     if self.before is None and self.primary:
       with self.plan.stage(BEFORE, self._eval_size()) as s:
-        stages.note("the actors start sampling when it ends (its programs are theirs, read from the compilation "
-                    "cache)")
+        stages.note("the actors start sampling when it ends (reading the programs it compiles from the "
+                    "compilation cache)")
         self.before = {**self.run_eval(jax.device_put(self.params_host), label=s.label), "version": self.version}
     elif self.primary:
       self.plan.skip(BEFORE, "restored from the checkpoint")
     # The first weights only now: the actors wait for them, so the evaluation before RL has the machine to itself and
-    # compiles the agent engine's programs once; the actors (the trainer's XLA flags, `pool.child_env`, so the same
-    # cache keys) then read those programs instead of compiling their own beside it (the runs that chose this:
-    # docs/benchmarks.md, tools/bench_main_job.py).
+    # compiles the sampling programs once (the agent engine's, for multi-turn actors); the actors (the trainer's XLA
+    # flags, `pool.child_env`, so the same cache keys) then read those instead of compiling their own beside it
+    # (the runs that chose this: docs/benchmarks.md, tools/bench_main_job.py).
     if self.primary and self.weights.latest() != self.version:
       self.weights.publish(self.version, self.params_host)
     self.start = int(self.state.step)

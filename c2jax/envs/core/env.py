@@ -193,7 +193,6 @@ sys.exit(0 if total else %(no_match)d)
 """ % {"usage": _GREP_USAGE_ERROR, "no_match": _GREP_NO_MATCH}  # noqa: UP031  (the script holds braces)
 
 
-# Tools that can grow the workdir; the others leave it as it is.
 # The test runners' own run times ("Ran 3 tests in 0.004s", pytest's "2 passed in 0.03s"): the one part of a test
 # run's output that differs between two plays of the same episode.
 _UNITTEST_TIME = re.compile(r"(Ran \d+ tests? in )\d+\.\d+s")
@@ -206,12 +205,13 @@ def without_timings(output: str) -> str:
 
   The run tool shows every command's output this way, so that the same actions give the same observations: a
   recorded teacher trace, the SFT trained on it, a suite BPE trained on its text and a replayed episode are then the
-  same on every machine and every run (a time that differs changes the tokens, and at the demo's size the SFT it
-  trains moved RL's starting pass@1 by 0.3: docs/experiments/main_job.md section 11). Any other duration is kept.
+  same on every machine and every run (a time that differs changes the tokens, and with them the SFT and the policy
+  RL starts from: docs/experiments/main_job.md, sections 11 and 12). Any other duration is kept.
   """
   return _PYTEST_TIME.sub(r"\g<1>0.00s", _UNITTEST_TIME.sub(r"\g<1>0.000s", output))
 
 
+# Tools that can grow the workdir; the others leave it as it is.
 _WRITING_TOOLS = frozenset({ToolName.WRITE_FILE, ToolName.EDIT, ToolName.RUN})
 
 
