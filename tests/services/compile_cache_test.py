@@ -44,49 +44,41 @@ class DirectoryTest(absltest.TestCase):
       self.assertEqual(compile_cache.directory(), "/home/c/jax")
 
 
+def _probe(env: dict, scale: float = 2.0) -> dict:
+  """`_PROBE` run in a process of its own with `env`."""
+  out = subprocess.run([sys.executable, "-c", _PROBE, str(scale)], capture_output=True, text=True, env=env,
+                       timeout=300, check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 class SecondRunTest(absltest.TestCase):
 
-  def test_a_second_process_compiles_nothing_a_changed_program_compiles(self):
-    home = tempfile.mkdtemp(prefix="c2jax-compile-cache-")
-    self.addCleanup(shutil.rmtree, home, ignore_errors=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
+  def setUp(self):
+    super().setUp()
+    self.home = tempfile.mkdtemp(prefix="c2jax-compile-cache-")
+    self.addCleanup(shutil.rmtree, self.home, ignore_errors=True)
     # No floor set: compile_cache's own keeps this tiny program, which compiles in milliseconds.
-    env.update(C2JAX_CACHE_DIR=home, JAX_PLATFORMS="cpu")
+    self.env = {k: v for k, v in os.environ.items()
+                if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
+    self.env.update(C2JAX_CACHE_DIR=self.home, JAX_PLATFORMS="cpu")
 
-    def probe(scale: float) -> dict:
-      out = subprocess.run([sys.executable, "-c", _PROBE, str(scale)], capture_output=True, text=True, env=env,
-                           timeout=300, check=True)
-      return json.loads(out.stdout.strip().splitlines()[-1])
-
-    first, second, changed = probe(2.0), probe(2.0), probe(3.0)
-    self.assertEqual(first["where"], os.path.join(home, "jax"))
+  def test_a_second_process_compiles_nothing_a_changed_program_compiles(self):
+    first, second, changed = _probe(self.env, 2.0), _probe(self.env, 2.0), _probe(self.env, 3.0)
+    self.assertEqual(first["where"], os.path.join(self.home, "jax"))
     self.assertTrue(os.listdir(first["where"]))  # written under the user's cache
     self.assertEqual((first["hits"], first["misses"] > 0), (0, True))
     self.assertEqual((second["hits"] > 0, second["misses"]), (True, 0))  # nothing compiled again
     self.assertGreater(changed["misses"], 0)  # another program (a constant changed): compiled, never the old one
 
-
   def test_an_actor_reads_the_programs_its_trainer_compiled(self):
-    home = tempfile.mkdtemp(prefix="c2jax-compile-cache-")
-    self.addCleanup(shutil.rmtree, home, ignore_errors=True)
-    trainer = {k: v for k, v in os.environ.items()
-               if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
     # A trainer with XLA flags of its own (a test's fake devices among them): an actor started by the pool keeps all
-    # but the fake devices, which change no CPU program's code but are part of its key.
-    trainer.update(C2JAX_CACHE_DIR=home, JAX_PLATFORMS="cpu",
-                   XLA_FLAGS="--xla_backend_optimization_level=0 --xla_force_host_platform_device_count=1")
+    # but the fake devices.
+    trainer = dict(self.env, XLA_FLAGS="--xla_backend_optimization_level=0 --xla_force_host_platform_device_count=1")
     with mock.patch.dict(os.environ, trainer, clear=True):
       actor = pool.child_env()
-
-    def probe(env: dict) -> dict:
-      out = subprocess.run([sys.executable, "-c", _PROBE, "2.0"], capture_output=True, text=True, env=env,
-                           timeout=300, check=True)
-      return json.loads(out.stdout.strip().splitlines()[-1])
-
-    self.assertGreater(probe(trainer)["misses"], 0)  # compiled and written
+    self.assertGreater(_probe(trainer)["misses"], 0)  # compiled and written
     self.assertEqual(actor["XLA_FLAGS"], "--xla_backend_optimization_level=0")
-    got = probe(actor)
+    got = _probe(actor)
     self.assertEqual((got["hits"] > 0, got["misses"]), (True, 0))  # read, nothing compiled
 
 
