@@ -11,6 +11,7 @@ After each module a fixture drops the jit caches and checks that the module left
 """
 
 import atexit
+import enum
 import gc
 import importlib.util
 import json
@@ -19,13 +20,34 @@ import shutil
 import tempfile
 
 _FLAGS = ["--xla_force_host_platform_device_count=8"]
-# The CPU suite compiles with LLVM at -O0: most of its programs are small and run a few times, so optimizing their
-# machine code cost more CPU than it saved (docs/benchmarks.md, "Test suite"). XLA's HLO passes (fusion, layouts, the
-# order of every reduction) run the same at every level; only LLVM's code generation changes. A process with jax's
-# CUDA plugin (the GPU compile tier, a GPU machine) keeps the optimized build, whose registers and spills it reports;
-# C2JAX_TEST_XLA_OPT=1 keeps it here too.
-if importlib.util.find_spec("jax_cuda12_plugin") is None and not os.environ.get("C2JAX_TEST_XLA_OPT"):
+# The CPU suite compiles for compile time, not run time: most of its programs are small and run a few times, and
+# XLA's compiles were most of its CPU seconds (docs/benchmarks.md, "Test suite"). LLVM runs at -O0: optimizing the
+# machine code cost more CPU than it saved. XLA's HLO passes (fusion, layouts, the order of every reduction) run the
+# same at every level; only LLVM's code generation changes. A process with jax's CUDA plugin (the GPU compile tier, a
+# GPU machine) keeps the default build, whose registers and spills it reports; C2JAX_TEST_XLA_OPT=1 keeps it here too.
+_CPU = importlib.util.find_spec("jax_cuda12_plugin") is None and not os.environ.get("C2JAX_TEST_XLA_OPT")
+if _CPU:
   _FLAGS.append("--xla_backend_optimization_level=0")
+
+
+class Emitters(enum.Enum):
+  """How XLA:CPU emits each fusion's code (C2JAX_TEST_CPU_EMITTERS; `make test` sets ELEMENTAL)."""
+
+  FUSION = "fusion"  # XLA's default: MLIR fusion emitters, then LLVM
+  # Straight to LLVM IR, with one LLVM module per program (the workers already fill both cores; splitting a module
+  # across threads only adds work): the same fusions, a fraction of the compile time. These emitters cannot lower
+  # float4 containers (an invalid LLVM bitcast), so tests that hold them are marked `fusion_emitters` and `make test`
+  # runs them in a session of their own.
+  ELEMENTAL = "elemental"
+
+
+try:
+  EMITTERS = Emitters(os.environ.get("C2JAX_TEST_CPU_EMITTERS", Emitters.FUSION.value))
+except ValueError:
+  raise SystemExit(f"C2JAX_TEST_CPU_EMITTERS={os.environ['C2JAX_TEST_CPU_EMITTERS']!r}: use one of "
+                   f"{[e.value for e in Emitters]}.") from None
+if _CPU and EMITTERS is Emitters.ELEMENTAL:
+  _FLAGS += ["--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1"]
 for _flag in _FLAGS:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
@@ -93,3 +115,22 @@ def pytest_collection_modifyitems(config, items):
     guess[path] = max(guess.get(path, 1.0), *marks) if marks else guess.get(path, 1.0)
   seconds = {path: float(measured.get(path, g)) for path, g in guess.items()}
   items.sort(key=lambda item: -seconds[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
+
+
+def pytest_runtest_setup(item):
+  """A test marked `fusion_emitters` fails at once, saying why, in a session on the element-wise emitters."""
+  if _CPU and EMITTERS is Emitters.ELEMENTAL and item.get_closest_marker("fusion_emitters"):
+    pytest.fail("this test needs XLA:CPU's fusion emitters (marked fusion_emitters): run it without "
+                "C2JAX_TEST_CPU_EMITTERS=elemental (`make test` runs such tests in a session of their own).",
+                pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  """On the element-wise emitters, a failure to lower (float4 containers) says which marker the test lacks."""
+  outcome = yield
+  report = outcome.get_result()
+  if (_CPU and EMITTERS is Emitters.ELEMENTAL and report.failed and call.excinfo is not None
+      and "Invalid LLVM IR" in str(call.excinfo.value)):
+    report.sections.append(("c2jax", "XLA:CPU's element-wise emitters (C2JAX_TEST_CPU_EMITTERS=elemental) cannot "
+                            "lower this program (float4 containers?): mark the test fusion_emitters (pytest.ini)."))

@@ -34,7 +34,10 @@ from pallas_kernels.formats import NVFP4Scaling
 from pallas_kernels.recipe import ops as recipe_ops
 from tests import tiny
 
-pytestmark = pytest.mark.mesh  # sharded against one device on 8 fake CPU devices (`make test-unit` leaves them out)
+pytestmark = [
+    pytest.mark.mesh,  # sharded against one device on 8 fake CPU devices (`make test-unit` leaves them out)
+    pytest.mark.fusion_emitters,  # NVFP4's float4 containers: XLA:CPU's element-wise emitters cannot lower them
+]
 
 _CFG = tiny.MODEL
 _D, _E, _K, _F = _CFG.d_model, _CFG.n_routed_experts, _CFG.num_experts_per_tok, _CFG.moe_intermediate_size

@@ -12,7 +12,10 @@ import tempfile
 from absl.testing import absltest
 import pytest
 
-pytestmark = pytest.mark.e2e  # a pip install into a fresh venv (`make test-unit` leaves it out)
+pytestmark = [
+    pytest.mark.e2e,  # a pip install into a fresh venv (`make test-unit` leaves it out)
+    pytest.mark.fusion_emitters,  # its child runs the NVFP4 kernel tests (float4 containers), with this process's flags
+]
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
