@@ -416,7 +416,12 @@ class BlocksTest(absltest.TestCase):
     self.assertEqual(targets["demo"].split("\n", 1)[0].split(), ["$(BASE_STAMP)"])
     self.assertIn("install -q -e .\n", makefile)
     self.assertIn("touch $@ $(BASE_STAMP)", makefile)
-    self.assertIn("$(PYTEST)", targets["test"])
+    # Both of the suite's sessions (tests/conftest.py, XLA:CPU's emitters): the element-wise one, then the tests
+    # marked fusion_emitters on XLA's default.
+    self.assertIn("$(call SESSIONS,", targets["test"])
+    sessions = makefile.split("\nSESSIONS = ", 1)[1].split("\n\n", 1)[0]
+    self.assertIn('C2JAX_TEST_CPU_EMITTERS=elemental $(PYTEST) $(1) -m "($(2)) and not fusion_emitters"', sessions)
+    self.assertIn('$(PYTEST) $(1) -m "($(2)) and fusion_emitters"', sessions)
     demo = demo_commands()
     self.assertEqual([(a[1], a[2]) for a in demo], [
         ("experiments/pretrain_main.py", "--config=configs/pretrain_tiny.py:rl_tiny"),
