@@ -1,5 +1,5 @@
 """Test-wide setup, before jax loads: 8 fake CPU devices, so that the parallel tests can build meshes; XLA:CPU's
-LLVM backend at -O0 (below); and one persistent compilation cache for the session, so that a program compiled by one
+LLVM backend at -O0, and under `make test` its element-wise emitters (below); and one persistent compilation cache for the session, so that a program compiled by one
 test is not compiled again by a later test (through another Python function) or by a process a test starts.
 
 C2JAX_TEST_COMPILATION_CACHE=<dir> keeps that cache across sessions (a rerun then compiles almost nothing);
@@ -21,7 +21,7 @@ import tempfile
 
 _FLAGS = ["--xla_force_host_platform_device_count=8"]
 # The CPU suite compiles for compile time, not run time: most of its programs are small and run a few times, and
-# XLA's compiles were most of its CPU seconds (docs/benchmarks.md, "Test suite"). LLVM runs at -O0: optimizing the
+# XLA's compiles are a third of its time (docs/benchmarks.md, "Test suite"). LLVM runs at -O0: optimizing the
 # machine code cost more CPU than it saved. XLA's HLO passes (fusion, layouts, the order of every reduction) run the
 # same at every level; only LLVM's code generation changes. A process with jax's CUDA plugin (the GPU compile tier, a
 # GPU machine) keeps the default build, whose registers and spills it reports; C2JAX_TEST_XLA_OPT=1 keeps it here too.
