@@ -1,6 +1,7 @@
 """Test-wide setup, before jax loads: 8 fake CPU devices, so that the parallel tests can build meshes; XLA:CPU's
-LLVM backend at -O0, and under `make test` its element-wise emitters (below); and one persistent compilation cache for the session, so that a program compiled by one
-test is not compiled again by a later test (through another Python function) or by a process a test starts.
+LLVM backend at -O0, and under `make test` its element-wise emitters (below); and one persistent compilation cache
+for the session, so that a program compiled by one test is not compiled again by a later test (through another
+Python function) or by a process a test starts.
 
 C2JAX_TEST_COMPILATION_CACHE=<dir> keeps that cache across sessions (a rerun then compiles almost nothing);
 by default it is a temporary directory removed at the end, so every session compiles as CI does. Under pytest-xdist
