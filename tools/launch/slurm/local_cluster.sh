@@ -25,13 +25,17 @@ dir_of_conf() {
 
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# Below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by default): a port there may be the local end
+# of someone's outgoing connection, which nothing listens on (so it looks free) but a bind then refuses.
 free_port_pair() {  # two consecutive free ports: slurmctld, slurmd
-  local p
+  local p low=10000 high
+  high=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  (( high > low + 1000 )) || { low=20000; high=$(( low + 10000 )); }
   for _ in $(seq 200); do
-    p=$(( 20000 + RANDOM % 40000 ))
+    p=$(( low + RANDOM % (high - low - 1) ))
     if port_is_free "$p" && port_is_free $((p + 1)); then echo "$p"; return; fi
   done
-  echo "no free port pair found in 20000-60000." >&2; exit 1
+  echo "no free port pair found in $low-$((high - 1))." >&2; exit 1
 }
 
 wait_for() {  # wait_for SECONDS WHAT COMMAND...
