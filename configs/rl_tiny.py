@@ -129,7 +129,11 @@ def _agentic(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.actors.update(
       episodes="multi_turn",
       context=1024,  # the longest recorded episode is 820 tokens
-      max_turns=6, max_new_tokens=128, max_episode_tokens=1024, tool_workers=4)
+      max_turns=6, max_new_tokens=128, max_episode_tokens=1024, tool_workers=4,
+      # The engine's buckets, few enough that the job compiles all of them before its first evaluation (27
+      # programs; the defaults' 60 cost twice that, and their 64-token chunk went unused: docs/benchmarks.md,
+      # "tools/bench_main_job.py").
+      chunk_sizes=(16, 256), row_buckets=(2, 8))
   # An update of 32 rows of 1024 positions takes 10-20 s on 2 cores beside the actors, and an evaluation of 280
   # episodes ~3.5 min: 30 steps, 8 samples per held-out task (best-of-8 from exactly 8), no evaluator process.
   c.trainer.update(steps=30)

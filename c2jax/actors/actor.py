@@ -111,6 +111,7 @@ class ActorConfig:
     max_episode_tokens: model tokens per episode.
     slots: trajectories decoded together (0: groups_per_call * group_size).
     chunk_sizes: the engine's append buckets.
+    row_buckets: the engine's row buckets (`EngineConfig.row_buckets`; empty: the powers of two below the slots).
     tool_workers: threads running the episodes' environments.
     summary: self-summarization in the engine (off by default: an episode is cut when its context is full).
     summary_tokens: TRAINED (the report) or MASKED: whether summary turns are in the rows' loss mask.
@@ -136,6 +137,7 @@ class ActorConfig:
   max_episode_tokens: int = 2048
   slots: int = 0
   chunk_sizes: tuple[int, ...] = (16, 64, 256)
+  row_buckets: tuple[int, ...] = ()
   tool_workers: int = 4
   summary: SummaryConfig = SummaryConfig()
   summary_tokens: SummaryTokens = SummaryTokens.TRAINED
@@ -154,6 +156,7 @@ class ActorConfig:
     object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
     object.__setattr__(self, "episodes", EpisodeKind(self.episodes))
     object.__setattr__(self, "chunk_sizes", tuple(int(c) for c in self.chunk_sizes))
+    object.__setattr__(self, "row_buckets", tuple(int(k) for k in self.row_buckets))
     object.__setattr__(self, "summary_tokens", SummaryTokens(self.summary_tokens))
     if self.summary.enabled and self.episodes is not EpisodeKind.MULTI_TURN:
       raise ValueError("ActorConfig.summary needs episodes=multi_turn: self-summaries chain agent episodes.")
@@ -182,7 +185,7 @@ class ActorConfig:
   def engine_config(self) -> EngineConfig:
     """The agent engine's shapes (multi-turn)."""
     return EngineConfig(slots=self.slots or self.groups_per_call * self.group_size, context=self.context,
-                        chunk_sizes=self.chunk_sizes)
+                        chunk_sizes=self.chunk_sizes, row_buckets=self.row_buckets)
 
   def agent_config(self) -> AgentConfig:
     """The agent loop's budgets (multi-turn)."""

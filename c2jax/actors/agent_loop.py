@@ -526,13 +526,55 @@ class AgentRunner:
         forced_len[i] = len(ids)
     return forced, forced_len
 
+  def _announce_compiles(self, how: str) -> None:
+    """The engine's programs compile on the first run of a model and shapes in a process (minutes on a CPU, with
+    nothing else to show): said once, above any progress bar, so that the wait does not look like a hang."""
+    key = repr((self.model, self.engine, self.layout is None))
+    if key not in _COMPILES_ANNOUNCED:
+      _COMPILES_ANNOUNCED.add(key)
+      tqdm.tqdm.write(f"compiling the agent engine's programs ({self.engine.slots} slots x {self.engine.context} "
+                      f"positions; {how})", file=sys.stderr)
+
+  def compile_programs(self, params) -> int:
+    """Compiles (or reads from the persistent compilation cache) every program `run` can call at these shapes, so
+    that a later run compiles none, whichever shapes its episodes meet: appends (and forced turns) per (rows,
+    chunk, window), decodes per (rows, window), rows each row bucket and all S (`EngineConfig.rows`). Each is called
+    once with no slot taking part, which leaves every slot as it was. Returns how many programs.
+
+    Worth it where a run meets most of the set anyway (`configs/rl_tiny.py`'s buckets: docs/benchmarks.md,
+    "tools/bench_main_job.py"); with many buckets it compiles programs no run would meet.
+    """
+    self._announce_compiles("the whole set, before the first run")
+    e, s = self.engine, self.engine.slots
+    counts = (s,) if self.layout is not None else (*e.row_counts(), s)
+    chunks = e.chunk_sizes
+    forcing = e.max_forced > 0 and self.agent.forced_turns is ForcedTurns.PREFILL
+    force_chunks = [c for c in chunks if c <= e.bucket(min(self.agent.force_chunk, chunks[-1]))] if forcing else []
+    n = 0
+    for k in counts:
+      rows = None if k == s else np.arange(k, dtype=np.int32)
+      keys = self._keys if rows is None else self._keys[rows]
+      idle, zeros = np.zeros((k,), bool), np.zeros((k,), np.int32)
+      forced, forced_len = self._forced(list(range(k)), {})
+      for window in e.windows():
+        for c in chunks:
+          self._state = engine_lib.append(params, self._state, np.zeros((k, c), np.int32), zeros, take_part=idle,
+                                          reset=idle, draw=idle, turn_end=zeros, keys=keys, version=0,
+                                          forced=forced, forced_len=forced_len, window=window, rows=rows, **self._kw)
+        for c in force_chunks:
+          self._state = engine_lib.force(params, self._state, chunk=c, version=0, window=window, rows=rows,
+                                         **self._kw)
+        self._state = engine_lib.decode(params, self._state, steps=self.agent.chunk_steps, version=0,
+                                        window=window, rows=rows, **self._kw)
+        n += len(chunks) + len(force_chunks) + 1
+    jax.block_until_ready(self._state)
+    return n
+
   def _rows(self, slots) -> np.ndarray | None:
-    """The rows a device call computes: `slots` padded with idle ones to a power of two (each k compiles once), or
-    None for all S (as many, under a mesh, whose shards need every slot, or with `Shapes.FULL`)."""
-    s, k = self.engine.slots, 1
-    while k < len(slots):
-      k *= 2
-    if k >= s or self.layout is not None or self.engine.shapes is engine_lib.Shapes.FULL:
+    """The rows a device call computes: `slots` padded with idle ones to a row bucket (`EngineConfig.rows`: each
+    compiles once), or None for all S (under a mesh, whose shards need every slot, too)."""
+    s, k = self.engine.slots, self.engine.rows(len(slots))
+    if k >= s or self.layout is not None:
       return None
     chosen = set(int(i) for i in slots)
     return np.asarray(sorted(chosen) + [i for i in range(s) if i not in chosen][:k - len(chosen)], np.int32)
@@ -569,13 +611,7 @@ class AgentRunner:
         stays None (a server's loop keeps none of them).
     """
     t_run = time.perf_counter()
-    # The engine's programs compile on the first run of a model and shapes in a process (minutes on a CPU, with
-    # nothing else to show): said once, above any progress bar, so that the wait does not look like a hang.
-    key = repr((self.model, self.engine, self.layout is None))
-    if key not in _COMPILES_ANNOUNCED:
-      _COMPILES_ANNOUNCED.add(key)
-      tqdm.tqdm.write(f"compiling the agent engine's programs ({self.engine.slots} slots x {self.engine.context} "
-                      "positions; first call, cached after)", file=sys.stderr)
+    self._announce_compiles("first call, cached after")
     loop = self._start(episodes, weights)
     loop.on_trajectory = on_trajectory
     try:

@@ -85,6 +85,10 @@ class EngineConfig:
       forward, `decode` step by step like a sampled one (scripted policies on the engine's real schedule).
     shapes: which shapes the host's calls take (`Shapes`): fitted to the slots they run, or all slots and the
       whole context.
+    row_buckets: the row counts a call on some of the slots computes (`Shapes.FITTED`, one device): the slots it
+      runs padded with idle ones to the smallest bucket that holds them, or all S past the largest below S. Empty:
+      the powers of two. Each bucket is a program per chunk and window, so fewer buckets compile fewer programs
+      for a little padded work.
   """
 
   slots: int = 8
@@ -92,14 +96,34 @@ class EngineConfig:
   chunk_sizes: tuple[int, ...] = (16, 64, 256)
   max_forced: int = 0
   shapes: Shapes = Shapes.FITTED
+  row_buckets: tuple[int, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "chunk_sizes", tuple(sorted(int(c) for c in self.chunk_sizes)))
+    object.__setattr__(self, "row_buckets", tuple(sorted(int(k) for k in self.row_buckets)))
     if self.slots < 1 or self.context < 2:
       raise ValueError(f"EngineConfig: slots={self.slots} must be >= 1 and context={self.context} >= 2.")
     if not self.chunk_sizes or self.chunk_sizes[0] < 2:
       raise ValueError(f"EngineConfig.chunk_sizes={self.chunk_sizes} must be non-empty, each >= 2 (a chunk carries "
                        "the pending token ahead of the appended ones).")
+    if any(k < 1 for k in self.row_buckets) or len(set(self.row_buckets)) < len(self.row_buckets):
+      raise ValueError(f"EngineConfig.row_buckets={self.row_buckets} must be distinct row counts >= 1.")
+
+  def row_counts(self) -> tuple[int, ...]:
+    """The row buckets below S, ascending (`Shapes.FULL`: none, every call computes all S)."""
+    if self.shapes is Shapes.FULL:
+      return ()
+    buckets = self.row_buckets or tuple(2 ** i for i in range(self.slots.bit_length()))
+    return tuple(k for k in buckets if k < self.slots)  # a bucket of S or more is all S
+
+  def rows(self, n: int) -> int:
+    """The rows a call on n of the slots computes: the smallest row bucket that holds them, else S (all slots)."""
+    return next((k for k in self.row_counts() if k >= n), self.slots)
+
+  def windows(self) -> tuple[int, ...]:
+    """Every window a call may take (`window`), ascending."""
+    return tuple(sorted({self.window(n) for n in (1, *(2 ** i for i in range(self.context.bit_length() + 1)),
+                                                   self.context)}))
 
   def window(self, n: int) -> int:
     """The attention window of a call feeding positions < n: the smallest of 256, 512, 1024, ... (doubling) and the

@@ -15,6 +15,7 @@ trainer and the evaluator process import it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -25,7 +26,19 @@ from c2jax.eval.policy_eval import evaluate, evaluate_episodes
 from c2jax.services.rl_run_config import RLRunConfig
 
 
-def held_out_evaluation(cfg: RLRunConfig) -> Callable[..., dict]:
+@dataclasses.dataclass(frozen=True)
+class HeldOutEvaluation:
+  """`run(params, label=None)` -> the held-out figures; `runner`: the agent loop a multi-turn evaluation runs its
+  episodes through (its engine's programs: `AgentRunner.compile_programs`), None for a single-turn one."""
+
+  run: Callable[..., dict]
+  runner: AgentRunner | None = None
+
+  def __call__(self, params, label: str | None = None) -> dict:
+    return self.run(params, label=label)
+
+
+def held_out_evaluation(cfg: RLRunConfig) -> HeldOutEvaluation:
   """(params, label=None) -> the held-out figures of `cfg`'s suite (see the module docstring); `label` names the
   episodes' progress bar (single-turn evaluation is one sampler call, without a bar)."""
   actor = cfg.actor_config
@@ -35,7 +48,8 @@ def held_out_evaluation(cfg: RLRunConfig) -> Callable[..., dict]:
   if actor.episodes is EpisodeKind.MULTI_TURN:
     runner = AgentRunner(cfg.model_config, actor.engine_config(), cfg.eval_sampling, actor.agent_config(),
                          text_tokenizer(suite), chat_format=suite_chat_format(suite))
-    return functools.partial(evaluate_episodes, runner=runner, envs=env_factory(cfg.env_service, suite), **common)
+    return HeldOutEvaluation(functools.partial(evaluate_episodes, runner=runner,
+                                               envs=env_factory(cfg.env_service, suite), **common), runner)
   single_turn = functools.partial(evaluate, model=cfg.model_config, sampling=cfg.eval_sampling,
                                   prompt_len=actor.prompt_len, **common)
-  return lambda params, label=None: single_turn(params)
+  return HeldOutEvaluation(lambda params, label=None: single_turn(params))

@@ -27,6 +27,7 @@ from typing import Callable
 import jax
 
 from c2jax.actors import placement
+from c2jax.actors.actor import EpisodeKind
 from c2jax.model.checkpoint import check_checkpoint
 from c2jax.services import compile_cache
 from c2jax.services import env_servers
@@ -66,9 +67,11 @@ TEACHER, SFT = "recording teacher traces", "SFT"
 
 def plan(cfg: RLRunConfig) -> stages.Stages:
   """The job's stages in order: the teacher's traces (a multi-turn teacher) and the SFT when the job warm-starts,
-  then the trainer loop's (`rl_loop.BEFORE`, `TRAIN`, `AFTER`)."""
+  then the trainer loop's (`rl_loop.COMPILE` for multi-turn actors, `BEFORE`, `TRAIN`, `AFTER`)."""
   warm = cfg.sft.enabled and not cfg.init_checkpoint
   names = ((TEACHER,) if warm and cfg.sft.teacher.policy else ()) + ((SFT,) if warm else ())
+  if cfg.actor_config.episodes is EpisodeKind.MULTI_TURN:
+    names += (rl_loop.COMPILE,)
   return stages.Stages(names + (rl_loop.BEFORE, rl_loop.TRAIN, rl_loop.AFTER))
 
 

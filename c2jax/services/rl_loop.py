@@ -76,6 +76,8 @@ MODEL_DIR = "model"  # in the workdir: the trained policy as a c2jax model check
 
 # The trainer's stages, as an RL job's plan names them (`c2jax.services.stages`).
 BEFORE, TRAIN, AFTER = "held-out evaluation before RL", "RL", "held-out evaluation after RL"
+# Multi-turn jobs only: the agent engine's whole bounded set of programs, before the first evaluation.
+COMPILE = "compiling the sampling programs"
 
 
 def _host(tree):
@@ -181,7 +183,9 @@ class _Trainer:
   def __init__(self, cfg: RLRunConfig, workdir: str, health_check: Callable[[], None], stop: Callable[[], bool],
                plan: stages.Stages | None = None):
     self.cfg, self.health_check, self.stop = cfg, health_check, stop
-    self.plan = stages.Stages.of(plan, BEFORE, TRAIN, AFTER)
+    self.run_eval = held_out_evaluation(cfg)
+    # A multi-turn evaluation first compiles its engine's whole set of programs (`_compile_programs`).
+    self.plan = stages.Stages.of(plan, *((COMPILE,) if self.run_eval.runner is not None else ()), BEFORE, TRAIN, AFTER)
     self.work = pathlib.Path(workdir)
     self.work.mkdir(parents=True, exist_ok=True)
     actor_cfg = cfg.actor_config
@@ -202,7 +206,6 @@ class _Trainer:
     self.weights = WeightStore(weights_url, full_every=cfg.weight_store.full_every, keep=cfg.weight_store.keep,
                                zstd_level=cfg.weight_store.zstd_level)
     self.fns = _step_fns(cfg, self.rows, self.spec.seq_len)
-    self.run_eval = held_out_evaluation(cfg)
     self.restored_step = self.ckpt.latest_step()
     self._restore_or_init()
     self.reader = RolloutReader(self.buffer_url, spec=self.spec, cursor=self.cursor)
@@ -210,9 +213,11 @@ class _Trainer:
       self.reader.publish_progress(self.version, self.gps)
     # The next batch is read in the background during each update (process 0 reads for all).
     self.prefetch = Prefetcher(self.reader, self.gps, poll_interval_s=cfg.trainer.poll_interval_s)
+    if self.primary and self.run_eval.runner is not None:
+      self._compile_programs()
     if self.before is None and self.primary:
       with self.plan.stage(BEFORE, self._eval_size()) as s:
-        stages.note("the actors start sampling when it ends (reading the programs it compiles from the "
+        stages.note("the actors start sampling when it ends (reading the programs compiled for it from the "
                     "compilation cache)")
         self.before = {**self.run_eval(jax.device_put(self.params_host), label=s.label), "version": self.version}
     elif self.primary:
@@ -252,6 +257,15 @@ class _Trainer:
                       self.version, sum(self.cursor.values()))
     self.offset = self.version - int(self.state.step)
     self.params_host = _host(self.state.params)
+
+  def _compile_programs(self) -> None:
+    """The evaluation's agent engine compiles (or reads from the compilation cache) every program of its bounded
+    set (`AgentRunner.compile_programs`) before the first evaluation: the evaluations then compile none (the one
+    before RL is no slower than the one after), the actors, with the same engine shapes and XLA flags, read them
+    all from the cache whichever shapes their episodes meet, and a later run of the job compiles none."""
+    with self.plan.stage(COMPILE, "the agent engine's, every shape it can take"):
+      n = self.run_eval.runner.compile_programs(jax.device_put(self.params_host))
+      stages.note(f"{n} programs")
 
   def _eval_size(self) -> str:
     tasks, samples = self.cfg.eval.tasks, self.cfg.eval.samples

@@ -37,6 +37,9 @@ MODEL = tiny.BYTES
 ENGINE = tiny.ENGINE
 SAMPLING = tiny.ENGINE_SAMPLING
 AGENT = AgentConfig(max_turns=6, max_turn_tokens=12, max_episode_tokens=60, chunk_steps=4, tool_workers=3)
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # jax's event per executable made (compiled or read)
+_ENGINE_PROGRAMS = {f"jit({f})" for f in ("_append_rows", "_append", "_decode_rows", "_decode", "_force_rows",
+                                            "_force")}
 
 
 class EchoEnv:
@@ -145,6 +148,33 @@ class AgentLoopTest(absltest.TestCase):
       np.testing.assert_array_equal(got.expert_ids, want.expert_ids)
     self.assertEqual(ENGINE.window(300), 512)
     self.assertEqual(runner.engine.window(300), ENGINE.context)
+
+  @pytest.mark.slow
+  def test_compiled_programs_are_every_program_a_run_calls_and_change_no_slot(self):
+    # Fewer row buckets change only how many idle slots pad a call; `compile_programs` compiles every program of
+    # the engine's bounded set, after which a run compiles none of the engine's, and leaves the slots as they were
+    # (the trajectories are those of the run above).
+    engine = EngineConfig(slots=4, context=256, chunk_sizes=(64,), row_buckets=(2,))
+    self.assertEqual([engine.rows(n) for n in range(1, 5)], [2, 2, 4, 4])
+    self.assertEqual(ENGINE.row_counts(), (1, 2))  # the default: powers of two below the slots
+    runner = AgentRunner(MODEL, engine, SAMPLING, AGENT, TOK)
+    compiled = []
+    listen = lambda event, seconds, **kw: compiled.append(kw.get("fun_name")) if event == _BACKEND_COMPILE else None
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    self.addCleanup(jax._src.monitoring.unregister_event_duration_listener, listen)
+    self.assertEqual(runner.compile_programs(self.params), 4)  # (2 rows, all 4) x one window x (an append, a decode)
+    self.assertContainsSubset(_ENGINE_PROGRAMS - {"jit(_force_rows)", "jit(_force)"}, set(compiled))
+    compiled.clear()
+    got = runner.run(_episodes(), weights=lambda: (self.params, 3))
+    self.assertEmpty([name for name in compiled if name in _ENGINE_PROGRAMS], compiled)
+    for want, traj in zip(self.batched, got):
+      np.testing.assert_array_equal(traj.tokens, want.tokens)
+      np.testing.assert_array_equal(traj.source, want.source)
+      np.testing.assert_allclose(traj.logprobs, want.logprobs, rtol=0, atol=2e-5)
+      np.testing.assert_array_equal(traj.expert_ids, want.expert_ids)
+    self.assertEqual(dataclasses.replace(engine, slots=2).row_counts(), ())  # a bucket of S or more is all S
+    with self.assertRaisesRegex(ValueError, "row_buckets"):
+      EngineConfig(slots=4, row_buckets=(2, 0))
 
   @pytest.mark.slow
   def test_in_flight_swaps_keep_every_cache_and_stamp_versions(self):

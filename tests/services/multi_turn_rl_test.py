@@ -148,30 +148,31 @@ class MultiTurnRLTest(absltest.TestCase):
     self.assertLen(lines, STEPS)
 
   def test_rl_main_says_where_it_is_and_where_its_outputs_are(self):
-    """Each stage by name and place (this job has no SFT: three), the long first compiles announced before they
+    """Each stage by name and place (this job has no SFT: four), the long first compiles announced before they
     start, the resolved config's path, and at the end where each output is (before the JSON line)."""
     err = self.proc.stderr
-    self.assertIn("3 stages: held-out evaluation before RL, RL, held-out evaluation after RL; their times on a 2-core "
-                  "box: docs/benchmarks.md", err)  # the plan first, and where its usual times are
-    starts = [err.index(f"stage {i}/3: {name}") for i, name in enumerate(
-        ("held-out evaluation before RL", "RL", "held-out evaluation after RL"), 1)]
+    names = ("compiling the sampling programs", "held-out evaluation before RL", "RL", "held-out evaluation after RL")
+    self.assertIn(f"4 stages: {', '.join(names)}; their times on a 2-core box: docs/benchmarks.md", err)  # the plan
+    starts = [err.index(f"stage {i}/4: {name}") for i, name in enumerate(names, 1)]
     self.assertEqual(starts, sorted(starts))
-    for i, name in enumerate(("held-out evaluation before RL", "RL", "held-out evaluation after RL"), 1):
-      self.assertRegex(err, rf"stage {i}/3: {name} done in \d+")
-    self.assertIn(f"stage 2/3: RL ({STEPS} steps)", err)
-    self.assertIn("RL 2/3", err)  # the trainer's progress bar
+    for i, name in enumerate(names, 1):
+      self.assertRegex(err, rf"stage {i}/4: {name} done in \d+")
+    self.assertIn(f"stage 3/4: RL ({STEPS} steps)", err)
+    self.assertIn("RL 3/4", err)  # the trainer's progress bar
     # The result reports each stage's seconds (tools/bench_main_job.py reads them).
     seconds = self.result["stage_seconds"]
-    self.assertEqual(sorted(seconds), sorted(("held-out evaluation before RL", "RL", "held-out evaluation after RL")))
+    self.assertEqual(sorted(seconds), sorted(names))
     self.assertTrue(all(s > 0 for s in seconds.values()), seconds)
-    # The actors wait for the first weights, published when the evaluation ends: it compiles alone.
-    waits = err.index("the actors start sampling when it ends")
-    self.assertLess(starts[0], waits)
-    self.assertLess(waits, err.index("stage 1/3: held-out evaluation before RL done"))
+    # The engine's whole set compiles first, alone (announced once: the evaluations then reuse it); the actors wait
+    # for the first weights, published when the evaluation before RL ends.
     engine = err.index("compiling the agent engine's programs")
     self.assertLess(starts[0], engine)
     self.assertLess(engine, starts[1])
-    self.assertEqual(err.count("compiling the agent engine's programs"), 1)  # the evaluation after reuses them
+    self.assertEqual(err.count("compiling the agent engine's programs"), 1)
+    self.assertRegex(err, r"\n\d+ programs\n")
+    waits = err.index("the actors start sampling when it ends")
+    self.assertLess(starts[1], waits)
+    self.assertLess(waits, err.index("stage 2/4: held-out evaluation before RL done"))
     self.assertIn("compiling the RL update", err)
     self.assertIn(f"resolved run config: {self.work}/config.json", err)
     out = self.proc.stdout.strip().splitlines()

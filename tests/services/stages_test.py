@@ -73,12 +73,12 @@ class StagesTest(parameterized.TestCase):
   def test_the_rl_jobs_plan(self):
     cfg = rl_run_config.parse(rl_tiny.get_config())  # SFT on a multi-turn teacher's recorded traces
     self.assertTrue(cfg.sft.enabled and cfg.sft.teacher.policy)
-    loop = ("held-out evaluation before RL", "RL", "held-out evaluation after RL")
+    # Multi-turn actors compile their engine's programs first.
+    loop = ("compiling the sampling programs", "held-out evaluation before RL", "RL", "held-out evaluation after RL")
     self.assertEqual(rl_job.plan(cfg).names, ("recording teacher traces", "SFT") + loop)
-    single = dataclasses.replace(cfg, sft=dataclasses.replace(
-        cfg.sft, teacher=dataclasses.replace(cfg.sft.teacher, policy="", flaw="incomplete_call")))
-    self.assertEqual(rl_job.plan(single).names, ("SFT",) + loop)
     self.assertEqual(rl_job.plan(dataclasses.replace(cfg, init_checkpoint="/some/model")).names, loop)
+    one_turn = rl_run_config.parse(rl_tiny.get_config("single_turn"))  # SFT on demonstrations, no teacher traces
+    self.assertEqual(rl_job.plan(one_turn).names, ("SFT",) + loop[1:])
 
 
 if __name__ == "__main__":

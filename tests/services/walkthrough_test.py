@@ -199,9 +199,10 @@ class WalkthroughTest(absltest.TestCase):
     # in the release's tokenizer, and everything the environment appended opens with a control token.
     result = json.loads(out["experiments/rl_main.py"].strip().splitlines()[-1])
     self.assertEqual((result["steps"], result["interrupted"]), (2, False))
-    # From a converted checkpoint: no SFT, three stages.
-    self.assertIn("stage 1/3: held-out evaluation before RL", err["experiments/rl_main.py"])
-    self.assertIn("stage 3/3: held-out evaluation after RL done in", err["experiments/rl_main.py"])
+    # From a converted checkpoint: no SFT; the engine's programs, then the evaluations and RL.
+    self.assertIn("stage 1/4: compiling the sampling programs", err["experiments/rl_main.py"])
+    self.assertIn("stage 2/4: held-out evaluation before RL", err["experiments/rl_main.py"])
+    self.assertIn("stage 4/4: held-out evaluation after RL done in", err["experiments/rl_main.py"])
     suite = rl_run_config.from_json((runs / "rl" / "config.json").read_text()).task_suite()
     self.assertEqual((suite.chat_format, suite.coding_suite), (_FORMAT, "tiny_spec"))
     release_tok = transformers.AutoTokenizer.from_pretrained(src)
