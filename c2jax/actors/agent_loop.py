@@ -476,7 +476,7 @@ class AgentRunner:
     """One append call: pieces[slot] = what the slot appends; forced_turns[slot] = a forced turn's ids. The
     attention window is bounded by the largest new length of a slot taking part.
 
-    Only the taking-part slots are computed (`engine.append` rows, padded with idle slots to a power of two), so
+    Only the taking-part slots are computed (`engine.append` rows, padded with idle slots to a row bucket), so
     an observation arriving alone costs its own slot, not all S; under a mesh every slot is."""
     s = self.engine.slots
     c = self.engine.bucket(max(max(p.fed for p in pieces.values()), 1))

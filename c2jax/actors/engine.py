@@ -63,8 +63,8 @@ from c2jax.model.sharding import Layout
 class Shapes(enum.Enum):
   """Which shapes the host's calls take (`EngineConfig.shapes`)."""
 
-  # A call computes its slots padded to a power of two and attends to the smallest window above them: its cost
-  # follows the slots' work, at up to one program per (rows, chunk, window).
+  # A call computes its slots padded to a row bucket (`EngineConfig.rows`) and attends to the smallest window above
+  # them: its cost follows the slots' work, at up to one program per (rows, chunk, window).
   FITTED = "fitted"
   # Every call computes all S slots over the whole context: one program per chunk, for a model whose forwards cost
   # little next to compiling a program (teacher traces' scorer: `c2jax.services.teacher_traces`).

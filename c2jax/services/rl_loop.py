@@ -28,9 +28,11 @@ policy as a c2jax model checkpoint (`c2jax.model.checkpoint`; what tools/export_
 and another run starts from), written when the run finishes. A restart drops the records a killed run logged past
 its checkpoint.
 
-The loop's stages (`BEFORE`, `TRAIN`, `AFTER`) are announced with their place in the job's plan
-(`c2jax.services.stages`), their progress bars labelled by it; the first update, which compiles, is announced. The
-first weights are published after `BEFORE` (the actors start sampling then, reading its compiled programs).
+The loop's stages (`COMPILE` for multi-turn actors, `BEFORE`, `TRAIN`, `AFTER`) are announced with their place in the
+job's plan (`c2jax.services.stages`), their progress bars labelled by it; the first update, which compiles, is
+announced. `COMPILE` compiles the evaluation's agent engine's whole set of programs, which the actors (the same engine
+shapes and XLA flags) then read from the compilation cache. The first weights are published after `BEFORE` (the
+actors start sampling then).
 """
 
 from __future__ import annotations
