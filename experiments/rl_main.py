@@ -13,7 +13,7 @@ the pool and exit with code 130; the same command resumes (the trainer from its 
 actors re-run the groups they had begun; a finished run trains nothing and only evaluates again). Repeated signals
 change nothing (schedulers often send two); SIGKILL stops at once and loses only the steps since the last
 checkpoint. A config key that does not exist or a bad value is refused in one sentence (exit code 2). Each stage
-is announced with its place ("stage 2/5: SFT"; `c2jax.services.rl_job.plan`); at the end the job prints where its
+is announced with its place ("stage 2/6: SFT"; `c2jax.services.rl_job.plan`); at the end the job prints where its
 outputs are, then the result as JSON on the last line. `--config_help` lists every field of the run config.
 """
 

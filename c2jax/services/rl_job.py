@@ -13,7 +13,7 @@ resumes from its own state and needs no SFT); the local pool (`env_service.local
 evaluator; no actors with `actors.external`); the trainer pinned to `trainer.cpus`; the trainer loop
 (`c2jax.services.rl_loop`). A stop request checkpoints and returns with `interrupted`; the same call resumes.
 
-Each stage is announced with its place ("stage 2/5: SFT", `c2jax.services.stages`; `plan` lists them) and labels its
+Each stage is announced with its place ("stage 2/6: SFT", `c2jax.services.stages`; `plan` lists them) and labels its
 progress bar; the resolved run config's path and the pool's logs are printed when they are written.
 """
 
