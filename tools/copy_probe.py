@@ -36,7 +36,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from c2jax.data.copy_stream import CopyStream, copy_losses
+from c2jax.data.copy_stream import ALPHABET, WIDE_ALPHABET, CopyStream, copy_losses
 
 IMPLS = ("c2jax", "hf_deepseek_v3", "hf_llama", "jax_llama")
 # MLA's features, each of which --impl=jax_llama can add to its Llama (the bisection between a Llama and MLA).
@@ -70,6 +70,9 @@ def define_flags():
   flags.DEFINE_integer("eval_every", 50, "Steps between evaluations (and at the first and last).")
   flags.DEFINE_integer("batch_size", 16, "Rows per step.")
   flags.DEFINE_integer("seq_len", 256, "Tokens per row.")
+  flags.DEFINE_integer("train_alphabet_size", 32, "Symbols of the training stream's strings "
+                       "(`CopyStream.alphabet_size`, 2-253); the held-out batch stays the 32-symbol probe, and a "
+                       "second one in the training alphabet is scored beside it (own_first, own_second).")
   flags.DEFINE_integer("eval_rows", 32, "Rows of the held-out batch.")
   flags.DEFINE_float("learning_rate", 3e-3, "Peak learning rate.")
   flags.DEFINE_integer("warmup_steps", 20, "Linear warmup steps.")
@@ -97,6 +100,7 @@ class ProbeSettings:
   eval_every: int = 50
   batch_size: int = 16
   seq_len: int = 256
+  train_alphabet_size: int = 32  # the training stream's; the held-out probe's is always 32
   eval_rows: int = 32
   learning_rate: float = 3e-3
   warmup_steps: int = 20
@@ -357,7 +361,9 @@ def run_probe(impl: str, cfg, s: ProbeSettings, progress: Callable[[dict], None]
   """Trains `impl` for `s.steps` steps on the seeded copy stream; returns the result dict (see the module doc)."""
   step, evaluate, n_params = TRAINERS[impl](cfg, s)
   eval_rows = CopyStream(seed=s.eval_seed, seq_len=s.seq_len).batch(s.eval_rows)
-  stream = CopyStream(seed=s.seed, seq_len=s.seq_len)
+  stream = CopyStream(seed=s.seed, seq_len=s.seq_len, alphabet_size=s.train_alphabet_size)
+  own_rows = (None if s.train_alphabet_size == len(ALPHABET) else
+              CopyStream(seed=s.eval_seed, seq_len=s.seq_len, alphabet_size=s.train_alphabet_size).batch(s.eval_rows))
   curve: list[dict[str, Any]] = []
   start = time.monotonic()
   for i in range(s.steps + 1):
@@ -365,6 +371,9 @@ def run_probe(impl: str, cfg, s: ProbeSettings, progress: Callable[[dict], None]
       first, second = copy_losses(evaluate(eval_rows.tokens), eval_rows.part)
       curve.append({"step": i, "first": round(first, 4), "second": round(second, 4),
                     "seconds": round(time.monotonic() - start, 1)})
+      if own_rows is not None:  # the same copying on held-out strings of the training alphabet
+        own_first, own_second = copy_losses(evaluate(own_rows.tokens), own_rows.part)
+        curve[-1].update(own_first=round(own_first, 4), own_second=round(own_second, 4))
       progress(curve[-1])
     if i < s.steps:
       step(stream.batch(s.batch_size).tokens)
@@ -409,9 +418,12 @@ def main(argv):
     return
   if FLAGS.steps < 1 or FLAGS.eval_every < 1 or FLAGS.batch_size < 1 or FLAGS.eval_rows < 1:
     raise app.UsageError("--steps, --eval_every, --batch_size and --eval_rows must be >= 1.")
+  if not 2 <= FLAGS.train_alphabet_size <= len(WIDE_ALPHABET):
+    raise app.UsageError(f"--train_alphabet_size={FLAGS.train_alphabet_size} must be in [2, {len(WIDE_ALPHABET)}].")
   settings = ProbeSettings(
       steps=FLAGS.steps, eval_every=FLAGS.eval_every, batch_size=FLAGS.batch_size, seq_len=FLAGS.seq_len,
-      eval_rows=FLAGS.eval_rows, learning_rate=FLAGS.learning_rate, warmup_steps=FLAGS.warmup_steps,
+      train_alphabet_size=FLAGS.train_alphabet_size, eval_rows=FLAGS.eval_rows, learning_rate=FLAGS.learning_rate,
+      warmup_steps=FLAGS.warmup_steps,
       lr_multipliers=tuple(json.loads(FLAGS.lr_multipliers).items()), schedule_steps=FLAGS.schedule_steps,
       weight_decay=FLAGS.weight_decay, bias_update_rate=FLAGS.bias_update_rate,
       seed=FLAGS.seed, eval_seed=FLAGS.eval_seed, llama=tuple(json.loads(FLAGS.llama).items()),
@@ -428,7 +440,8 @@ def main(argv):
   print(f"{FLAGS.impl}: {settings.steps} steps of {settings.batch_size} x {settings.seq_len}; step first-copy-CE "
         "second-copy-CE seconds", flush=True)
   result = run_probe(FLAGS.impl, cfg, settings, lambda p: print(
-      f"  {p['step']:5d} {p['first']:.3f} {p['second']:.3f} {p['seconds']:.0f}s", flush=True))
+      f"  {p['step']:5d} {p['first']:.3f} {p['second']:.3f} {p['seconds']:.0f}s"
+      + (f"   training alphabet: {p['own_first']:.3f} {p['own_second']:.3f}" if "own_first" in p else ""), flush=True))
   result.update(label=FLAGS.label or FLAGS.impl, settings=dataclasses.asdict(settings), model=FLAGS.model,
                 model_overrides=overrides, extra_overrides=json.loads(FLAGS.extra_overrides),
                 load_average=round(os.getloadavg()[0], 2))

@@ -2,8 +2,9 @@
 
   python tools/perplexity_vs_reward.py                                  # every step below, resumable
   python tools/perplexity_vs_reward.py --seeds=0 --set=trainer.steps=20 --workdir=runs/ppl_quick
+  python tools/perplexity_vs_reward.py --job=agentic --seeds=0     # the multi-turn agent, `make demo`'s main job
 
-1. Pretrains the main job's model (configs/sweeps/perplexity_vs_reward.py's PRETRAIN_CONFIG, as
+1. Pretrains the main job's model (the pretraining config of configs/sweeps/perplexity_vs_reward.py's `JOBS[job]`, as
    experiments/pretrain_main.py) into <workdir>/pretrain, writing a model at each of the sweep's POINTS with its
    held-out code perplexity (`checkpoint.model_at`); a finished pretraining is reused, an interrupted one resumes.
 2. Runs the sweep's cells (tools/sweep.py: one experiments/rl_main.py run per point and seed, resumable): the main
@@ -34,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from c2jax.services import loglinear
 from c2jax.services.run_log import read_records
-from configs.sweeps.perplexity_vs_reward import POINTS, PRETRAIN_CONFIG
+from configs.sweeps.perplexity_vs_reward import JOBS, POINTS
 from tools import sweep as sweep_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -115,7 +116,7 @@ def plot(rows: list[dict], fits: dict[str, loglinear.RewardFit | None], path: pa
 
 
 def run(workdir: pathlib.Path, *, points: Sequence[int] = POINTS, seeds: str = "", sets: Sequence[str] = (),
-        pretrain_sets: Sequence[str] = (), parallel: int = 0, progress: bool = True,
+        pretrain_sets: Sequence[str] = (), parallel: int = 0, progress: bool = True, job: str = "single_turn",
         command: Callable[[sweep_lib.Run], list[str]] = sweep_lib.Run.command) -> dict:
   """Steps 1-3 of the module docstring in `workdir`; returns the JSON summary.
 
@@ -125,18 +126,19 @@ def run(workdir: pathlib.Path, *, points: Sequence[int] = POINTS, seeds: str = "
     seeds: as tools/sweep.py's --seeds (empty: the sweep file's).
     sets: `key=value` overrides of every RL run; pretrain_sets: of the pretraining (`--config.` flags' keys).
     parallel: RL runs at once (0: as tools/sweep.py chooses).
+    job: which main job (configs/sweeps/perplexity_vs_reward.py's JOBS): its pretraining and RL configs.
     command: a run's argv (tools/sweep.py's `execute`; rl_main by default).
   Raises:
     ValueError: a bad point, seed, override or run directory (before anything runs).
   """
   pretrain_dir = workdir / "pretrain"
   points = tuple(sorted(set(int(p) for p in points)))
-  sweep = sweep_lib.load_sweep(SWEEP_FILE, pretrain_dir=str(pretrain_dir), points=points)
+  sweep = sweep_lib.load_sweep(SWEEP_FILE, pretrain_dir=str(pretrain_dir), points=points, job=job)
   base = sweep_lib.load_config(str(REPO / sweep.config))
   common = sweep_lib.parse_set(sets)
   runs = sweep_lib.plan_runs(sweep, base, workdir, seeds=sweep_lib.parse_seeds(seeds, sweep), common=common)
   sweep_lib.check_resumable(runs)
-  ppl = pretrain(pretrain_dir, PRETRAIN_CONFIG, points, pretrain_sets)
+  ppl = pretrain(pretrain_dir, JOBS[job].pretrain_config, points, pretrain_sets)
   statuses = sweep_lib.execute(runs, parallel or sweep_lib.default_parallel(runs), progress=progress,
                                command=command)
   results = sweep_lib.collect(runs, sweep.metrics)
@@ -165,11 +167,12 @@ def main(argv: list[str]) -> None:
 
   del argv
   f = flags.FLAGS
-  workdir = pathlib.Path(f.workdir or os.path.join("runs", "sweeps", "perplexity_vs_reward")).absolute()
+  name = "perplexity_vs_reward" + ("" if f.job == "single_turn" else f"_{f.job}")  # the sweep's name
+  workdir = pathlib.Path(f.workdir or os.path.join("runs", "sweeps", name)).absolute()
   try:
     points = tuple(int(s) for s in f.points.split(",")) if f.points else POINTS
     summary = run(workdir, points=points, seeds=f.seeds, sets=f.set or [], pretrain_sets=f.pretrain_set or [],
-                  parallel=f.parallel)
+                  parallel=f.parallel, job=f.job)
   except ValueError as e:  # a bad point, seed, key, value or run dir: one sentence, no traceback
     sys.exit(f"tools/perplexity_vs_reward.py: {e}")
   summary.pop("rows")
@@ -180,7 +183,10 @@ if __name__ == "__main__":
   from absl import app
   from absl import flags
 
-  flags.DEFINE_string("workdir", "", "Where the pretraining and the runs go; empty: runs/sweeps/perplexity_vs_reward.")
+  flags.DEFINE_enum("job", "single_turn", sorted(JOBS), "Which main job: its pretraining and RL configs "
+                    "(configs/sweeps/perplexity_vs_reward.py's JOBS).")
+  flags.DEFINE_string("workdir", "", "Where the pretraining and the runs go; empty: runs/sweeps/perplexity_vs_reward "
+                      "(with _<job> for a job other than single_turn).")
   flags.DEFINE_string("points", "", "Comma-separated pretraining steps; empty: the sweep file's POINTS.")
   flags.DEFINE_string("seeds", "", "N (seeds 0..N-1) or a comma list; empty: the sweep file's seeds.")
   flags.DEFINE_integer("parallel", 0, "RL runs at once; 0: max(1, cores // processes per run).")

@@ -12,7 +12,8 @@ A sweep file (configs/sweeps/<name>.py) defines `get_sweep()` returning
    "cells": {cell_name: {override_key: value, ...}},     # dotted keys of the run config, e.g. "rl.advantage"
    "seeds": [0, 1, 2],                                   # `--config.seed` of each run
    "metrics": [...],                                     # the table's columns (see below)
-   "curves": [...],                                      # optional: metrics.jsonl keys plotted over steps
+   "curves": [...],                                      # optional: metrics.jsonl keys plotted over steps,
+                                                         # or heldout/<key>: the held-out evaluations' (below)
    "max_parallel": int,                                  # optional: cap on --parallel (timing-sensitive sweeps)
    "config": str}                                        # optional: the base config it is written for (the
                                                          # default of --config; configs/rl_char_class.py if none)
@@ -44,7 +45,10 @@ mean, max, delta (last - first), e.g. `length/incorrect@delta`.
 
 Outputs in --workdir: results.md (per cell: finished / planned runs, mean +- std [min, max] per metric, and every
 failed run's log), results.csv (one row per run), results.png (a bar per cell and metric with each seed's point),
-curves.png (each `curves` metric over training steps, the cell's mean over seeds with a min-max band).
+curves.png (each `curves` metric over training steps, the cell's mean over seeds with a min-max band). A curve
+`heldout/<key>` (e.g. `heldout/pass@1`) is the held-out evaluations' `<key>` over the weights' version: before RL
+(version 0) and after it (eval.jsonl), and the evaluator process's during it (eval_during.jsonl, with `eval.process`
+and `eval.every_versions`); results.md then also tabulates it per cell and version.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ import ml_collections
 import numpy as np
 
 from c2jax.services import rl_run_config
-from c2jax.services.run_log import read_history
+from c2jax.services.run_log import read_history, read_records
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RL_MAIN = REPO / "experiments" / "rl_main.py"
@@ -93,6 +97,9 @@ _CELL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 # ------------------------------------------------------------------------------------------------------------------
 
 
+HELDOUT = "heldout/"  # a curve of the held-out evaluations (over versions), not of the trainer's step log
+
+
 @dataclasses.dataclass(frozen=True)
 class Sweep:
   """A sweep file's grid (see the module docstring)."""
@@ -102,7 +109,7 @@ class Sweep:
   cells: Mapping[str, Mapping[str, Any]]
   seeds: tuple[int, ...]
   metrics: tuple[str, ...]
-  curves: tuple[str, ...] = ("reward/mean",)
+  curves: tuple[str, ...] = ("reward/mean",)  # metrics.jsonl keys, or HELDOUT + a held-out evaluation's key
   max_parallel: int | None = None
   config: str = DEFAULT_CONFIG
 
@@ -451,6 +458,19 @@ class RunResult:
   returncode: int | None
   values: dict[str, float]  # metric spec -> value (NaN when missing)
   history: list[dict]
+  heldout: list[dict] = dataclasses.field(default_factory=list)  # held-out evaluations by version (`read_heldout`)
+
+
+def read_heldout(workdir: pathlib.Path) -> list[dict]:
+  """A run's held-out evaluations in version order: before RL (version 0), the evaluator process's during RL
+  (eval_during.jsonl) and after RL (eval.jsonl); where a version was evaluated twice the later record counts."""
+  by_version = {}
+  for path in (workdir / "eval_during.jsonl", workdir / "eval.jsonl"):
+    for r in read_records(path):
+      version = r.get("version", 0 if r.get("when") == "before" else None)
+      if isinstance(version, int):
+        by_version[version] = {**r, "version": version}
+  return [by_version[v] for v in sorted(by_version)]
 
 
 def collect(runs: Sequence[Run], metrics: Sequence[str]) -> list[RunResult]:
@@ -464,7 +484,8 @@ def collect(runs: Sequence[Run], metrics: Sequence[str]) -> list[RunResult]:
     history = read_history(r.workdir / "metrics.jsonl")
     # Unfinished runs' metrics stay out of the statistics: a half-trained run would skew the cell's mean.
     values = {m: metric_value(m, result, history) if st is Status.DONE else math.nan for m in metrics}
-    out.append(RunResult(run=r, status=st, returncode=rc, values=values, history=history))
+    out.append(RunResult(run=r, status=st, returncode=rc, values=values, history=history,
+                         heldout=read_heldout(r.workdir)))
   return out
 
 
@@ -509,6 +530,11 @@ def write_report(sweep: Sweep, results: Sequence[RunResult], workdir: str | os.P
   lines += ["", "Cells:", ""] + [f"- `{c}`: `{json.dumps(dict(o))}`" for c, o in sweep.cells.items()]
   lines += ["", "Mean ± sample std [min, max] over the finished seeds (one value: one seed).", "",
             results_table(sweep, results), ""]
+  for key in filter(_is_heldout, sweep.curves):
+    table = heldout_table(sweep, results, key)
+    if table:
+      lines += [f"Held-out `{key[len(HELDOUT):]}` by weights version (mean [min, max] over the runs that reached it):",
+                "", table, ""]
   unfinished = [r for r in results if r.status is not Status.DONE]
   if unfinished:
     lines += ["Unfinished runs:", ""]
@@ -558,6 +584,34 @@ def _plot_bars(sweep: Sweep, results: Sequence[RunResult], path: pathlib.Path) -
   plt.close(fig)
 
 
+def _is_heldout(key: str) -> bool:
+  return key.startswith(HELDOUT)
+
+
+def curve_points(key: str, results: Sequence[RunResult]) -> dict[int, list[float]]:
+  """{step or version: the runs' values} of curve `key` (a metrics.jsonl key over steps, or HELDOUT + a held-out
+  evaluation's key over versions)."""
+  by_x = collections.defaultdict(list)
+  for r in results:
+    records, x, name = ((r.heldout, "version", key[len(HELDOUT):]) if _is_heldout(key) else (r.history, "step", key))
+    for h in records:
+      if isinstance(h.get(name), (int, float)) and not isinstance(h.get(name), bool):
+        by_x[h[x]].append(float(h[name]))
+  return dict(by_x)
+
+
+def heldout_table(sweep: Sweep, results: Sequence[RunResult], key: str) -> str:
+  """Markdown: per cell, the mean [min, max] over its runs of held-out curve `key` at each evaluated version."""
+  lines = []
+  for cell in sweep.cells:
+    points = curve_points(key, [r for r in results if r.run.cell == cell])
+    if points:
+      lines.append(f"- `{cell}`: " + ", ".join(
+          f"v{v}: {np.mean(points[v]):.4g}" + (f" [{min(points[v]):.4g}, {max(points[v]):.4g}]"
+                                               if len(points[v]) > 1 else "") for v in sorted(points)))
+  return "\n".join(lines)
+
+
 def _plot_curves(sweep: Sweep, results: Sequence[RunResult], path: pathlib.Path) -> None:
   import matplotlib
   matplotlib.use("Agg")
@@ -567,19 +621,14 @@ def _plot_curves(sweep: Sweep, results: Sequence[RunResult], path: pathlib.Path)
   fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.0), squeeze=False)
   for ax, key in zip(axes.flat, sweep.curves):
     for i, cell in enumerate(sweep.cells):
-      by_step = collections.defaultdict(list)
-      for r in results:
-        if r.run.cell == cell:
-          for h in r.history:
-            if isinstance(h.get(key), (int, float)):
-              by_step[h["step"]].append(float(h[key]))
+      by_step = curve_points(key, [r for r in results if r.run.cell == cell])
       if not by_step:
         continue
       steps = sorted(by_step)
       values = [np.asarray(by_step[s]) for s in steps]
-      ax.plot(steps, [v.mean() for v in values], color=f"C{i}", label=cell)
+      ax.plot(steps, [v.mean() for v in values], color=f"C{i}", label=cell, marker="." if _is_heldout(key) else None)
       ax.fill_between(steps, [v.min() for v in values], [v.max() for v in values], color=f"C{i}", alpha=0.15)
-    ax.set_xlabel("step", fontsize=8)
+    ax.set_xlabel("weights version" if _is_heldout(key) else "step", fontsize=8)
     ax.set_title(key, fontsize=9)
     ax.tick_params(labelsize=7)
     if ax.get_legend_handles_labels()[0]:

@@ -7,11 +7,12 @@
   text = copy_text(np.random.default_rng(0), n_chars=4096)  # a document of copies (the "copy" data source)
 
 A row is `s:s\\n t:t\\n ...` cut at T tokens: each string s is 24-48 symbols drawn uniformly from a 32-symbol alphabet
-('a'-'z', '0'-'5', as bytes, so any vocabulary >= 256 holds them). The first copy of a symbol can be predicted no
-better than ln 32 = 3.47 nats; the second copy is fully determined by the first, so a model with an in-context
-copying (induction) circuit drives its cross-entropy toward 0 while one without stays at ln 32. The gap between the
-two is what `tools/copy_probe.py` measures (docs/experiments/copying.md). Each string's first symbol is `Part.OTHER`
-in both copies: the first symbol of the second copy follows the separator, which an induction head cannot key on.
+('a'-'z', '0'-'5', as bytes, so any vocabulary >= 256 holds them; `alphabet_size` takes fewer or, in byte rows,
+more). The first copy of a symbol can be predicted no better than ln 32 = 3.47 nats; the second copy is fully
+determined by the first, so a model with an in-context copying (induction) circuit drives its cross-entropy toward 0
+while one without stays at ln 32. The gap between the two is what `tools/copy_probe.py` measures
+(docs/experiments/copying.md). Each string's first symbol is `Part.OTHER` in both copies: the first symbol of the
+second copy follows the separator, which an induction head cannot key on.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from c2jax.data.tokenizer import Tokenizer
 ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz012345", np.uint8).astype(np.int32)
 SEPARATOR = ord(":")  # between the two copies of a string
 END = ord("\n")  # after the second copy
+# Symbols of a wider byte alphabet (`CopyStream.alphabet_size` > 32): ALPHABET, then every other byte from '!' up
+# but the separator; 253 in all. Byte rows only: bytes above 127 have no text form for a tokenizer.
+WIDE_ALPHABET = np.concatenate(
+    [ALPHABET, np.asarray([b for b in range(33, 256) if b != SEPARATOR and b not in ALPHABET], np.int32)])
 
 
 class Part(enum.IntEnum):
@@ -53,6 +58,8 @@ class CopyStream:
     seed: the generator's seed.
     seq_len: T, tokens per row.
     min_len / max_len: the length range of a string (inclusive).
+    alphabet_size: the strings' symbols are the first this many of WIDE_ALPHABET (32: ALPHABET; more only without a
+      tokenizer); the first copy then costs ln(alphabet_size) at best.
   """
 
   seed: int = 0
@@ -60,6 +67,7 @@ class CopyStream:
   min_len: int = 24
   max_len: int = 48
   tokenizer: Tokenizer | None = None
+  alphabet_size: int = len(ALPHABET)
 
   def __post_init__(self):
     if not 2 <= self.min_len <= self.max_len:
@@ -67,6 +75,10 @@ class CopyStream:
     if self.seq_len < 2 * self.min_len + 2:
       raise ValueError(f"seq_len={self.seq_len} holds no whole pair of {self.min_len}-symbol copies; use >= "
                        f"{2 * self.min_len + 2}.")
+    limit = len(ALPHABET) if self.tokenizer is not None else len(WIDE_ALPHABET)
+    if not 2 <= self.alphabet_size <= limit:
+      why = " with a tokenizer (wider alphabets hold bytes with no text form)." if self.tokenizer else "."
+      raise ValueError(f"alphabet_size={self.alphabet_size} must be in [2, {limit}]{why}")
     self._rng = np.random.default_rng(self.seed)
 
   def _row(self) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +90,7 @@ class CopyStream:
       tokens, part = [tok.bos_id], [Part.OTHER]
     sep, end = encode(np.asarray([SEPARATOR])), encode(np.asarray([END]))
     while len(tokens) < self.seq_len:
-      s = encode(_string(self._rng, self.min_len, self.max_len))
+      s = encode(_string(self._rng, self.min_len, self.max_len, WIDE_ALPHABET[:self.alphabet_size]))
       tokens += [*s, *sep, *s, *end]
       part += ([Part.OTHER] + [Part.FIRST] * (len(s) - 1) + [Part.OTHER] * len(sep) + [Part.OTHER]
                + [Part.SECOND] * (len(s) - 1) + [Part.OTHER] * len(end))
@@ -90,10 +102,10 @@ class CopyStream:
     return CopyRows(tokens=np.stack([r[0] for r in rows]), part=np.stack([r[1] for r in rows]))
 
 
-def _string(rng: np.random.Generator, min_len: int, max_len: int) -> np.ndarray:
-  """[n] symbol bytes of one random string, n uniform in [min_len, max_len]."""
+def _string(rng: np.random.Generator, min_len: int, max_len: int, alphabet: np.ndarray = ALPHABET) -> np.ndarray:
+  """[n] symbol bytes of one random string, n uniform in [min_len, max_len], drawn uniformly from `alphabet`."""
   n = int(rng.integers(min_len, max_len + 1))
-  return ALPHABET[rng.integers(0, len(ALPHABET), n)]
+  return alphabet[rng.integers(0, len(alphabet), n)]
 
 
 def copy_text(rng: np.random.Generator, n_chars: int, min_len: int = 24, max_len: int = 48) -> str:

@@ -3,9 +3,10 @@
   python tools/sweep.py --config=configs/rl_char_class.py --sweep=configs/sweeps/dr_grpo_vs_grpo.py [--seeds=3]
 
 Each file defines `get_sweep()` -> {"name", "description", "cells": {cell: {dotted override key: value}}, "seeds",
-"metrics", and optionally "curves" (metrics.jsonl keys plotted over steps) and "max_parallel"}; override keys are
-fields of configs/rl_char_class.py's config (tests/tools/sweep_test.py checks that every file's keys exist). Metrics are
-result.json keys or `<metrics.jsonl key>@<first|last|mean|max|delta>` (see tools/sweep.py).
+"metrics", and optionally "curves" (metrics.jsonl keys plotted over steps, or `heldout/<key>` over versions),
+"max_parallel" and "config"}; override keys are fields of the file's base config (configs/rl_char_class.py's when it
+names none; tests/tools/sweep_test.py checks that every file's keys exist). Metrics are result.json keys or
+`<metrics.jsonl key>@<first|last|mean|max|delta>` (see tools/sweep.py).
 
   dr_grpo_vs_grpo      std normalization x length normalization of the advantage / loss
   grpo_length_growth   length of incorrect responses under GRPO vs Dr. GRPO (the Dr. GRPO paper's finding)
@@ -15,6 +16,9 @@ result.json keys or `<metrics.jsonl key>@<first|last|mean|max|delta>` (see tools
   overlong_masking     truncated rollouts kept vs masked
   async_vs_sync        asynchronous with in-flight weight updates vs between sampler calls vs synchronous
   length_penalty       the nonlinear length penalty on vs off
+  self_summary         self-summaries trained vs masked vs truncation (configs/rl_long_horizon.py)
+  perplexity_vs_reward RL from several points of one pretraining (tools/perplexity_vs_reward.py runs it)
+  rl_from_perfect_teacher  the agentic main job's RL from a perfect teacher's SFT, held-out curves (configs/rl_tiny.py)
 """
 
 # Held-out evaluation before and after RL, and the training reward: every sweep reports these.

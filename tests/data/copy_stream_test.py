@@ -10,16 +10,16 @@ import numpy as np
 from c2jax.data import bpe
 from c2jax.data import sources
 from c2jax.data.byte_tokenizer import ByteTokenizer
-from c2jax.data.copy_stream import ALPHABET, END, SEPARATOR, CopyStream, Part, copy_losses, copy_text
+from c2jax.data.copy_stream import (ALPHABET, END, SEPARATOR, WIDE_ALPHABET, CopyStream, Part, copy_losses,
+                                    copy_text)
 from c2jax.data.tokenizer import make_tokenizer
 
 
 class CopyStreamTest(absltest.TestCase):
 
-  def test_rows_are_strings_written_twice_with_their_parts(self):
-    rows = CopyStream(seed=3, seq_len=300).batch(4)
-    self.assertEqual(rows.tokens.shape, (4, 300))
-    self.assertEqual(rows.part.shape, (4, 300))
+  def _assert_strings_written_twice(self, rows, alphabet) -> set[int]:
+    """Checks each row parses into strings over `alphabet` written twice, with their parts; returns the symbols."""
+    seen: set[int] = set()
     for tokens, part in zip(rows.tokens, rows.part):
       i, whole = 0, 0
       while i < len(tokens):
@@ -27,7 +27,8 @@ class CopyStreamTest(absltest.TestCase):
         while end < len(tokens) and tokens[end] != SEPARATOR:
           end += 1
         s = tokens[i:end]
-        self.assertTrue(np.isin(s, ALPHABET).all())
+        self.assertTrue(np.isin(s, alphabet).all())
+        seen |= set(s.tolist())
         if end + 1 + len(s) + 1 > len(tokens):
           break  # the row's cut pair
         self.assertBetween(len(s), 24, 48)
@@ -39,6 +40,32 @@ class CopyStreamTest(absltest.TestCase):
         self.assertEqual(part[end], Part.OTHER)
         i, whole = end + 2 + len(s), whole + 1
       self.assertGreaterEqual(whole, 2)
+    return seen
+
+  def test_rows_are_strings_written_twice_with_their_parts(self):
+    rows = CopyStream(seed=3, seq_len=300).batch(4)
+    self.assertEqual(rows.tokens.shape, (4, 300))
+    self.assertEqual(rows.part.shape, (4, 300))
+    self._assert_strings_written_twice(rows, ALPHABET)
+
+  def test_alphabet_size_draws_from_the_first_symbols_of_the_wide_alphabet(self):
+    np.testing.assert_array_equal(WIDE_ALPHABET[:32], ALPHABET)  # the default alphabet is its first 32
+    self.assertLen(set(WIDE_ALPHABET.tolist()), len(WIDE_ALPHABET))
+    self.assertNotIn(SEPARATOR, WIDE_ALPHABET)
+    self.assertNotIn(END, WIDE_ALPHABET)
+    wide = self._assert_strings_written_twice(CopyStream(seed=3, seq_len=300, alphabet_size=200).batch(8),
+                                              WIDE_ALPHABET[:200])
+    self.assertGreater(len(wide), 150)  # 8 rows of ~3 strings of 24-48 symbols reach most of 200
+    narrow = self._assert_strings_written_twice(CopyStream(seed=3, seq_len=300, alphabet_size=8).batch(4),
+                                                ALPHABET[:8])
+    self.assertLen(narrow, 8)
+    np.testing.assert_array_equal(CopyStream(seed=3, alphabet_size=32).batch(2).tokens,
+                                  CopyStream(seed=3).batch(2).tokens)
+    for size in (1, len(WIDE_ALPHABET) + 1):
+      with self.assertRaisesRegex(ValueError, f"alphabet_size={size} must be in \\[2, {len(WIDE_ALPHABET)}\\]"):
+        CopyStream(alphabet_size=size)
+    with self.assertRaisesRegex(ValueError, "alphabet_size=33 must be in \\[2, 32\\] with a tokenizer"):
+      CopyStream(alphabet_size=33, tokenizer=ByteTokenizer())
 
   def test_in_a_bpe_both_copies_are_the_same_tokens_and_the_parts_label_them(self):
     # A BPE that merges symbol pairs, so that a copy's tokens are not its bytes.

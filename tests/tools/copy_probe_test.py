@@ -92,6 +92,15 @@ class CopyProbeTest(absltest.TestCase):
         _SETTINGS, mla_features=("latent_kv", "decoupled_rope"), latent_std=0.1))
     self.assertEqual(mla["params"] - plain["params"], cfg.n_layers * (128 * 128 + 128 + 128 * 128 + 128 * 32))
     self.assertTrue(np.isfinite(mla["second"]))
+    self.assertNotIn("own_first", plain["curve"][0])  # trained on the probe's alphabet: one held-out batch
+    # A wider training alphabet: the 32-symbol probe is scored as before, and held-out strings of the training
+    # alphabet beside it, whose first copies start near ln(vocab) as the probe's do (uniform logits at init).
+    wide = copy_probe.run_probe("jax_llama", cfg, dataclasses.replace(_SETTINGS, train_alphabet_size=200))
+    self.assertLen(wide["curve"], _SETTINGS.steps + 1)
+    for point in wide["curve"]:
+      self.assertTrue(np.isfinite([point["own_first"], point["own_second"]]).all())
+    self.assertAlmostEqual(wide["curve"][0]["own_first"], np.log(260), delta=0.1)
+    self.assertNotEqual(wide["curve"][-1]["own_first"], wide["curve"][-1]["first"])
     with self.assertRaisesRegex(ValueError, r"--mla_features names \['rotary'\]"):
       copy_probe.run_probe("jax_llama", cfg, dataclasses.replace(_SETTINGS, mla_features=("rotary",)))
 

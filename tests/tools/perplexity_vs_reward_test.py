@@ -94,6 +94,19 @@ class SweepFileTest(absltest.TestCase):
     sweep = sweep_lib.load_sweep(perplexity_vs_reward.SWEEP_FILE, pretrain_dir="/p", points=(0, 10))
     self.assertEqual(dict(sweep.cells), {"step_0": {"sft.base_checkpoint": "/p/models/step_0"},
                                          "step_10": {"sft.base_checkpoint": "/p/models/step_10"}})
+    self.assertEqual((sweep.name, sweep.config), ("perplexity_vs_reward", "configs/rl_tiny.py:single_turn"))
+
+  def test_the_agentic_job_pairs_the_demos_pretraining_and_rl_configs(self):
+    sweep = sweep_lib.load_sweep(perplexity_vs_reward.SWEEP_FILE, pretrain_dir="/p", points=(0,), job="agentic")
+    self.assertEqual((sweep.name, sweep.config), ("perplexity_vs_reward_agentic", "configs/rl_tiny.py"))
+    job = perplexity_vs_reward.JOBS["agentic"]
+    # The pretraining `make demo` runs before this RL config (the Makefile's demo target), so the SFT's base checkpoint
+    # is of the RL run's own model and tokenizer.
+    makefile = (pathlib.Path(perplexity_vs_reward.REPO) / "Makefile").read_text()
+    self.assertIn(f"--config={job.pretrain_config}", makefile)
+    self.assertIn(f"--config={job.rl_config}", makefile)
+    with self.assertRaisesRegex(ValueError, r"job='multi' is not one of \['agentic', 'single_turn'\]"):
+      sweep_lib.load_sweep(perplexity_vs_reward.SWEEP_FILE, pretrain_dir="/p", points=(0,), job="multi")
 
 
 if __name__ == "__main__":

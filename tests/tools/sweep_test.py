@@ -17,6 +17,7 @@ import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import chex
 import ml_collections
 
 from c2jax.services import rl_run_config
@@ -187,6 +188,30 @@ class SweepTest(absltest.TestCase):
     path = self.tmp / "metrics.jsonl"
     path.write_text('{"step": 1, "x": 1}\n{"step": 2, "x": 2}\n{"step": 2, "x": 3}\n{"step": 3, "x"')
     self.assertEqual(sweep_lib.read_history(path), [{"step": 1, "x": 1}, {"step": 2, "x": 3}])
+
+  def test_heldout_curves_are_the_evaluations_by_version(self):
+    sweep = _sweep(cells={"a": {}}, curves=("reward/mean", "heldout/pass@1"))
+    runs = sweep_lib.plan_runs(sweep, rl_char_class.get_config(), self.tmp / "sweep")
+    for run, offset in zip(runs, (0.0, 0.2)):
+      run.workdir.mkdir(parents=True)
+      # before (version 0) and after (version 30) in eval.jsonl; the evaluator's versions 10 and 20, a cut line.
+      (run.workdir / "eval.jsonl").write_text(
+          json.dumps({"when": "before", "pass@1": 0.5 + offset, "version": 0}) + "\n"
+          + json.dumps({"when": "after", "pass@1": 0.8 + offset, "version": 30}) + "\n")
+      (run.workdir / "eval_during.jsonl").write_text(
+          json.dumps({"version": 10, "pass@1": 0.6 + offset}) + "\n" + json.dumps({"version": 20, "pass@1": 0.7})
+          + "\n" + '{"version": 30, "pass')
+      (run.workdir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": offset}) + "\n")
+    self.assertEqual([h["version"] for h in sweep_lib.read_heldout(runs[0].workdir)], [0, 10, 20, 30])
+    results = sweep_lib.collect(runs, sweep.metrics)
+    points = sweep_lib.curve_points("heldout/pass@1", results)
+    self.assertEqual(sorted(points), [0, 10, 20, 30])
+    chex.assert_trees_all_close(points[10], [0.6, 0.8])
+    chex.assert_trees_all_close(points[20], [0.7, 0.7])
+    self.assertEqual(sweep_lib.curve_points("reward/mean", results), {1: [0.0, 0.2]})  # the step log, by step
+    md = sweep_lib.write_report(sweep, results, self.tmp / "sweep")["md"].read_text()
+    self.assertIn("Held-out `pass@1` by weights version", md)
+    self.assertIn("- `a`: v0: 0.6 [0.5, 0.7], v10: 0.7 [0.6, 0.8], v20: 0.7 [0.7, 0.7], v30: 0.9 [0.8, 1]", md)
 
   def test_execute_resumes_reports_failures_and_refuses_changed_configs(self):
     script = self.tmp / "fake_rl_main.py"
