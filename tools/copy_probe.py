@@ -8,6 +8,7 @@
                                                                  # features (the bisection)
   python tools/copy_probe.py --model_overrides='{"qk_rope_head_dim": 32}' --results=runs/copy.jsonl
   python tools/copy_probe.py --plot=runs/copy.jsonl --png=runs/copy.png   # curves of every recorded run
+  python tools/copy_probe.py --bound      # what ideal 1-, 2- and 3-token induction predictors reach, no model
 
 Every implementation trains on the same seeded stream (`c2jax.data.copy_stream`: random strings each written
 twice) with the same AdamW settings (`c2jax.optim.OptimizerConfig`, its schedule evaluated by `make_schedule` in
@@ -88,6 +89,8 @@ def define_flags():
   flags.DEFINE_string("label", None, "Name of the run in --results and plots (default: the implementation).")
   flags.DEFINE_string("results", None, "A JSONL file the result line is appended to.")
   flags.DEFINE_string("plot", None, "Plot the runs of this JSONL results file instead of training.")
+  flags.DEFINE_bool("bound", False, "Print the ratio an ideal 1-, 2- and 3-token induction predictor reaches on the "
+                    "held-out batch (`induction_bound`) instead of training.")
   flags.DEFINE_string("png", None, "Where --plot writes its figure (default: next to the results, .png).")
 
 
@@ -351,6 +354,24 @@ TRAINERS = {"c2jax": c2jax_trainer, "hf_deepseek_v3": hf_deepseek_v3_trainer, "h
 
 
 # ------------------------------------------------------------------------------------------------------ scoring
+def induction_bound(rows, match: int = 1, alphabet_size: int = 32, smoothing: float = 0.02) -> float:
+  """Second / first copy CE of an ideal `match`-token induction predictor on `rows` (a `CopyRows`): each
+  second-copy token is predicted as the tokens that followed the earlier occurrences of its `match` preceding
+  tokens in the row (uniform over those occurrences, all earlier strings included), mixed with `smoothing` of the
+  uniform over the alphabet; a first copy costs ln(alphabet_size). What a circuit that matches one token (an
+  induction head) or `match` tokens can reach on the probe, without a model."""
+  from c2jax.data.copy_stream import Part
+  ce = []
+  for tokens, part in zip(np.asarray(rows.tokens), np.asarray(rows.part)):
+    for j in np.flatnonzero(part == Part.SECOND):
+      key = tuple(tokens[j - match:j])
+      nexts = [tokens[i + match] for i in range(j - match) if tuple(tokens[i:i + match]) == key]
+      p = smoothing / alphabet_size + (1 - smoothing) * (nexts.count(tokens[j]) / len(nexts) if nexts
+                                                        else 1 / alphabet_size)
+      ce.append(-np.log(p))
+  return float(np.mean(ce) / np.log(alphabet_size))
+
+
 def first_below(curve: list[dict[str, Any]], fraction: float) -> int | None:
   """The first evaluated step whose second-copy CE is below `fraction` x its first-copy CE, or None."""
   return next((p["step"] for p in curve if p["second"] < fraction * p["first"]), None)
@@ -415,6 +436,10 @@ def main(argv):
   if FLAGS.plot:
     png = plot(FLAGS.plot, FLAGS.png or os.path.splitext(FLAGS.plot)[0] + ".png")
     print(json.dumps({"png": png}))
+    return
+  if FLAGS.bound:
+    rows = CopyStream(seed=FLAGS.eval_seed, seq_len=FLAGS.seq_len).batch(FLAGS.eval_rows)
+    print(json.dumps({f"match_{k}": round(induction_bound(rows, k), 4) for k in (1, 2, 3)}))
     return
   if FLAGS.steps < 1 or FLAGS.eval_every < 1 or FLAGS.batch_size < 1 or FLAGS.eval_rows < 1:
     raise app.UsageError("--steps, --eval_every, --batch_size and --eval_rows must be >= 1.")

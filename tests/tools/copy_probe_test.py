@@ -126,6 +126,29 @@ class CopyProbeTest(absltest.TestCase):
     self.assertEqual(copy_probe.first_below(curve, 0.5), 100)
     self.assertIsNone(copy_probe.first_below(curve, 0.1))
 
+  def test_induction_bound(self):
+    from c2jax.data.copy_stream import CopyRows, Part
+    a, b, c, sep = 97, 98, 99, 58
+    o, f, s = Part.OTHER, Part.FIRST, Part.SECOND
+    # "ab:ab": the second copy's b follows an a that occurred once, followed by b: certain.
+    rows = CopyRows(tokens=np.array([[a, b, sep, a, b]]), part=np.array([[o, f, o, o, s]]))
+    certain = -np.log(0.02 / 32 + 0.98) / np.log(32)
+    self.assertAlmostEqual(copy_probe.induction_bound(rows), certain, places=6)
+    # "abac:abac": one token of match is torn where the key recurs (a was followed by b, then c, then b again in
+    # the second copy itself); two tokens are certain but have nothing to match right after the separator.
+    tokens = [a, b, a, c, sep, a, b, a, c]
+    rows = CopyRows(tokens=np.array([tokens]), part=np.array([[o, f, f, f, o, o, s, s, s]]))
+    one = copy_probe.induction_bound(rows, 1)
+    two = copy_probe.induction_bound(rows, 2)
+    # match 1: b after a (nexts b, c: 1/2), a after b (a: 1), c after a (nexts b, c, b: 1/3).
+    expected = np.mean([-np.log(0.02 / 32 + 0.98 * q) for q in (1 / 2, 1, 1 / 3)]) / np.log(32)
+    self.assertAlmostEqual(one, expected, places=6)
+    sure = -np.log(0.02 / 32 + 0.98)
+    self.assertAlmostEqual(two, np.mean([np.log(32), sure, sure]) / np.log(32), places=6)
+    # On the probe's held-out batch a one-token match already passes the probe's 0.5 (docs/experiments/copying.md).
+    from c2jax.data.copy_stream import CopyStream
+    self.assertLess(copy_probe.induction_bound(CopyStream(seed=12345).batch(8), 1), 0.5)
+
   @pytest.mark.slow
   def test_cli_json_line_results_and_plot(self):
     results, line = _cli_run()
