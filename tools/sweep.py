@@ -48,7 +48,7 @@ failed run's log), results.csv (one row per run), results.png (a bar per cell an
 curves.png (each `curves` metric over training steps, the cell's mean over seeds with a min-max band). A curve
 `heldout/<key>` (e.g. `heldout/pass@1`) is the held-out evaluations' `<key>` over the weights' version: before RL
 (version 0) and after it (eval.jsonl), and the evaluator process's during it (eval_during.jsonl, with `eval.process`
-and `eval.every_versions`); results.md then also tabulates it per cell and version.
+and `eval.every_versions`), one line per run; results.md then also lists it per run and version.
 """
 
 from __future__ import annotations
@@ -533,8 +533,7 @@ def write_report(sweep: Sweep, results: Sequence[RunResult], workdir: str | os.P
   for key in filter(_is_heldout, sweep.curves):
     table = heldout_table(sweep, results, key)
     if table:
-      lines += [f"Held-out `{key[len(HELDOUT):]}` by weights version (mean [min, max] over the runs that reached it):",
-                "", table, ""]
+      lines += [f"Held-out `{key[len(HELDOUT):]}` by weights version:", "", table, ""]
   unfinished = [r for r in results if r.status is not Status.DONE]
   if unfinished:
     lines += ["Unfinished runs:", ""]
@@ -601,14 +600,13 @@ def curve_points(key: str, results: Sequence[RunResult]) -> dict[int, list[float
 
 
 def heldout_table(sweep: Sweep, results: Sequence[RunResult], key: str) -> str:
-  """Markdown: per cell, the mean [min, max] over its runs of held-out curve `key` at each evaluated version."""
+  """Markdown: per run, held-out curve `key` at each version it was evaluated at (the evaluator process takes the
+  newest version when it is free, so runs are evaluated at versions of their own)."""
   lines = []
-  for cell in sweep.cells:
-    points = curve_points(key, [r for r in results if r.run.cell == cell])
+  for r in results:
+    points = curve_points(key, [r])
     if points:
-      lines.append(f"- `{cell}`: " + ", ".join(
-          f"v{v}: {np.mean(points[v]):.4g}" + (f" [{min(points[v]):.4g}, {max(points[v]):.4g}]"
-                                               if len(points[v]) > 1 else "") for v in sorted(points)))
+      lines.append(f"- `{r.run.name}`: " + ", ".join(f"v{v}: {points[v][0]:.4g}" for v in sorted(points)))
   return "\n".join(lines)
 
 
@@ -621,19 +619,27 @@ def _plot_curves(sweep: Sweep, results: Sequence[RunResult], path: pathlib.Path)
   fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.0), squeeze=False)
   for ax, key in zip(axes.flat, sweep.curves):
     for i, cell in enumerate(sweep.cells):
-      by_step = curve_points(key, [r for r in results if r.run.cell == cell])
+      runs = [r for r in results if r.run.cell == cell]
+      if _is_heldout(key):  # each run its own line: runs are evaluated at versions of their own
+        for j, r in enumerate(runs):
+          points = curve_points(key, [r])
+          if points:
+            x = sorted(points)
+            ax.plot(x, [points[v][0] for v in x], color=f"C{i}", marker=".", lw=1, label=cell if j == 0 else None)
+        continue
+      by_step = curve_points(key, runs)
       if not by_step:
         continue
       steps = sorted(by_step)
       values = [np.asarray(by_step[s]) for s in steps]
-      ax.plot(steps, [v.mean() for v in values], color=f"C{i}", label=cell, marker="." if _is_heldout(key) else None)
+      ax.plot(steps, [v.mean() for v in values], color=f"C{i}", label=cell)
       ax.fill_between(steps, [v.min() for v in values], [v.max() for v in values], color=f"C{i}", alpha=0.15)
     ax.set_xlabel("weights version" if _is_heldout(key) else "step", fontsize=8)
     ax.set_title(key, fontsize=9)
     ax.tick_params(labelsize=7)
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=7)
-  fig.suptitle(f"{sweep.name}: mean over seeds, min-max band", fontsize=9)
+  fig.suptitle(f"{sweep.name}: mean over seeds, min-max band (held-out curves: one line per run)", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

@@ -211,7 +211,8 @@ class SweepTest(absltest.TestCase):
     self.assertEqual(sweep_lib.curve_points("reward/mean", results), {1: [0.0, 0.2]})  # the step log, by step
     md = sweep_lib.write_report(sweep, results, self.tmp / "sweep")["md"].read_text()
     self.assertIn("Held-out `pass@1` by weights version", md)
-    self.assertIn("- `a`: v0: 0.6 [0.5, 0.7], v10: 0.7 [0.6, 0.8], v20: 0.7 [0.7, 0.7], v30: 0.9 [0.8, 1]", md)
+    self.assertIn("- `a/seed_0`: v0: 0.5, v10: 0.6, v20: 0.7, v30: 0.8\n- `a/seed_1`: v0: 0.7, v10: 0.8, v20: 0.7, "
+                  "v30: 1\n", md)
 
   def test_execute_resumes_reports_failures_and_refuses_changed_configs(self):
     script = self.tmp / "fake_rl_main.py"
