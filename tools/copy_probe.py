@@ -8,7 +8,8 @@
                                                                  # features (the bisection)
   python tools/copy_probe.py --model_overrides='{"qk_rope_head_dim": 32}' --results=runs/copy.jsonl
   python tools/copy_probe.py --plot=runs/copy.jsonl --png=runs/copy.png   # curves of every recorded run
-  python tools/copy_probe.py --bound      # what ideal 1-, 2- and 3-token induction predictors reach, no model
+  python tools/copy_probe.py --bound [--train_alphabet_size=8]   # what ideal 1-, 2- and 3-token induction
+                                                                 # predictors reach, no model
 
 Every implementation trains on the same seeded stream (`c2jax.data.copy_stream`: random strings each written
 twice) with the same AdamW settings (`c2jax.optim.OptimizerConfig`, its schedule evaluated by `make_schedule` in
@@ -90,7 +91,7 @@ def define_flags():
   flags.DEFINE_string("results", None, "A JSONL file the result line is appended to.")
   flags.DEFINE_string("plot", None, "Plot the runs of this JSONL results file instead of training.")
   flags.DEFINE_bool("bound", False, "Print the ratio an ideal 1-, 2- and 3-token induction predictor reaches on the "
-                    "held-out batch (`induction_bound`) instead of training.")
+                    "held-out batch of --train_alphabet_size symbols (`induction_bound`) instead of training.")
   flags.DEFINE_string("png", None, "Where --plot writes its figure (default: next to the results, .png).")
 
 
@@ -437,14 +438,15 @@ def main(argv):
     png = plot(FLAGS.plot, FLAGS.png or os.path.splitext(FLAGS.plot)[0] + ".png")
     print(json.dumps({"png": png}))
     return
+  if not 2 <= FLAGS.train_alphabet_size <= len(WIDE_ALPHABET):
+    raise app.UsageError(f"--train_alphabet_size={FLAGS.train_alphabet_size} must be in [2, {len(WIDE_ALPHABET)}].")
   if FLAGS.bound:
-    rows = CopyStream(seed=FLAGS.eval_seed, seq_len=FLAGS.seq_len).batch(FLAGS.eval_rows)
-    print(json.dumps({f"match_{k}": round(induction_bound(rows, k), 4) for k in (1, 2, 3)}))
+    size = FLAGS.train_alphabet_size
+    rows = CopyStream(seed=FLAGS.eval_seed, seq_len=FLAGS.seq_len, alphabet_size=size).batch(FLAGS.eval_rows)
+    print(json.dumps({f"match_{k}": round(induction_bound(rows, k, size), 4) for k in (1, 2, 3)}))
     return
   if FLAGS.steps < 1 or FLAGS.eval_every < 1 or FLAGS.batch_size < 1 or FLAGS.eval_rows < 1:
     raise app.UsageError("--steps, --eval_every, --batch_size and --eval_rows must be >= 1.")
-  if not 2 <= FLAGS.train_alphabet_size <= len(WIDE_ALPHABET):
-    raise app.UsageError(f"--train_alphabet_size={FLAGS.train_alphabet_size} must be in [2, {len(WIDE_ALPHABET)}].")
   settings = ProbeSettings(
       steps=FLAGS.steps, eval_every=FLAGS.eval_every, batch_size=FLAGS.batch_size, seq_len=FLAGS.seq_len,
       train_alphabet_size=FLAGS.train_alphabet_size, eval_rows=FLAGS.eval_rows, learning_rate=FLAGS.learning_rate,

@@ -149,6 +149,20 @@ class CopyProbeTest(absltest.TestCase):
     from c2jax.data.copy_stream import CopyStream
     self.assertLess(copy_probe.induction_bound(CopyStream(seed=12345).batch(8), 1), 0.5)
 
+  def test_cli_bound_of_a_training_alphabet(self):
+    run = lambda *flags: subprocess.run([sys.executable, "tools/copy_probe.py", *flags], cwd=_REPO,
+                                        capture_output=True, text=True, check=False)
+    out = run("--bound", "--train_alphabet_size=16", "--eval_rows=4")
+    self.assertEqual(out.returncode, 0, out.stderr)
+    bound = json.loads(out.stdout.strip().splitlines()[-1])
+    from c2jax.data.copy_stream import CopyStream
+    self.assertEqual(bound["match_1"], round(copy_probe.induction_bound(
+        CopyStream(seed=12345, alphabet_size=16).batch(4), 1, 16), 4))
+    self.assertGreater(bound["match_1"], bound["match_2"])  # 16 symbols: one token of match is often torn
+    bad = run("--bound", "--train_alphabet_size=300")
+    self.assertNotEqual(bad.returncode, 0)
+    self.assertIn("--train_alphabet_size=300 must be in [2, 253]", bad.stderr)
+
   @pytest.mark.slow
   def test_cli_json_line_results_and_plot(self):
     results, line = _cli_run()
