@@ -73,7 +73,7 @@ def define_flags():
   flags.DEFINE_integer("batch_size", 16, "Rows per step.")
   flags.DEFINE_integer("seq_len", 256, "Tokens per row.")
   flags.DEFINE_integer("train_alphabet_size", 32, "Symbols of the training stream's strings "
-                       "(`CopyStream.alphabet_size`, 2-253); the held-out batch stays the 32-symbol probe, and a "
+                       "(`CopyStream.alphabet_size`, 2-222); the held-out batch stays the 32-symbol probe, and a "
                        "second one in the training alphabet is scored beside it (own_first, own_second).")
   flags.DEFINE_integer("eval_rows", 32, "Rows of the held-out batch.")
   flags.DEFINE_float("learning_rate", 3e-3, "Peak learning rate.")

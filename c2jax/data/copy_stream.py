@@ -29,7 +29,7 @@ ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz012345", np.uint8).astype(n
 SEPARATOR = ord(":")  # between the two copies of a string
 END = ord("\n")  # after the second copy
 # Symbols of a wider byte alphabet (`CopyStream.alphabet_size` > 32): ALPHABET, then every other byte from '!' up
-# but the separator; 253 in all. Byte rows only: bytes above 127 have no text form for a tokenizer.
+# but the separator; 222 in all. Byte rows only: bytes above 127 have no text form for a tokenizer.
 WIDE_ALPHABET = np.concatenate(
     [ALPHABET, np.asarray([b for b in range(33, 256) if b != SEPARATOR and b not in ALPHABET], np.int32)])
 
