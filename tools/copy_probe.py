@@ -38,7 +38,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from c2jax.data.copy_stream import ALPHABET, WIDE_ALPHABET, CopyStream, copy_losses
+from c2jax.data.copy_stream import ALPHABET, WIDE_ALPHABET, CopyStream, Part, copy_losses
 
 IMPLS = ("c2jax", "hf_deepseek_v3", "hf_llama", "jax_llama")
 # MLA's features, each of which --impl=jax_llama can add to its Llama (the bisection between a Llama and MLA).
@@ -361,7 +361,6 @@ def induction_bound(rows, match: int = 1, alphabet_size: int = 32, smoothing: fl
   tokens in the row (uniform over those occurrences, all earlier strings included), mixed with `smoothing` of the
   uniform over the alphabet; a first copy costs ln(alphabet_size). What a circuit that matches one token (an
   induction head) or `match` tokens can reach on the probe, without a model."""
-  from c2jax.data.copy_stream import Part
   ce = []
   for tokens, part in zip(np.asarray(rows.tokens), np.asarray(rows.part)):
     for j in np.flatnonzero(part == Part.SECOND):
@@ -440,13 +439,13 @@ def main(argv):
     return
   if not 2 <= FLAGS.train_alphabet_size <= len(WIDE_ALPHABET):
     raise app.UsageError(f"--train_alphabet_size={FLAGS.train_alphabet_size} must be in [2, {len(WIDE_ALPHABET)}].")
+  if FLAGS.steps < 1 or FLAGS.eval_every < 1 or FLAGS.batch_size < 1 or FLAGS.eval_rows < 1:
+    raise app.UsageError("--steps, --eval_every, --batch_size and --eval_rows must be >= 1.")
   if FLAGS.bound:
     size = FLAGS.train_alphabet_size
     rows = CopyStream(seed=FLAGS.eval_seed, seq_len=FLAGS.seq_len, alphabet_size=size).batch(FLAGS.eval_rows)
     print(json.dumps({f"match_{k}": round(induction_bound(rows, k, size), 4) for k in (1, 2, 3)}))
     return
-  if FLAGS.steps < 1 or FLAGS.eval_every < 1 or FLAGS.batch_size < 1 or FLAGS.eval_rows < 1:
-    raise app.UsageError("--steps, --eval_every, --batch_size and --eval_rows must be >= 1.")
   settings = ProbeSettings(
       steps=FLAGS.steps, eval_every=FLAGS.eval_every, batch_size=FLAGS.batch_size, seq_len=FLAGS.seq_len,
       train_alphabet_size=FLAGS.train_alphabet_size, eval_rows=FLAGS.eval_rows, learning_rate=FLAGS.learning_rate,

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from c2jax.data.copy_stream import WIDE_ALPHABET
+from c2jax.data.copy_stream import WIDE_ALPHABET, CopyRows, CopyStream, Part
 from c2jax.model import params as params_lib
 
 from tools import copy_probe
@@ -128,7 +128,6 @@ class CopyProbeTest(absltest.TestCase):
     self.assertIsNone(copy_probe.first_below(curve, 0.1))
 
   def test_induction_bound(self):
-    from c2jax.data.copy_stream import CopyRows, Part
     a, b, c, sep = 97, 98, 99, 58
     o, f, s = Part.OTHER, Part.FIRST, Part.SECOND
     # "ab:ab": the second copy's b follows an a that occurred once, followed by b: certain.
@@ -147,7 +146,6 @@ class CopyProbeTest(absltest.TestCase):
     sure = -np.log(0.02 / 32 + 0.98)
     self.assertAlmostEqual(two, np.mean([np.log(32), sure, sure]) / np.log(32), places=6)
     # On the probe's held-out batch a one-token match already passes the probe's 0.5 (docs/experiments/copying.md).
-    from c2jax.data.copy_stream import CopyStream
     self.assertLess(copy_probe.induction_bound(CopyStream(seed=12345).batch(8), 1), 0.5)
 
   def test_cli_bound_of_a_training_alphabet(self):
@@ -156,7 +154,6 @@ class CopyProbeTest(absltest.TestCase):
     out = run("--bound", "--train_alphabet_size=16", "--eval_rows=4")
     self.assertEqual(out.returncode, 0, out.stderr)
     bound = json.loads(out.stdout.strip().splitlines()[-1])
-    from c2jax.data.copy_stream import CopyStream
     self.assertEqual(bound["match_1"], round(copy_probe.induction_bound(
         CopyStream(seed=12345, alphabet_size=16).batch(4), 1, 16), 4))
     self.assertGreater(bound["match_1"], bound["match_2"])  # 16 symbols: one token of match is often torn
