@@ -167,9 +167,9 @@ def main(argv: list[str]) -> None:
 
   del argv
   f = flags.FLAGS
-  name = "perplexity_vs_reward" + ("" if f.job == "single_turn" else f"_{f.job}")  # the sweep's name
-  workdir = pathlib.Path(f.workdir or os.path.join("runs", "sweeps", name)).absolute()
   try:
+    name = sweep_lib.load_sweep(SWEEP_FILE, job=f.job).name  # the default workdir is the job's sweep's
+    workdir = pathlib.Path(f.workdir or os.path.join("runs", "sweeps", name)).absolute()
     points = tuple(int(s) for s in f.points.split(",")) if f.points else POINTS
     summary = run(workdir, points=points, seeds=f.seeds, sets=f.set or [], pretrain_sets=f.pretrain_set or [],
                   parallel=f.parallel, job=f.job)
