@@ -12,7 +12,8 @@
    workdir tmpfs (`containment()`), the same calls are timed again with both forced off (the fallback's cost).
    With --baseline, the start latency is instead measured call by call in turn: one call of the baseline
    sandbox.py, one of this one, one of this one with its fallback containment, and again, so that the load of a
-   shared machine falls on all of them alike.
+   shared machine falls on all of them alike; and so is a test run, `python3 -m unittest` over a one-test module
+   (the shape of an agent's test-running tool call: Python's start-up and unittest's import inside the container).
 2. Sandbox set-up: --runs times `Sandbox({})` then `close()` (the workdir, its tmpfs where mounted, the removal).
 3. Pool throughput: --runs jobs through SandboxPool(--workers), each creating its own Sandbox with one small file
    and running a short `python3 -c` over it, then closing it (the shape of grading a tiny task). runs/s over the
@@ -73,20 +74,29 @@ def _start_latency(lib, runs: int) -> dict[str, float]:
   return {"median": round(median, 2), "p90": round(p90, 2), "wall_s_median": round(statistics.median(walls), 2)}
 
 
-def _interleaved(variants: dict[str, tuple[object, object]], runs: int) -> dict[str, dict[str, float]]:
-  """{variant: median, p90 of the caller's wait} for `true` calls, one call per variant in turn."""
+# A one-test module and the command that runs it: what an agent's test-running tool call costs at the least.
+UNITTEST_FILES = {"m.py": "def f(x):\n  return x + 1\n",
+                  "test_m.py": "import unittest\nfrom m import f\n\n\nclass T(unittest.TestCase):\n\n"
+                               "  def test_f(self):\n    self.assertEqual(f(1), 2)\n"}
+UNITTEST_COMMAND = "python3 -m unittest -q"
+
+
+def _interleaved(variants: dict[str, tuple[object, object]], runs: int, command: str = "true",
+                 files: dict[str, str] | None = None) -> dict[str, dict[str, float]]:
+  """{variant: median, p90 of the caller's wait} for `command` calls over `files`, one call per variant in turn."""
   waited = {name: [] for name in variants}
   with contextlib.ExitStack() as stack:
     boxes = {}
     for name, (lib, context) in variants.items():
       with context:
-        boxes[name] = stack.enter_context(lib.Sandbox({}))
-        boxes[name].run("true")  # the page cache, once per variant
+        boxes[name] = stack.enter_context(lib.Sandbox(files or {}))
+        boxes[name].run(command)  # the page cache, once per variant
     for _ in range(runs):
       for name, (_, context) in variants.items():
         with context:
           t = time.perf_counter()
-          boxes[name].run("true")
+          if not boxes[name].run(command).ok:
+            raise SystemExit(f"`{command}` failed in the {name} sandbox: run tests/sandbox/sandbox_test.py.")
           waited[name].append((time.perf_counter() - t) * 1000)
   return {name: dict(zip(("median", "p90"), (round(v, 2) for v in _median_p90(w)))) for name, w in waited.items()}
 
@@ -107,13 +117,14 @@ def main(argv: list[str]) -> None:
   containment = lib.containment() if hasattr(lib, "containment") else None
 
   start = _start_latency(lib, runs)
-  interleaved = None
+  interleaved = unittest_runs = None
   if _BASELINE.value:
     variants = {"baseline": (_load(_BASELINE.value, "bench_sandbox_baseline"), contextlib.nullcontext()),
                 "this": (lib, contextlib.nullcontext())}
     if containment is not None:
       variants["this_fallback"] = (lib, _fallback(lib))
     interleaved = _interleaved(variants, runs)
+    unittest_runs = _interleaved(variants, runs, UNITTEST_COMMAND, UNITTEST_FILES)
   start_fallback = None
   if containment is not None and (containment.cgroup is not None or containment.disk == lib.DiskBound.TMPFS):
     with _fallback(lib):
@@ -150,6 +161,7 @@ def main(argv: list[str]) -> None:
       "start_latency_ms_median_fallback": start_fallback and start_fallback["median"],
       "sandbox_setup_ms_median": round(statistics.median(setups), 2),
       "interleaved_start_latency_ms": interleaved,
+      "interleaved_unittest_ms": unittest_runs,
       "runs_per_s_pool": round(runs / pool_s, 2),
       "runs_per_s_serial": round(runs / serial_s, 2),
       "workers": workers,
@@ -162,6 +174,8 @@ def main(argv: list[str]) -> None:
     print(f"  fallback containment  median {start_fallback['median']:7.2f} ms   (no call cgroup, no workdir tmpfs)")
   for name, figures in (interleaved or {}).items():
     print(f"  interleaved {name:<13} median {figures['median']:7.2f} ms   p90 {figures['p90']:7.2f} ms")
+  for name, figures in (unittest_runs or {}).items():
+    print(f"  `{UNITTEST_COMMAND}` {name:<13} median {figures['median']:7.2f} ms   p90 {figures['p90']:7.2f} ms")
   print(f"sandbox set-up + close  median {result['sandbox_setup_ms_median']:7.2f} ms")
   print(f"sandboxed python jobs   {runs / pool_s:7.2f} /s through SandboxPool({workers})   "
         f"{runs / serial_s:7.2f} /s serially   ({runs} jobs, {os.cpu_count()} CPUs)")

@@ -827,6 +827,45 @@ class WorkdirDiskTest(SandboxTestCase):
     self.assertEqual(mine.run("cat b.txt").stdout, "y")
 
 
+class WaitTest(parameterized.TestCase):
+  """`_wait`: a call's end is seen when the process exits (a pidfd), not at Popen.wait(timeout)'s next poll."""
+
+  def _paths(self, path):
+    if path == "polling":  # a host without pidfd_open: Popen.wait(timeout)
+      self.enter_context(mock.patch.object(os, "pidfd_open", side_effect=OSError(errno.ENOSYS, "no pidfd")))
+
+  @parameterized.parameters("pidfd", "polling")
+  def test_an_exited_process_is_reaped_and_reported(self, path):
+    self._paths(path)
+    proc = subprocess.Popen(["sh", "-c", "exit 3"])
+    self.assertTrue(sandbox_lib._wait(proc, 10.0))
+    self.assertEqual(proc.returncode, 3)
+
+  @parameterized.parameters("pidfd", "polling")
+  def test_a_process_that_outlives_the_timeout_is_left_running(self, path):
+    self._paths(path)
+    proc = subprocess.Popen(["sleep", "30"])
+    self.addCleanup(proc.wait)
+    self.addCleanup(proc.kill)
+    self.assertFalse(sandbox_lib._wait(proc, 0.2))
+    self.assertIsNone(proc.poll())
+
+  def test_a_process_that_exited_before_the_wait_is_seen_at_timeout_zero(self):
+    proc = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10.0
+    while _state(proc.pid) != "Z" and time.monotonic() < deadline:  # exited, not yet reaped
+      time.sleep(0.01)
+    self.assertEqual(_state(proc.pid), "Z")
+    self.assertTrue(sandbox_lib._wait(proc, 0.0))
+    self.assertEqual(proc.returncode, 0)
+
+
+def _state(pid: int) -> str:
+  """A process's state letter from /proc (Z: exited, not yet reaped)."""
+  with open(f"/proc/{pid}/stat") as f:
+    return f.read().rsplit(")", 1)[1].split()[0]
+
+
 class UnavailableTest(absltest.TestCase):
 
   def test_missing_bwrap_refuses_with_one_sentence(self):
