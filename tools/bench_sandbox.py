@@ -14,7 +14,8 @@
    sandbox.py, one of this one, one of this one with its fallback containment, and again, so that the load of a
    shared machine falls on all of them alike; and so is a test run, `python3 -m unittest` over a one-test module
    (the shape of an agent's test-running tool call: Python's start-up and unittest's import inside the container).
-2. Sandbox set-up: --runs times `Sandbox({})` then `close()` (the workdir, its tmpfs where mounted, the removal).
+2. Sandbox set-up: --runs times `Sandbox({})` then `close()` (the workdir, its tmpfs where mounted, the removal);
+   with --baseline, also call by call in turn with the baseline's, over the one-test module's files.
 3. Pool throughput: --runs jobs through SandboxPool(--workers), each creating its own Sandbox with one small file
    and running a short `python3 -c` over it, then closing it (the shape of grading a tiny task). runs/s over the
    wall time of the whole map; the same jobs one at a time give the serial rate beside it.
@@ -135,6 +136,17 @@ def main(argv: list[str]) -> None:
     t = time.perf_counter()
     lib.Sandbox({}).close()
     setups.append((time.perf_counter() - t) * 1000)
+  setup_runs = None
+  if _BASELINE.value:
+    libs = {name: lib for name, (lib, _) in variants.items() if name != "this_fallback"}
+    times = {name: [] for name in libs}
+    for _ in range(runs):
+      for name, variant in libs.items():
+        t = time.perf_counter()
+        variant.Sandbox(UNITTEST_FILES).close()
+        times[name].append((time.perf_counter() - t) * 1000)
+    setup_runs = {name: dict(zip(("median", "p90"), (round(v, 2) for v in _median_p90(w))))
+                  for name, w in times.items()}
 
   def job(i: int) -> bool:
     with lib.Sandbox({"n.txt": str(i)}) as box:
@@ -162,6 +174,7 @@ def main(argv: list[str]) -> None:
       "sandbox_setup_ms_median": round(statistics.median(setups), 2),
       "interleaved_start_latency_ms": interleaved,
       "interleaved_unittest_ms": unittest_runs,
+      "interleaved_setup_ms": setup_runs,
       "runs_per_s_pool": round(runs / pool_s, 2),
       "runs_per_s_serial": round(runs / serial_s, 2),
       "workers": workers,
@@ -177,6 +190,8 @@ def main(argv: list[str]) -> None:
   for name, figures in (unittest_runs or {}).items():
     print(f"  `{UNITTEST_COMMAND}` {name:<13} median {figures['median']:7.2f} ms   p90 {figures['p90']:7.2f} ms")
   print(f"sandbox set-up + close  median {result['sandbox_setup_ms_median']:7.2f} ms")
+  for name, figures in (setup_runs or {}).items():
+    print(f"  interleaved set-up + close {name:<8} median {figures['median']:7.2f} ms   p90 {figures['p90']:7.2f} ms")
   print(f"sandboxed python jobs   {runs / pool_s:7.2f} /s through SandboxPool({workers})   "
         f"{runs / serial_s:7.2f} /s serially   ({runs} jobs, {os.cpu_count()} CPUs)")
   print(json.dumps(result))

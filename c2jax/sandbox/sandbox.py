@@ -42,7 +42,8 @@ Limits over the whole call and the whole workdir, where the host allows them (`c
     removed after the call, leftovers killed.
   * as root, the workdir is its own tmpfs (host memory) of `workdir_mb` and `workdir_entries` inodes, mounted for
     the sandbox's whole life (the repository persists across calls) and unmounted by `close`: a write past it fails
-    with ENOSPC during the call, inside and host-side alike.
+    with ENOSPC during the call, inside and host-side alike. The sandbox's root directory (the container's /etc
+    files and the workdir's mount point) is then made on a RAM filesystem (`RAM_DIR`), not in TMPDIR.
 Where they do not hold: memory is bounded per process only (N processes may hold N x memory_mb), process count per
 user namespace only (bubblewrap's init exempt, but unreachable, see Syscalls), and the disk written to /work within
 one call per file only (FSIZE; the wall clock bounds the rest), measured by `Sandbox.usage` between calls so that
@@ -52,10 +53,10 @@ kernel ignores RLIMIT_CORE there).
   print(sandbox.containment())  # e.g. Containment(cgroup=<Version.V1: 'cgroup v1'>, disk=<DiskBound.TMPFS: ...>)
 
 Availability: `check_available` starts one container with the very command line of a real call (`python3 -I -c
-pass`) before the first sandbox of a process, so an old bubblewrap, a missing /usr/bin/python3 or a TMPDIR the
-container's user cannot reach raises SandboxUnavailable instead of failing every call. Every call also reports
-through bubblewrap's --json-status-fd whether its command started: a container that fails to build later raises
-SandboxUnavailable too, never passes for the command's own failure.
+pass`) before the first sandbox of a process, so an old bubblewrap, a missing /usr/bin/python3 or a sandboxes'
+directory (TMPDIR or `RAM_DIR`) the container's user cannot reach raises SandboxUnavailable instead of failing every
+call. Every call also reports through bubblewrap's --json-status-fd whether its command started: a container that
+fails to build later raises SandboxUnavailable too, never passes for the command's own failure.
 
 Host-side file access (`read_file`, `write_file`, ...) is confined to `workdir`: paths are relative POSIX paths
 without '..', and a path whose resolution (symlinks followed) leaves `workdir` is refused, as is anything but a
@@ -126,6 +127,14 @@ def _installed_copies() -> tuple[str, ...]:
 # c2jax.envs.tasks.suites): each one under a path the container binds gets an empty tmpfs over it. Module-level so that
 # tests can point it elsewhere; read at every call.
 PRIVATE_DIRS: tuple[str, ...] = _installed_copies()
+
+
+# Where sandbox roots are made when every workdir is its own tmpfs (`DiskBound.TMPFS`): a root then holds only the
+# container's three /etc files and the workdir's mount point, and on a RAM filesystem making and removing it never
+# waits on a disk's journal (on an ext4 root beside a job writing checkpoints, 13 ms median and up to 85 ms against
+# 0.1 ms: docs/benchmarks.md, tools/bench_sandbox.py). Elsewhere the roots, workdirs included, stay in TMPDIR.
+# Module-level so that tests can point it elsewhere; read at every sandbox.
+RAM_DIR = "/dev/shm"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -259,12 +268,35 @@ def _owner_alive(pid: int) -> bool:
   return True
 
 
+def _is_open_tmpfs(path: str) -> bool:
+  """Whether `path` is the mount point of a tmpfs that this process can write in and any user can traverse (the
+  container's host user, nobody under host root, reads the /etc files bound from a root there)."""
+  real = os.path.realpath(path)
+  try:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+      types = [line.split(" - ", 1)[1].split()[0] for line in f
+               if " - " in line and line.split()[4].replace("\\040", " ") == real]
+    mode = os.stat(real).st_mode
+  except (OSError, IndexError):
+    return False
+  return (bool(types) and types[-1] == "tmpfs" and stat.S_ISDIR(mode) and bool(mode & stat.S_IXOTH)
+          and os.access(real, os.W_OK | os.X_OK))
+
+
+def _roots_dir() -> str:
+  """Where this process makes sandbox roots: `RAM_DIR` where every workdir is its own tmpfs and `RAM_DIR` is an
+  open tmpfs (`_is_open_tmpfs`), else TMPDIR."""
+  if _detected()[0].disk is DiskBound.TMPFS and _is_open_tmpfs(RAM_DIR):
+    return RAM_DIR
+  return tempfile.gettempdir()
+
+
 def reap_stale_workdirs() -> int:
   """Unmounts and deletes the workdir tmpfs of sandboxes whose process died without `close` (SIGKILL, a lost
   host); returns how many. Their directories carry the owner's pid (`c2jax-sandbox-<pid>-...`); a live owner's, or
   another temp dir's, are left alone. Runs once per process with the first containment check."""
   reaped = 0
-  prefix = os.path.join(os.path.realpath(tempfile.gettempdir()), "c2jax-sandbox-")
+  prefixes = {os.path.join(os.path.realpath(d), "c2jax-sandbox-") for d in (tempfile.gettempdir(), RAM_DIR)}
   try:
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
       points = [line.split()[4] for line in f if f" {_TMPFS_SOURCE.decode()} " in line]
@@ -272,7 +304,8 @@ def reap_stale_workdirs() -> int:
     return 0
   for point in points:
     point = point.replace("\\040", " ")
-    rest = point[len(prefix):] if point.startswith(prefix) and point.endswith("/work") else ""
+    prefix = next((p for p in prefixes if point.startswith(p)), None)
+    rest = point[len(prefix):] if prefix is not None and point.endswith("/work") else ""
     pid = rest.split("-", 1)[0]
     if not pid.isdigit() or _owner_alive(int(pid)):
       continue
@@ -400,7 +433,7 @@ def check_available() -> None:
     if (tool == PRLIMIT or _host_user() is not None) and not (os.path.isfile(tool) and os.access(tool, os.X_OK)):
       raise SandboxUnavailable(f"The sandbox {does} with {tool} (util-linux), which is missing: install util-linux.")
   _seccomp()  # an architecture the filter does not know refuses here, in its own sentence
-  key = (bwrap, PRLIMIT, tempfile.gettempdir(), os.geteuid())
+  key = (bwrap, PRLIMIT, _roots_dir(), os.geteuid())
   with _probe_lock:
     if key in _probed:
       return
@@ -416,7 +449,7 @@ def _probe(bwrap: str) -> None:
     result, setup_error = box._execute(_PROBE_COMMAND, None, None)
   except OSError as e:
     raise SandboxUnavailable(f"bubblewrap at {bwrap} could not be started ({e}); reinstall bubblewrap, and keep "
-                             f"TMPDIR ({tempfile.gettempdir()}) a writable directory.") from e
+                             f"{_roots_dir()}, where sandboxes are made, a writable directory.") from e
   finally:
     if getattr(box, "_root", None) is not None:
       box.close()
@@ -425,8 +458,8 @@ def _probe(bwrap: str) -> None:
       fix = "install bubblewrap 0.8 or newer (the sandbox uses --disable-userns, --size and --json-status-fd)"
     else:
       fix = ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and "
-             "user.max_user_namespaces > 0) or run in a container that permits them, and keep TMPDIR "
-             f"({tempfile.gettempdir()}) traversable by the sandbox's user"
+             "user.max_user_namespaces > 0) or run in a container that permits them, and keep "
+             f"{_roots_dir()}, where sandboxes are made, traversable by the sandbox's user"
              f"{' (nobody: host root runs the sandbox as nobody)' if _host_user() else ''}")
     raise SandboxUnavailable(f"bubblewrap at {bwrap} cannot build the sandbox here ({setup_error}): {fix}.")
   if not result.ok:
@@ -764,7 +797,7 @@ class Sandbox:
     self._closed = True  # until the root exists: close() then has nothing to delete
     # The owner's pid in the name: a process killed before close() leaves its mounted workdir for the next
     # process's `reap_stale_workdirs`.
-    self._root = pathlib.Path(tempfile.mkdtemp(prefix=f"c2jax-sandbox-{os.getpid()}-"))
+    self._root = pathlib.Path(tempfile.mkdtemp(prefix=f"c2jax-sandbox-{os.getpid()}-", dir=_roots_dir()))
     self._closed = False
     try:
       self._workdir = self._root / "work"

@@ -12,7 +12,6 @@ import os
 import pathlib
 import shlex
 import socket
-import tempfile
 import threading
 import time
 from unittest import mock
@@ -331,7 +330,8 @@ class WorkdirAttackTest(SandboxTestCase):
       os.close(held)
     self.assertNotIn(workdir, _workdir_mounts())
     self.assertFalse(os.path.exists(os.path.dirname(workdir)))
-    self.assertFalse([p for p in os.listdir(tempfile.gettempdir()) if p == os.path.basename(os.path.dirname(workdir))])
+    root = os.path.dirname(workdir)
+    self.assertFalse([p for p in os.listdir(os.path.dirname(root)) if p == os.path.basename(root)])
 
 
 if __name__ == "__main__":

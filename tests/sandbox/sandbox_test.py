@@ -797,6 +797,31 @@ class WorkdirDiskTest(SandboxTestCase):
     self.assertNotIn(os.path.join(roots[0], "work"), _workdir_mounts())  # nothing left mounted
     self.assertFalse(os.path.exists(roots[0]))
 
+  def test_roots_are_made_on_an_open_tmpfs_and_stay_in_tmpdir_otherwise(self):
+    ram = tempfile.mkdtemp()  # a directory on TMPDIR's filesystem: a mount point of ours below
+    self.addCleanup(os.rmdir, ram)
+    os.chmod(ram, 0o755)
+    with mock.patch.object(sandbox_lib, "RAM_DIR", ram):
+      self.assertFalse(sandbox_lib._is_open_tmpfs(ram))  # no tmpfs: the roots stay in TMPDIR
+      self.assertEqual(os.path.dirname(os.path.dirname(self.box().workdir)), tempfile.gettempdir())
+      sandbox_lib._mount_tmpfs(pathlib.Path(ram), 4, 64)
+      self.addCleanup(sandbox_lib._unmount, pathlib.Path(ram))
+      os.chmod(ram, 0o700)  # the container's host user could not reach the /etc files bound from a root there
+      self.assertFalse(sandbox_lib._is_open_tmpfs(ram))
+      os.chmod(ram, 0o755)
+      self.assertTrue(sandbox_lib._is_open_tmpfs(ram))
+      box = self.box({"a.txt": "x"})
+      root = box.workdir.parent
+      self.assertEqual(str(root.parent), ram)
+      self.assertIn(str(box.workdir), _workdir_mounts())  # the workdir is its own tmpfs there too
+      self.assertEqual(box.run("cat a.txt; id -un").stdout, "xsandbox\n")  # /etc/passwd bound from the root
+      box.close()
+      self.assertFalse(os.path.exists(root))
+      off = sandbox_lib.Containment(cgroup=None, disk=sandbox_lib.DiskBound.AFTER_CALL, missing=("forced off",))
+      with mock.patch.dict(sandbox_lib._containments, {os.geteuid(): (off, None)}):
+        # Without the workdir's tmpfs the repository lives in the root: on the disk, never in RAM.
+        self.assertEqual(os.path.dirname(os.path.dirname(self.box().workdir)), tempfile.gettempdir())
+
   def test_close_unmounts_the_workdir(self):
     box = Sandbox({"a.txt": "x"}, FAST)
     workdir = str(box.workdir)
