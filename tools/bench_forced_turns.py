@@ -13,7 +13,9 @@ temporary directory, run from there). Each recording runs in a process of its ow
 prefill_256, decode, baseline, prefill, ...), after one untimed round that fills a compilation cache shared by all of
 them, so the timed rounds measure recording, not compiling. Reported per variant (medians): the recording's wall
 seconds, the recording process's CPU seconds (its threads: host, tool workers, the engine; not the sandboxed
-commands, whose processes bubblewrap does not hand back to it), the seconds of device calls that advanced turns
+commands, whose processes bubblewrap does not hand back to it), the whole machine's busy CPU seconds over the
+recording (/proc/stat: the recording and its sandboxed commands, on a machine with nothing else running; `box_cpu`
+against wall x cores says whether the recording is bound by the CPU), the seconds of device calls that advanced turns
 (`RunStats.decode_intervals`: forces and decodes), and the tool workers' seconds (summed over the workers); then
 the ratios of wall times (decode / prefill, baseline / prefill). Every variant must record the same documents,
 checked twice: their weighted tokens hash alike, and so do their whole texts with the weight of each piece once
@@ -62,9 +64,13 @@ c = rl_tiny.get_config("agentic")
 c.sft.cache_dir = tempfile.mkdtemp()
 c.sft.teacher.update(max_tasks=tasks, heldout_tasks=1)
 cfg = rl_run_config.parse(c)
-cpu0, t0 = os.times(), time.perf_counter()
+def busy_s():  # the machine's busy CPU seconds so far: every field of /proc/stat's cpu line but idle and iowait
+  f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+  return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
+
+cpu0, box0, t0 = os.times(), busy_s(), time.perf_counter()
 path = teacher_traces.ensure_traces(cfg, "train")
-wall, cpu1 = time.perf_counter() - t0, os.times()
+wall, cpu1, box1 = time.perf_counter() - t0, os.times(), busy_s()
 tok = cfg.task_suite().text_tokenizer()
 weighted, texts = hashlib.sha256(), hashlib.sha256()
 for line in open(path):
@@ -78,7 +84,7 @@ for line in open(path):
       start = i
   texts.update(json.dumps(runs).encode())
 print(json.dumps(dict(stats, wall_s=wall, cpu_s=cpu1.user + cpu1.system - cpu0.user - cpu0.system,
-                      docs=weighted.hexdigest()[:16], texts=texts.hexdigest()[:16])))
+                      box_cpu_s=box1 - box0, docs=weighted.hexdigest()[:16], texts=texts.hexdigest()[:16])))
 """
 
 
@@ -129,15 +135,16 @@ def main(argv=None) -> dict:
       for name in names:
         got = record(name, args.tasks, env, baseline_root)
         runs[name].append(got)
-        print(f"repeat {r} {name:<12} wall {got['wall_s']:6.1f} s  cpu {got['cpu_s']:6.1f} s  device "
+        print(f"repeat {r} {name:<12} wall {got['wall_s']:6.1f} s  cpu {got['cpu_s']:6.1f} s  box cpu "
+              f"{got['box_cpu_s']:6.1f} s of {got['wall_s'] * os.cpu_count():6.1f}  device "
               f"{got['device_s']:6.1f} s  tools {got['tool_s']:6.1f} s  forces {got['forces']}  decodes "
               f"{got['decodes']}  load {os.getloadavg()[0]:.1f}", flush=True)
   finally:
     if baseline_root:
       shutil.rmtree(baseline_root, ignore_errors=True)
-  med = {name: {k: statistics.median(x[k] for x in rs) for k in ("wall_s", "cpu_s", "device_s", "tool_s")}
+  med = {name: {k: statistics.median(x[k] for x in rs) for k in ("wall_s", "cpu_s", "box_cpu_s", "device_s", "tool_s")}
          for name, rs in runs.items()}
-  out = {"tasks": args.tasks, "repeats": args.repeats, "baseline": args.baseline, "median": med,
+  out = {"tasks": args.tasks, "repeats": args.repeats, "baseline": args.baseline, "median": med, "cpus": os.cpu_count(),
          "docs": first[names[0]]["docs"], "texts": first[names[0]]["texts"], "load_avg": os.getloadavg()[0]}
   if "decode" in med and "prefill" in med:
     out["wall_ratio_decode_over_prefill"] = med["decode"]["wall_s"] / med["prefill"]["wall_s"]
