@@ -701,7 +701,9 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
   try:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    exited = bool(poller.poll(max(0, math.ceil(timeout_s * 1000))))  # milliseconds; EINTR is retried (PEP 475)
+    # Whole milliseconds in a C int; a longer (or infinite) timeout waits for the exit alone. EINTR is retried.
+    ms = max(0, math.ceil(timeout_s * 1000)) if timeout_s < (2**31 - 1) / 1000 else None
+    exited = bool(poller.poll(ms))
   finally:
     os.close(fd)
   if exited:

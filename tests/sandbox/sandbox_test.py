@@ -867,6 +867,14 @@ class WaitTest(parameterized.TestCase):
     self.assertEqual(proc.returncode, 3)
 
   @parameterized.parameters("pidfd", "polling")
+  def test_a_timeout_past_what_poll_takes_waits_for_the_exit(self, path):
+    self._paths(path)
+    for timeout in (float("inf"), 1e12):
+      proc = subprocess.Popen(["sh", "-c", "sleep 0.1; exit 4"])
+      self.assertTrue(sandbox_lib._wait(proc, timeout))
+      self.assertEqual(proc.returncode, 4)
+
+  @parameterized.parameters("pidfd", "polling")
   def test_a_process_that_outlives_the_timeout_is_left_running(self, path):
     self._paths(path)
     proc = subprocess.Popen(["sleep", "30"])
