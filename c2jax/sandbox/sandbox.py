@@ -270,7 +270,9 @@ def _owner_alive(pid: int) -> bool:
 
 def _is_open_tmpfs(path: str) -> bool:
   """Whether `path` is the mount point of a tmpfs that this process can write in and any user can traverse (the
-  container's host user, nobody under host root, reads the /etc files bound from a root there)."""
+  container's host user, nobody under host root, reads the /etc files bound from a root there), and where no other
+  user can move our directories away: sticky where others may write (as /tmp is), since the host writes a root's
+  files as root."""
   real = os.path.realpath(path)
   try:
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
@@ -280,6 +282,7 @@ def _is_open_tmpfs(path: str) -> bool:
   except (OSError, IndexError):
     return False
   return (bool(types) and types[-1] == "tmpfs" and stat.S_ISDIR(mode) and bool(mode & stat.S_IXOTH)
+          and bool(mode & stat.S_ISVTX or not mode & (stat.S_IWOTH | stat.S_IWGRP))
           and os.access(real, os.W_OK | os.X_OK))
 
 

@@ -808,6 +808,10 @@ class WorkdirDiskTest(SandboxTestCase):
       self.addCleanup(sandbox_lib._unmount, pathlib.Path(ram))
       os.chmod(ram, 0o700)  # the container's host user could not reach the /etc files bound from a root there
       self.assertFalse(sandbox_lib._is_open_tmpfs(ram))
+      os.chmod(ram, 0o777)  # anyone could rename a root there and put a symlink in its place
+      self.assertFalse(sandbox_lib._is_open_tmpfs(ram))
+      os.chmod(ram, 0o1777)  # as /tmp and /dev/shm are
+      self.assertTrue(sandbox_lib._is_open_tmpfs(ram))
       os.chmod(ram, 0o755)
       self.assertTrue(sandbox_lib._is_open_tmpfs(ram))
       box = self.box({"a.txt": "x"})
